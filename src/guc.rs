@@ -1,0 +1,49 @@
+//! pg_hybrid.* settings.
+
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+
+pub static SHARED_MEMORY_MB: GucSetting<i32> = GucSetting::<i32>::new(128);
+pub static MAX_INDEXES: GucSetting<i32> = GucSetting::<i32>::new(256);
+pub static BACKGROUND_MERGE: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub static MERGE_MIN_ENTRIES: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+
+pub fn define() {
+    GucRegistry::define_int_guc(
+        c"pg_hybrid.shared_memory",
+        c"Size of the shared-memory arena holding dynamic stages and Bloom filters.",
+        c"Indexes merge early when the arena runs short; a dynamic stage that cannot fit even then is an ERROR.",
+        &SHARED_MEMORY_MB,
+        8,
+        1024 * 1024,
+        GucContext::Postmaster,
+        GucFlags::UNIT_MB,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_hybrid.max_indexes",
+        c"Number of pg_hybrid indexes that can hold a dynamic stage at the same time.",
+        c"",
+        &MAX_INDEXES,
+        1,
+        65536,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_hybrid.background_merge",
+        c"Run ratio-triggered merges in background workers.",
+        c"When off, the inserting backend merges in the foreground.",
+        &BACKGROUND_MERGE,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_hybrid.merge_min_entries",
+        c"Dynamic-stage entries below which no ratio-triggered merge starts.",
+        c"Keeps tiny indexes from merging on every insert.",
+        &MERGE_MIN_ENTRIES,
+        1,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+}

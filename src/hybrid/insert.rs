@@ -1,0 +1,211 @@
+//! aminsert: unique checks over both stages, then an append to the delta
+//! log and the shared-memory dynamic stage.
+
+use std::cmp::Ordering;
+
+use pg_hybrid_core::tid::Tid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use super::build::{item_to_tid, tid_to_item};
+use super::state::{self, ensure_synced};
+use super::{delta, merge, static_io};
+use crate::keys::{index_desc, IndexDesc};
+use crate::shmem::{self, LwGuard, SlotRef};
+use crate::storage::page::{self, NO_BLOCK};
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn aminsert(
+    index: pg_sys::Relation,
+    values: *mut pg_sys::Datum,
+    isnull: *mut bool,
+    heap_tid: pg_sys::ItemPointer,
+    heap: pg_sys::Relation,
+    check: pg_sys::IndexUniqueCheck::Type,
+    _unchanged: bool,
+    _info: *mut pg_sys::IndexInfo,
+) -> bool {
+    crate::require_preload();
+    let desc = index_desc(index);
+    let mut key = Vec::with_capacity(64);
+    desc.encode_tuple(values, isnull, &mut key);
+    let tid = item_to_tid(heap_tid);
+    let slot = shmem::slot_for(index);
+    ensure_synced(index, &desc, slot);
+
+    let checks = check != pg_sys::IndexUniqueCheck::UNIQUE_CHECK_NO
+        && (desc.nulls_not_distinct || !desc.has_null_keycol(&key));
+    if !checks {
+        insert_entry(index, &desc, slot, &key, tid);
+        return true;
+    }
+    let stripe = shmem::stripe_lock(
+        desc.key_hash(&key).unwrap_or(0) ^ ((*index).rd_node.relNode.to_u32() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    );
+    loop {
+        let guard = LwGuard::exclusive(stripe);
+        match find_conflict(index, heap, &desc, slot, &key, tid) {
+            Conflict::None => {
+                if check != pg_sys::IndexUniqueCheck::UNIQUE_CHECK_EXISTING {
+                    insert_entry(index, &desc, slot, &key, tid);
+                }
+                drop(guard);
+                return true;
+            }
+            Conflict::Wait { xid, spec_token, other } => {
+                if check == pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL {
+                    insert_entry(index, &desc, slot, &key, tid);
+                    return false;
+                }
+                drop(guard);
+                let mut item = tid_to_item(other);
+                if spec_token != 0 {
+                    pg_sys::SpeculativeInsertionWait(xid, spec_token);
+                } else {
+                    pg_sys::XactLockTableWait(xid, heap, &mut item, pg_sys::XLTW_Oper::XLTW_InsertIndex);
+                }
+            }
+            Conflict::Live => {
+                if check == pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL {
+                    insert_entry(index, &desc, slot, &key, tid);
+                    return false;
+                }
+                drop(guard);
+                report_duplicate(index, &desc, &key, false);
+            }
+        }
+    }
+}
+
+enum Conflict {
+    None,
+    Wait { xid: pg_sys::TransactionId, spec_token: u32, other: Tid },
+    Live,
+}
+
+/// Every TID stored under the key columns of `key`, from both stages.
+pub unsafe fn tids_for_key(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8]) -> Vec<Tid> {
+    let keycols = desc.keycols(key).to_vec();
+    let snap = state::snapshot(index, desc, slot, &keycols, Some(&keycols), desc.key_hash(key), &mut |_| true);
+    let mut out: Vec<Tid> = snap.items.iter().map(|(_, t)| *t).collect();
+    let stat = snap.stat;
+    if stat.root == NO_BLOCK {
+        return out;
+    }
+    let mut cmp = |k: &[u8]| desc.compare_prefix(k, &keycols);
+    let mut blk = static_io::descend(index, &stat, &mut cmp, false);
+    while blk != NO_BLOCK {
+        let leaf = static_io::load_leaf(index, blk, &stat);
+        let mut past = false;
+        for (k, tids) in &leaf.entries {
+            match desc.compare_prefix(k, &keycols) {
+                Ordering::Less => {}
+                Ordering::Equal => out.extend_from_slice(tids),
+                Ordering::Greater => {
+                    past = true;
+                    break;
+                }
+            }
+        }
+        if past {
+            break;
+        }
+        blk = leaf.right;
+    }
+    out
+}
+
+unsafe fn find_conflict(
+    index: pg_sys::Relation,
+    heap: pg_sys::Relation,
+    desc: &IndexDesc,
+    slot: SlotRef,
+    key: &[u8],
+    own: Tid,
+) -> Conflict {
+    for other in tids_for_key(index, desc, slot, key) {
+        if other == own {
+            continue;
+        }
+        let mut snap: pg_sys::SnapshotData = std::mem::zeroed();
+        snap.snapshot_type = pg_sys::SnapshotType::SNAPSHOT_DIRTY;
+        let mut item = tid_to_item(other);
+        let mut all_dead = false;
+        if pg_sys::table_index_fetch_tuple_check(heap, &mut item, &mut snap, &mut all_dead) {
+            let xid = if snap.xmin != pg_sys::InvalidTransactionId { snap.xmin } else { snap.xmax };
+            if xid != pg_sys::InvalidTransactionId {
+                return Conflict::Wait { xid, spec_token: snap.speculativeToken, other };
+            }
+            return Conflict::Live;
+        }
+    }
+    Conflict::None
+}
+
+pub unsafe fn report_duplicate(index: pg_sys::Relation, desc: &IndexDesc, key: &[u8], building: bool) -> ! {
+    let n = desc.natts;
+    let mut values = vec![pg_sys::Datum::from(0usize); n];
+    let mut nulls = vec![true; n];
+    desc.decode(key, &mut values, &mut nulls);
+    let descr = pg_sys::BuildIndexValueDescription(index, values.as_mut_ptr(), nulls.as_mut_ptr());
+    let detail = if descr.is_null() {
+        None
+    } else {
+        Some(std::ffi::CStr::from_ptr(descr).to_string_lossy().into_owned())
+    };
+    let name = page::rel_name(index);
+    let (msg, det) = if building {
+        (format!("could not create unique index \"{name}\""), detail.map(|d| format!("Key {d} is duplicated.")))
+    } else {
+        (
+            format!("duplicate key value violates unique constraint \"{name}\""),
+            detail.map(|d| format!("Key {d} already exists.")),
+        )
+    };
+    let mut r = pgrx::pg_sys::panic::ErrorReport::new(PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION, msg, "aminsert");
+    if let Some(d) = det {
+        r = r.set_detail(d);
+    }
+    r.report(PgLogLevel::ERROR);
+    unreachable!()
+}
+
+/// Appends to the delta log and adds the entry to the dynamic stage; merges
+/// when the ratio trigger fires or the arena runs short.
+unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8], tid: Tid) {
+    let pos = delta::append(index, key, tid);
+    let (fits, want_merge) = {
+        let _g = LwGuard::exclusive(slot.lock());
+        let st = &mut slot.get().dual;
+        let fits = pos < st.stat.merged_upto || st.insert(desc, key, tid, pos);
+        let ratio = super::options::merge_ratio(index).max(1) as u64;
+        let threshold = (st.stat.tids / ratio).max(crate::guc::MERGE_MIN_ENTRIES.get() as u64);
+        let short = shmem::header().free_fraction() < 0.25;
+        let want = !st.merge_requested && (st.tree.nentries >= threshold || (short && st.tree.nentries > 0));
+        if want {
+            st.merge_requested = true;
+        }
+        (fits, want)
+    };
+    if !fits {
+        // The arena is full: the entry is durable in the log, so merging
+        // moves it into the static stage; then nothing is missing.
+        merge::merge_index(index, merge::Reason::ArenaFull);
+        let _g = LwGuard::exclusive(slot.lock());
+        let st = &mut slot.get().dual;
+        if pos >= st.stat.merged_upto && !st.insert(desc, key, tid, pos) {
+            st.valid = false;
+            drop(_g);
+            pgrx::ereport!(
+                ERROR,
+                PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                "pg_hybrid.shared_memory is exhausted even after a merge",
+                "Raise pg_hybrid.shared_memory and restart the server."
+            );
+        }
+        return;
+    }
+    if want_merge {
+        merge::request_merge(index, slot);
+    }
+}

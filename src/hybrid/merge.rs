@@ -1,0 +1,230 @@
+//! Merge-all (paper §5): the whole dynamic stage and the old static stage
+//! are merged into a new static stage written beside the old one; the
+//! metapage switches to it in one WAL record, and the old stage's pages are
+//! recycled once no snapshot can still be reading them.
+
+use std::time::Instant;
+
+use pg_hybrid_core::static_stage as ss;
+use pg_hybrid_core::tid::Tid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use super::meta::{self, MaintenanceLock, StaticInfo};
+use super::state::expected_dynamic;
+use super::{delta, options, static_io};
+use crate::keys::index_desc;
+use crate::shmem::{self, ArenaPool, LwGuard, SlotRef};
+use crate::storage::alloc::{alloc_page, free_pages};
+use crate::storage::buffer::{Buf, Lock};
+use crate::storage::page::{self, PageKind, BODY_CAP, NO_BLOCK};
+use crate::storage::wal::WalRecord;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    Manual,
+    Ratio,
+    ArenaFull,
+}
+
+pub struct MergeOutcome {
+    pub merged_entries: u64,
+    pub static_entries: u64,
+    pub millis: f64,
+}
+
+/// Runs one merge of `index` in this process. Waits for a merge or VACUUM
+/// already running on the index.
+pub unsafe fn merge_index(index: pg_sys::Relation, _reason: Reason) -> MergeOutcome {
+    crate::require_preload();
+    if pg_sys::RecoveryInProgress() {
+        pgrx::ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
+            "cannot merge a hybrid_btree index during recovery",
+            "Merges run on the primary and reach standbys through WAL."
+        );
+    }
+    let start = Instant::now();
+    let desc = index_desc(index);
+    let slot = shmem::slot_for(index);
+    let _ml = MaintenanceLock::exclusive(index);
+    {
+        let _g = LwGuard::exclusive(slot.lock());
+        slot.get().dual.merge_running = true;
+    }
+    struct Running(SlotRef);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            // Also on ERROR: flags are plain stores, no lock needed for them.
+            let st = &mut self.0.get().dual;
+            st.merge_running = false;
+            st.merge_requested = false;
+        }
+    }
+    let _running = Running(slot);
+
+    recycle_if_safe(index);
+    let m = meta::read(index);
+    let (cutoff, cutoff_blk) = delta::end_pos(index, m.delta_tail);
+    let (recs, _, _) = delta::read_from(index, m.delta_head, m.stat.merged_upto, cutoff);
+    let mut fresh: Vec<(Vec<u8>, Tid)> = recs.into_iter().map(|r| (r.key, r.tid)).collect();
+    fresh.sort_unstable_by(|a, b| desc.compare(&a.0, &b.0).then(a.1.cmp(&b.1)));
+    fresh.dedup();
+    let merged_entries = fresh.len() as u64;
+
+    let gen = m.next_generation;
+    meta::update(index, |mm| mm.next_generation = gen + 1);
+
+    let compress = options::compression_lz4(index);
+    let mut old_iter = if m.stat.root == NO_BLOCK { None } else { Some(static_io::StageIter::new(index, &m.stat)) };
+    let fresh_iter = fresh.into_iter().map(|(k, t)| (k, vec![t]));
+    let mut cmp_merge = |a: &[u8], b: &[u8]| desc.compare(a, b);
+    let mut merged = ss::merge_sorted(
+        old_iter.as_mut().map(|it| it as &mut dyn Iterator<Item = (Vec<u8>, Vec<Tid>)>).into_iter().flatten(),
+        fresh_iter,
+        &mut cmp_merge,
+    );
+    let res = static_io::write_stage(index, &mut merged, gen, compress, &mut |_| {});
+    drop(merged);
+
+    // Everything the new stage replaces: old static pages and fully merged
+    // delta pages, listed on recycle pages before the switch.
+    let mut retired = static_io::stage_blocks(index, &m.stat);
+    let (dead_delta, new_head) = delta::pages_below(index, m.delta_head, cutoff);
+    let _ = cutoff_blk;
+    let ndead_delta = dead_delta.len() as u32;
+    retired.extend(dead_delta);
+    let recycle_head = write_recycle_list(index, &retired, m.recycle_head);
+
+    let millis = start.elapsed().as_secs_f64() * 1000.0;
+    let new_stat = StaticInfo {
+        generation: gen,
+        root: res.root,
+        height: res.height,
+        first_leaf: res.first_leaf,
+        last_leaf: res.last_leaf,
+        compressed: compress as u32,
+        keys: res.nkeys,
+        tids: res.ntids,
+        pages: (res.nleaves + res.ninner) as u64,
+        body_bytes: res.body_bytes,
+        merged_upto: cutoff,
+        vacuum_epoch: m.stat.vacuum_epoch,
+    };
+    // The switch: metapage first, then the shared state, so the lock order
+    // (buffer, then slot LWLock) matches inserters.
+    let metab = Buf::read(index, meta::META_BLOCK, Lock::Exclusive);
+    let mut mm = meta::load(index, &metab);
+    mm.stat = new_stat;
+    mm.delta_head = new_head;
+    mm.recycle_head = recycle_head;
+    mm.recycle_safexid = pg_sys::ReadNextFullTransactionId().value;
+    mm.merges += 1;
+    mm.last_merge_us = (millis * 1000.0) as u64;
+    let delta_pages = mm.delta_pages;
+    mm.delta_pages = delta_pages.saturating_sub(ndead_delta).max(1);
+    {
+        let mut w = WalRecord::start(index);
+        meta::store(w.register(&metab), &mm);
+        w.finish();
+    }
+    {
+        let _g = LwGuard::exclusive(slot.lock());
+        let st = &mut slot.get().dual;
+        st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff);
+        st.stat = new_stat;
+        let expected = expected_dynamic(&desc, &new_stat, index);
+        st.rebuild_bloom(&desc, expected);
+    }
+    drop(metab);
+    MergeOutcome { merged_entries, static_entries: res.ntids, millis }
+}
+
+const RECYCLE_HDR: usize = 4;
+const RECYCLE_CAP: usize = (BODY_CAP - RECYCLE_HDR) / 4;
+
+/// Writes `blocks` on a chain of recycle pages ending in `tail`; returns the
+/// chain's head. Unreferenced until the metapage points at it.
+unsafe fn write_recycle_list(index: pg_sys::Relation, blocks: &[u32], tail: u32) -> u32 {
+    let mut next = tail;
+    for chunk in blocks.chunks(RECYCLE_CAP) {
+        let b = alloc_page(index);
+        let mut w = WalRecord::start(index);
+        let p = w.register_new(&b);
+        page::init_page(p, PageKind::Recycle, 0, 0);
+        page::opaque_mut(p).right = next;
+        let body = page::body_mut(p);
+        body[..4].copy_from_slice(&(chunk.len() as u32).to_le_bytes());
+        for (i, blk) in chunk.iter().enumerate() {
+            body[RECYCLE_HDR + 4 * i..RECYCLE_HDR + 4 * i + 4].copy_from_slice(&blk.to_le_bytes());
+        }
+        page::set_body_len(p, RECYCLE_HDR + 4 * chunk.len());
+        w.finish();
+        next = b.blkno();
+    }
+    next
+}
+
+/// Frees the pages on the recycle list once every snapshot that could read
+/// them is gone (the nbtree rule for deleted pages). Caller holds the
+/// maintenance lock exclusively.
+pub unsafe fn recycle_if_safe(index: pg_sys::Relation) -> u64 {
+    let m = meta::read(index);
+    if m.recycle_head == NO_BLOCK {
+        return 0;
+    }
+    let fxid = pg_sys::FullTransactionId { value: m.recycle_safexid };
+    if !pg_sys::GlobalVisCheckRemovableFullXid(std::ptr::null_mut(), fxid) {
+        return 0;
+    }
+    let mut blocks = Vec::new();
+    let mut lists = Vec::new();
+    let mut blk = m.recycle_head;
+    while blk != NO_BLOCK {
+        let b = Buf::read(index, blk, Lock::Share);
+        page::check_page(index, blk, b.page(), &[PageKind::Recycle]);
+        let body = page::body(b.page());
+        let n = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
+        if RECYCLE_HDR + 4 * n > body.len() {
+            page::corrupted(&page::rel_name(index), blk, "recycle list overruns page");
+        }
+        for i in 0..n {
+            blocks.push(u32::from_le_bytes(body[RECYCLE_HDR + 4 * i..RECYCLE_HDR + 4 * i + 4].try_into().unwrap()));
+        }
+        lists.push(blk);
+        blk = page::opaque(b.page()).right;
+    }
+    // Unlink first: a crash after this leaks pages until the next VACUUM
+    // sweep, but never frees a page twice.
+    meta::update(index, |mm| mm.recycle_head = NO_BLOCK);
+    free_pages(index, &blocks);
+    free_pages(index, &lists);
+    pg_sys::IndexFreeSpaceMapVacuum(index);
+    (blocks.len() + lists.len()) as u64
+}
+
+/// Starts a background merge worker for the index (or merges here when
+/// background merges are off or no worker slot is free).
+pub unsafe fn request_merge(index: pg_sys::Relation, slot: SlotRef) {
+    if crate::guc::BACKGROUND_MERGE.get() && crate::workers::launch_merge_worker((*index).rd_id) {
+        return;
+    }
+    let _ = slot;
+    merge_index(index, Reason::Ratio);
+}
+
+/// pg_hybrid.merge(index): merges now and returns the entries moved.
+#[pg_extern(sql = "
+CREATE FUNCTION pg_hybrid.merge(index regclass) RETURNS bigint
+    LANGUAGE c STRICT VOLATILE AS 'MODULE_PATHNAME', 'merge_wrapper';
+COMMENT ON FUNCTION pg_hybrid.merge(regclass) IS 'merge the dynamic stage of a hybrid_btree index into its static stage now';
+")]
+fn merge(index: pg_sys::Oid) -> i64 {
+    unsafe {
+        let rel = crate::hybrid::stats::open_hybrid_index(index, pg_sys::RowExclusiveLock as i32);
+        let out = merge_index(rel, Reason::Manual);
+        pg_sys::index_close(rel, pg_sys::RowExclusiveLock as i32);
+        out.merged_entries as i64
+    }
+}

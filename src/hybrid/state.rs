@@ -1,0 +1,329 @@
+//! The shared-memory dual-stage state of one index and the protocols that
+//! keep it equal to the delta log (README.md, "Dynamic stage").
+
+use std::cmp::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+
+use pg_hybrid_core::bloom;
+use pg_hybrid_core::dynamic::{BlockPool, DynTree, DYN_BLOCK_SIZE};
+use pg_hybrid_core::tid::Tid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use super::delta;
+use super::meta::{self, MaintenanceLock, StaticInfo};
+use crate::keys::IndexDesc;
+use crate::shmem::{self, ArenaPool, LwGuard, SlotRef};
+
+pub const MAX_BLOOM_BLOCKS: usize = 256;
+const BLOOM_BITS_PER_ITEM: usize = 10;
+
+#[repr(C)]
+pub struct BloomState {
+    pub nblocks: u32,
+    pub nhashes: u32,
+    pub blocks: [u32; MAX_BLOOM_BLOCKS],
+}
+
+#[repr(C)]
+pub struct DualStageState {
+    /// Primary: the tree holds every delta-log entry at or above
+    /// `stat.merged_upto` (inserters add theirs as they append).
+    pub valid: bool,
+    /// Standby: the tree was synced from the log up to `applied_upto`.
+    pub synced_in_recovery: bool,
+    pub merge_requested: bool,
+    pub merge_running: bool,
+    pub stat: StaticInfo,
+    pub applied_upto: u64,
+    pub applied_block: u32,
+    pub tree: DynTree,
+    pub bloom: BloomState,
+    pub bloom_skips: AtomicU64,
+    pub bloom_checks: AtomicU64,
+}
+
+impl DualStageState {
+    /// The state of a slot that has never been used (shared memory starts
+    /// zeroed, which is not a valid tree header).
+    pub fn init_empty(&mut self) {
+        self.tree = DynTree::new();
+        self.bloom.nblocks = 0;
+        self.valid = false;
+        self.synced_in_recovery = false;
+        self.merge_requested = false;
+        self.merge_running = false;
+    }
+
+    /// Frees everything and marks the state as needing a rebuild.
+    pub fn reset(&mut self, pool: &mut ArenaPool) {
+        self.tree.clear(pool);
+        self.tree = DynTree::new();
+        self.drop_bloom(pool);
+        self.valid = false;
+        self.synced_in_recovery = false;
+        self.merge_requested = false;
+        self.merge_running = false;
+        self.stat = StaticInfo::default();
+        self.applied_upto = 0;
+        self.applied_block = 0;
+        self.bloom_skips = AtomicU64::new(0);
+        self.bloom_checks = AtomicU64::new(0);
+    }
+
+    fn drop_bloom(&mut self, pool: &mut ArenaPool) {
+        for i in 0..self.bloom.nblocks as usize {
+            pool.free(self.bloom.blocks[i]);
+        }
+        self.bloom.nblocks = 0;
+    }
+
+    /// Sizes the Bloom filter for `expected` entries and fills it from the tree.
+    pub fn rebuild_bloom(&mut self, desc: &IndexDesc, expected: u64) {
+        let mut pool = ArenaPool;
+        self.drop_bloom(&mut pool);
+        if !desc.hashable {
+            return;
+        }
+        let words = bloom::bloom_words_for(expected.max(4096) as usize, BLOOM_BITS_PER_ITEM);
+        let per_block = DYN_BLOCK_SIZE / 8;
+        let want = words.div_ceil(per_block).clamp(1, MAX_BLOOM_BLOCKS);
+        for _ in 0..want {
+            match pool.alloc() {
+                Some(b) => {
+                    unsafe { std::ptr::write_bytes(pool.block(b), 0, DYN_BLOCK_SIZE) };
+                    self.bloom.blocks[self.bloom.nblocks as usize] = b;
+                    self.bloom.nblocks += 1;
+                }
+                None => break,
+            }
+        }
+        self.bloom.nhashes = bloom::bloom_optimal_hashes(BLOOM_BITS_PER_ITEM);
+        let mut hashes = Vec::with_capacity(self.tree.nentries as usize);
+        self.tree.scan_all(&ArenaPool, |k: &[u8], _t: Tid, _p: u64| {
+            if let Some(h) = desc.key_hash(k) {
+                hashes.push(h);
+            }
+            true
+        });
+        for h in hashes {
+            self.bloom_add(h);
+        }
+    }
+
+    fn bloom_words(&self, h: u64) -> Option<&mut [u64]> {
+        let n = self.bloom.nblocks as usize;
+        if n == 0 {
+            return None;
+        }
+        let blk = self.bloom.blocks[((h >> 40) as usize) % n];
+        Some(unsafe { std::slice::from_raw_parts_mut(shmem::header().block_ptr(blk) as *mut u64, DYN_BLOCK_SIZE / 8) })
+    }
+
+    pub fn bloom_add(&self, h: u64) {
+        if let Some(w) = self.bloom_words(h) {
+            bloom::bloom_add(w, self.bloom.nhashes, h);
+        }
+    }
+
+    /// False only when the key is certainly not in the dynamic stage.
+    pub fn bloom_may_contain(&self, h: u64) -> bool {
+        match self.bloom_words(h) {
+            Some(w) => bloom::bloom_may_contain(w, self.bloom.nhashes, h),
+            None => true,
+        }
+    }
+
+    pub fn insert(&mut self, desc: &IndexDesc, key: &[u8], tid: Tid, pos: u64) -> bool {
+        let mut cmp = |a: &[u8], b: &[u8]| desc.compare(a, b);
+        match self.tree.insert(&mut ArenaPool, &mut cmp, key, tid, pos) {
+            Ok(()) => {
+                if let Some(h) = desc.key_hash(key) {
+                    self.bloom_add(h);
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// Makes the slot's dynamic stage usable by this process: rebuilt from the
+/// delta log after a restart (primary) or caught up with replay (standby).
+pub unsafe fn ensure_synced(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
+    if pg_sys::RecoveryInProgress() {
+        sync_standby(rel, desc, slot);
+        return;
+    }
+    {
+        let _g = LwGuard::shared(slot.lock());
+        if slot.get().dual.valid {
+            return;
+        }
+    }
+    rebuild_primary(rel, desc, slot);
+}
+
+unsafe fn out_of_arena(rel: pg_sys::Relation) -> ! {
+    pgrx::ereport!(
+        ERROR,
+        PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+        format!(
+            "pg_hybrid.shared_memory is too small for the dynamic stage of index \"{}\"",
+            crate::storage::page::rel_name(rel)
+        ),
+        "Raise pg_hybrid.shared_memory (it must be at least as large as on the primary) and restart, or run pg_hybrid.merge() on the primary."
+    );
+    unreachable!()
+}
+
+unsafe fn rebuild_primary(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
+    let _ml = MaintenanceLock::share(rel);
+    let m = meta::read(rel);
+    let (recs, end, _) = delta::read_from(rel, m.delta_head, m.stat.merged_upto, u64::MAX);
+    let _g = LwGuard::exclusive(slot.lock());
+    let st = &mut slot.get().dual;
+    if st.valid {
+        return;
+    }
+    let merged = m.stat.merged_upto;
+    // Entries at or past `end` were added by inserters after our read.
+    st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= end && p >= merged);
+    st.stat = m.stat;
+    for r in &recs {
+        if !st.insert(desc, &r.key, r.tid, r.pos) {
+            st.tree.clear(&mut ArenaPool);
+            drop(_g);
+            out_of_arena(rel);
+        }
+    }
+    let expected = expected_dynamic(desc, &m.stat, rel);
+    st.rebuild_bloom(desc, expected.max(st.tree.nentries));
+    st.valid = true;
+    st.synced_in_recovery = false;
+}
+
+/// The dynamic-stage size at which a merge triggers, for Bloom sizing.
+pub unsafe fn expected_dynamic(_desc: &IndexDesc, stat: &StaticInfo, rel: pg_sys::Relation) -> u64 {
+    let ratio = super::options::merge_ratio(rel).max(1) as u64;
+    (stat.tids / ratio).max(crate::guc::MERGE_MIN_ENTRIES.get() as u64)
+}
+
+unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
+    for _attempt in 0..100 {
+        let m = meta::read(rel);
+        let (end, _tail) = delta::end_pos(rel, m.delta_tail);
+        let (full, from_blk, from_pos) = {
+            let _g = LwGuard::shared(slot.lock());
+            let st = &slot.get().dual;
+            let same = st.synced_in_recovery
+                && st.stat.generation == m.stat.generation
+                && st.stat.vacuum_epoch == m.stat.vacuum_epoch
+                && st.stat.merged_upto == m.stat.merged_upto;
+            if same && st.applied_upto >= end {
+                return;
+            }
+            if same {
+                (false, st.applied_block, st.applied_upto)
+            } else {
+                (true, m.delta_head, m.stat.merged_upto)
+            }
+        };
+        let (recs, seen_end, last_blk) = delta::read_from(rel, from_blk, from_pos, u64::MAX);
+        let m2 = meta::read(rel);
+        if m2.stat.generation != m.stat.generation || m2.stat.vacuum_epoch != m.stat.vacuum_epoch {
+            continue; // replay moved under us; try again
+        }
+        let _g = LwGuard::exclusive(slot.lock());
+        let st = &mut slot.get().dual;
+        if full {
+            st.tree.clear(&mut ArenaPool);
+            st.stat = m.stat;
+        } else if st.applied_upto != from_pos || st.stat.generation != m.stat.generation {
+            continue; // another backend synced meanwhile
+        }
+        for r in &recs {
+            if !st.insert(desc, &r.key, r.tid, r.pos) {
+                st.tree.clear(&mut ArenaPool);
+                st.synced_in_recovery = false;
+                drop(_g);
+                out_of_arena(rel);
+            }
+        }
+        if full {
+            let expected = expected_dynamic(desc, &m.stat, rel);
+            st.rebuild_bloom(desc, expected.max(st.tree.nentries));
+        }
+        st.applied_upto = seen_end;
+        st.applied_block = last_blk;
+        st.synced_in_recovery = true;
+        st.valid = false;
+        return;
+    }
+    pgrx::ereport!(
+        ERROR,
+        PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+        "could not read a stable dynamic stage of a hybrid_btree index during recovery",
+        "Retry the query."
+    );
+}
+
+/// Entries of the dynamic stage matching a scan range, copied out together
+/// with the static stage they complement.
+pub struct DynSnapshot {
+    pub stat: StaticInfo,
+    pub items: Vec<(Vec<u8>, Tid)>,
+}
+
+/// Copies the dynamic entries with `lower <= key (prefix) <= upper` that pass
+/// `filter`. `point_hash` is the key hash when the scan is a full-key
+/// equality, so the Bloom filter can skip the tree.
+pub unsafe fn snapshot(
+    rel: pg_sys::Relation,
+    desc: &IndexDesc,
+    slot: SlotRef,
+    lower: &[u8],
+    upper: Option<&[u8]>,
+    point_hash: Option<u64>,
+    filter: &mut dyn FnMut(&[u8]) -> bool,
+) -> DynSnapshot {
+    loop {
+        ensure_synced(rel, desc, slot);
+        let _g = LwGuard::shared(slot.lock());
+        let st = &slot.get().dual;
+        let usable = if pg_sys::RecoveryInProgress() { st.synced_in_recovery } else { st.valid };
+        if !usable {
+            continue;
+        }
+        let mut items = Vec::new();
+        if st.tree.nentries > 0 {
+            let skip = match point_hash {
+                Some(h) => {
+                    st.bloom_checks.fetch_add(1, AtomicOrdering::Relaxed);
+                    let no = !st.bloom_may_contain(h);
+                    if no {
+                        st.bloom_skips.fetch_add(1, AtomicOrdering::Relaxed);
+                    }
+                    no
+                }
+                None => false,
+            };
+            if !skip {
+                let merged = st.stat.merged_upto;
+                let mut bound = |k: &[u8]| desc.compare_prefix(k, lower);
+                st.tree.scan(&ArenaPool, &mut bound, |k: &[u8], t: Tid, p: u64| {
+                    if let Some(u) = upper {
+                        if desc.compare_prefix(k, u) == Ordering::Greater {
+                            return false;
+                        }
+                    }
+                    if p >= merged && filter(k) {
+                        items.push((k.to_vec(), t));
+                    }
+                    true
+                });
+            }
+        }
+        return DynSnapshot { stat: st.stat, items };
+    }
+}

@@ -1,0 +1,207 @@
+//! Reading and writing the static stage on PostgreSQL pages.
+
+use std::cmp::Ordering;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use pg_hybrid_core::static_stage::{self as ss, InnerView, LeafView, PageOut};
+use pg_hybrid_core::tid::Tid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use super::meta::StaticInfo;
+use crate::storage::alloc::alloc_page;
+use crate::storage::buffer::{Buf, Lock};
+use crate::storage::page::{self, PageKind, BODY_CAP, NO_BLOCK};
+use crate::storage::wal::WalRecord;
+
+/// A static leaf copied out of its buffer, as nbtree copies a page's items,
+/// so no pin or lock is held between calls of a scan.
+pub struct LeafData {
+    pub blk: u32,
+    pub left: u32,
+    pub right: u32,
+    pub entries: Vec<(Vec<u8>, Vec<Tid>)>,
+}
+
+unsafe fn stale_page(rel: pg_sys::Relation, blk: u32, what: &str) -> ! {
+    if pg_sys::RecoveryInProgress() {
+        pgrx::ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+            "canceling statement due to conflict with recovery",
+            "A merge replayed from the primary recycled index pages this query was reading; retry it (hot_standby_feedback = on avoids this)."
+        );
+    }
+    page::corrupted(&page::rel_name(rel), blk, what)
+}
+
+/// Checks a static page belongs to the stage `gen`.
+unsafe fn check_static(rel: pg_sys::Relation, blk: u32, p: pg_sys::Page, gen: u32, kinds: &[PageKind]) {
+    let hdr = p as *const pg_sys::PageHeaderData;
+    let ours = !pg_sys::PageIsNew(p)
+        && (*hdr).pd_special as usize == page::BLCKSZ - page::SPECIAL_SIZE
+        && page::opaque(p).magic == page::PAGE_MAGIC;
+    if ours && page::opaque(p).generation != gen {
+        stale_page(rel, blk, "static page of another generation");
+    }
+    if ours && !kinds.contains(&PageKind::from_u8(page::opaque(p).kind).unwrap_or(PageKind::Free)) {
+        stale_page(rel, blk, "page is no longer part of the static stage");
+    }
+    page::check_page(rel, blk, p, kinds);
+}
+
+/// The uncompressed leaf body of a page (plain or LZ4, by its format byte).
+pub unsafe fn leaf_body(rel: pg_sys::Relation, blk: u32, p: pg_sys::Page) -> Vec<u8> {
+    ss::leaf_body(page::body(p))
+        .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")))
+        .into_owned()
+}
+
+pub unsafe fn leaf_ntids(rel: pg_sys::Relation, blk: u32, body: &[u8]) -> usize {
+    let plain = ss::leaf_body(body).unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
+    LeafView::parse(&plain).unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}"))).ntids()
+}
+
+pub unsafe fn load_leaf(rel: pg_sys::Relation, blk: u32, stat: &StaticInfo) -> LeafData {
+    let b = Buf::read(rel, blk, Lock::Share);
+    let p = b.page();
+    check_static(rel, blk, p, stat.generation, &[PageKind::StaticLeaf]);
+    let op = *page::opaque(p);
+    let body = leaf_body(rel, blk, p);
+    drop(b);
+    let view = LeafView::parse(&body).unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
+    let entries = view.decode_all().unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
+    LeafData { blk, left: op.left, right: op.right, entries }
+}
+
+/// Descends to the leaf where a search for `cmp` (stored.cmp(bound)) starts:
+/// `last_le` false finds the leaf holding the first entry >= bound, true the
+/// leaf holding the last entry <= bound.
+pub unsafe fn descend(
+    rel: pg_sys::Relation,
+    stat: &StaticInfo,
+    cmp: &mut dyn FnMut(&[u8]) -> Ordering,
+    last_le: bool,
+) -> u32 {
+    let mut blk = stat.root;
+    for _ in 0..64 {
+        let b = Buf::read(rel, blk, Lock::Share);
+        let p = b.page();
+        check_static(rel, blk, p, stat.generation, &[PageKind::StaticLeaf, PageKind::StaticInner]);
+        if page::opaque(p).kind == PageKind::StaticLeaf as u8 {
+            return blk;
+        }
+        let view = InnerView::parse(page::body(p))
+            .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
+        if view.nchildren() == 0 {
+            page::corrupted(&page::rel_name(rel), blk, "inner page without children");
+        }
+        let i = if last_le { view.find_child_le(&mut *cmp) } else { view.find_child(&mut *cmp) }
+            .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
+        blk = view.child(i);
+    }
+    page::corrupted(&page::rel_name(rel), blk, "static stage deeper than 64 levels")
+}
+
+/// Every block of a static stage (inner levels and leaves).
+pub unsafe fn stage_blocks(rel: pg_sys::Relation, stat: &StaticInfo) -> Vec<u32> {
+    let mut out = Vec::new();
+    if stat.root == NO_BLOCK {
+        return out;
+    }
+    let mut level_start = stat.root;
+    loop {
+        let mut blk = level_start;
+        let mut next_level = NO_BLOCK;
+        let mut is_leaf = false;
+        while blk != NO_BLOCK {
+            let b = Buf::read(rel, blk, Lock::Share);
+            let p = b.page();
+            check_static(rel, blk, p, stat.generation, &[PageKind::StaticLeaf, PageKind::StaticInner]);
+            out.push(blk);
+            let op = *page::opaque(p);
+            if op.kind == PageKind::StaticLeaf as u8 {
+                is_leaf = true;
+            } else if next_level == NO_BLOCK {
+                let view = InnerView::parse(page::body(p))
+                    .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
+                next_level = view.child(0);
+            }
+            blk = op.right;
+        }
+        if is_leaf || next_level == NO_BLOCK {
+            return out;
+        }
+        level_start = next_level;
+    }
+}
+
+/// Streams the entries of a static stage in order, leaf by leaf.
+pub struct StageIter {
+    rel: pg_sys::Relation,
+    stat: StaticInfo,
+    next_blk: u32,
+    cur: std::vec::IntoIter<(Vec<u8>, Vec<Tid>)>,
+    pub leaves: u64,
+}
+
+impl StageIter {
+    pub unsafe fn new(rel: pg_sys::Relation, stat: &StaticInfo) -> StageIter {
+        StageIter { rel, stat: *stat, next_blk: stat.first_leaf, cur: Vec::new().into_iter(), leaves: 0 }
+    }
+}
+
+impl Iterator for StageIter {
+    type Item = (Vec<u8>, Vec<Tid>);
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(e) = self.cur.next() {
+                return Some(e);
+            }
+            if self.next_blk == NO_BLOCK {
+                return None;
+            }
+            let leaf = unsafe { load_leaf(self.rel, self.next_blk, &self.stat) };
+            self.leaves += 1;
+            self.next_blk = leaf.right;
+            self.cur = leaf.entries.into_iter();
+        }
+    }
+}
+
+/// Writes a new static stage of generation `gen` from sorted entries.
+pub unsafe fn write_stage(
+    rel: pg_sys::Relation,
+    entries: &mut dyn Iterator<Item = (Vec<u8>, Vec<Tid>)>,
+    gen: u32,
+    compress: bool,
+    progress: &mut dyn FnMut(u64),
+) -> ss::BuildResult {
+    let pending: RefCell<HashMap<u32, Buf>> = RefCell::new(HashMap::new());
+    let mut written = 0u64;
+    let alloc = || {
+        let b = alloc_page(rel);
+        let blk = b.blkno();
+        pending.borrow_mut().insert(blk, b);
+        blk
+    };
+    let write = |out: PageOut| {
+        let b = pending.borrow_mut().remove(&out.block).expect("static stage wrote a block it did not allocate");
+        let mut w = WalRecord::start(rel);
+        let p = w.register_new(&b);
+        let kind = if out.level == 0 { PageKind::StaticLeaf } else { PageKind::StaticInner };
+        page::init_page(p, kind, out.level as u8, gen);
+        let op = page::opaque_mut(p);
+        op.left = out.left.unwrap_or(NO_BLOCK);
+        op.right = out.right.unwrap_or(NO_BLOCK);
+        page::body_mut(p)[..out.body.len()].copy_from_slice(out.body);
+        page::set_body_len(p, out.body.len());
+        w.finish();
+        written += 1;
+        progress(written);
+    };
+    let mode = if compress { ss::Compression::Lz4 } else { ss::Compression::None };
+    let res = ss::build_static(entries, BODY_CAP, mode, alloc, write);
+    res.unwrap_or_else(|e| pgrx::error!("could not build hybrid_btree static stage: {e:?}"))
+}

@@ -1,0 +1,12 @@
+//! The shared-memory arena of pg_hybrid: a pool of 8KB blocks that the dynamic
+//! stages and Bloom filters of all indexes draw from, a registry of per-index
+//! slots keyed by (database, relfilenode), and the LWLocks guarding them.
+//!
+//! Nothing here is needed after a crash: every slot is a cache rebuilt from
+//! WAL-logged index pages (see hybrid/README.md).
+
+pub mod arena;
+pub mod registry;
+
+pub use arena::*;
+pub use registry::*;

@@ -1,0 +1,61 @@
+//! Page allocation with reuse through the free space map.
+//!
+//! Only pages explicitly marked `PageKind::Free` (or never initialised) are
+//! handed out: the FSM is not crash safe, so it is a hint and the page itself
+//! is the truth.
+
+use pgrx::pg_sys;
+
+use super::buffer::{Buf, Lock};
+use super::page::{self, PageKind, PAGE_MAGIC};
+use super::wal::{WalRecord, MAX_PAGES};
+
+/// Returns an exclusively locked page that the caller must initialise (with
+/// `WalRecord::register_new`).
+pub unsafe fn alloc_page(rel: pg_sys::Relation) -> Buf {
+    loop {
+        let blk = pg_sys::GetFreeIndexPage(rel);
+        if blk == pg_sys::InvalidBlockNumber {
+            break;
+        }
+        let buf = pg_sys::ReadBufferExtended(
+            rel,
+            pg_sys::ForkNumber::MAIN_FORKNUM,
+            blk,
+            pg_sys::ReadBufferMode::RBM_NORMAL,
+            std::ptr::null_mut(),
+        );
+        if pg_sys::ConditionalLockBuffer(buf) {
+            let p = pg_sys::BufferGetPage(buf);
+            let reusable = pg_sys::PageIsNew(p) || {
+                let hdr = p as *const pg_sys::PageHeaderData;
+                (*hdr).pd_special as usize == page::BLCKSZ - page::SPECIAL_SIZE
+                    && page::opaque(p).magic == PAGE_MAGIC
+                    && page::opaque(p).kind == PageKind::Free as u8
+            };
+            if reusable {
+                return Buf::adopt_locked(buf);
+            }
+            pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_UNLOCK as i32);
+        }
+        pg_sys::ReleaseBuffer(buf);
+    }
+    Buf::extend(rel)
+}
+
+/// Marks pages free (WAL-logged, four per record) and records them in the FSM.
+pub unsafe fn free_pages(rel: pg_sys::Relation, blocks: &[u32]) {
+    for chunk in blocks.chunks(MAX_PAGES) {
+        let bufs: Vec<Buf> = chunk.iter().map(|&b| Buf::read(rel, b, Lock::Exclusive)).collect();
+        let mut w = WalRecord::start(rel);
+        for b in &bufs {
+            let p = w.register_new(b);
+            page::init_page(p, PageKind::Free, 0, 0);
+        }
+        w.finish();
+        drop(bufs);
+        for &b in chunk {
+            pg_sys::RecordFreeIndexPage(rel, b);
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! RAII guards for buffer pins and content locks.
+
+use pgrx::pg_sys;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Lock {
+    Share,
+    Exclusive,
+}
+
+/// A pinned and locked buffer; unlocked and unpinned on drop (also during
+/// error unwinding, before PostgreSQL's own resource cleanup would do it).
+pub struct Buf {
+    buf: pg_sys::Buffer,
+    locked: bool,
+}
+
+impl Buf {
+    pub unsafe fn read(rel: pg_sys::Relation, blkno: u32, lock: Lock) -> Buf {
+        let buf = pg_sys::ReadBufferExtended(
+            rel,
+            pg_sys::ForkNumber::MAIN_FORKNUM,
+            blkno,
+            pg_sys::ReadBufferMode::RBM_NORMAL,
+            std::ptr::null_mut(),
+        );
+        Self::lock_new(buf, lock)
+    }
+
+    pub unsafe fn lock_new(buf: pg_sys::Buffer, lock: Lock) -> Buf {
+        pg_sys::LockBuffer(
+            buf,
+            match lock {
+                Lock::Share => pg_sys::BUFFER_LOCK_SHARE as i32,
+                Lock::Exclusive => pg_sys::BUFFER_LOCK_EXCLUSIVE as i32,
+            },
+        );
+        Buf { buf, locked: true }
+    }
+
+    /// Extends the relation by one block and returns it exclusively locked.
+    pub unsafe fn extend(rel: pg_sys::Relation) -> Buf {
+        let needs_lock = !relation_is_local(rel);
+        if needs_lock {
+            pg_sys::LockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
+        }
+        let buf = pg_sys::ReadBufferExtended(
+            rel,
+            pg_sys::ForkNumber::MAIN_FORKNUM,
+            pg_sys::InvalidBlockNumber, // P_NEW
+            pg_sys::ReadBufferMode::RBM_NORMAL,
+            std::ptr::null_mut(),
+        );
+        let b = Self::lock_new(buf, Lock::Exclusive);
+        if needs_lock {
+            pg_sys::UnlockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
+        }
+        b
+    }
+
+    /// Wraps a buffer the caller pinned and exclusively locked.
+    pub unsafe fn adopt_locked(buf: pg_sys::Buffer) -> Buf {
+        Buf { buf, locked: true }
+    }
+
+    pub fn buffer(&self) -> pg_sys::Buffer {
+        self.buf
+    }
+
+    pub unsafe fn page(&self) -> pg_sys::Page {
+        pg_sys::BufferGetPage(self.buf)
+    }
+
+    pub unsafe fn blkno(&self) -> u32 {
+        pg_sys::BufferGetBlockNumber(self.buf)
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        unsafe {
+            // During ERROR cleanup PostgreSQL releases locks and pins itself
+            // (LWLockReleaseAll, ResourceOwnerRelease); doing it twice would
+            // trip assertions, so only release while no error is in flight.
+            if std::thread::panicking() {
+                return;
+            }
+            if self.locked {
+                pg_sys::LockBuffer(self.buf, pg_sys::BUFFER_LOCK_UNLOCK as i32);
+            }
+            pg_sys::ReleaseBuffer(self.buf);
+        }
+    }
+}
+
+pub unsafe fn relation_is_local(rel: pg_sys::Relation) -> bool {
+    (*(*rel).rd_rel).relpersistence == pg_sys::RELPERSISTENCE_TEMP as i8
+}
+
+pub unsafe fn nblocks(rel: pg_sys::Relation) -> u32 {
+    pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM)
+}

@@ -1,0 +1,52 @@
+//! GenericXLog in RAII form: every page change of pg_hybrid goes through it,
+//! at most four pages per record, so the change is crash safe and replayed
+//! on standbys without a custom resource manager.
+
+use pgrx::pg_sys;
+
+use super::buffer::Buf;
+
+pub const MAX_PAGES: usize = 4;
+
+/// An open generic WAL record. Register buffers, modify the returned page
+/// images (never the buffer pages themselves), then `finish`. Dropped
+/// without `finish`, the record is aborted and the buffers stay unchanged.
+pub struct WalRecord {
+    state: *mut pg_sys::GenericXLogState,
+    npages: usize,
+}
+
+impl WalRecord {
+    pub unsafe fn start(rel: pg_sys::Relation) -> WalRecord {
+        WalRecord { state: pg_sys::GenericXLogStart(rel), npages: 0 }
+    }
+
+    /// Registers a locked buffer; returns the page image to modify.
+    pub unsafe fn register(&mut self, buf: &Buf) -> pg_sys::Page {
+        self.register_flags(buf, 0)
+    }
+
+    /// Registers a buffer whose whole content is replaced (a new page).
+    pub unsafe fn register_new(&mut self, buf: &Buf) -> pg_sys::Page {
+        self.register_flags(buf, pg_sys::GENERIC_XLOG_FULL_IMAGE as i32)
+    }
+
+    unsafe fn register_flags(&mut self, buf: &Buf, flags: i32) -> pg_sys::Page {
+        assert!(self.npages < MAX_PAGES, "GenericXLog record holds at most 4 pages");
+        self.npages += 1;
+        pg_sys::GenericXLogRegisterBuffer(self.state, buf.buffer(), flags)
+    }
+
+    pub unsafe fn finish(mut self) {
+        let state = std::mem::replace(&mut self.state, std::ptr::null_mut());
+        pg_sys::GenericXLogFinish(state);
+    }
+}
+
+impl Drop for WalRecord {
+    fn drop(&mut self) {
+        if !self.state.is_null() && !std::thread::panicking() {
+            unsafe { pg_sys::GenericXLogAbort(self.state) };
+        }
+    }
+}
