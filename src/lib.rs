@@ -29,6 +29,12 @@ pub extern "C-unwind" fn _PG_init() {
         pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_hybrid".as_ptr());
         install_shmem_hooks();
         hybrid::options::register();
+        hybrid::conflict::install();
+        // Errors must read the same whatever the server's environment:
+        // backtraces in DETAIL only when explicitly asked for.
+        if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+            std::env::set_var("RUST_LIB_BACKTRACE", "0");
+        }
         PRELOADED = true;
     }
 }
@@ -62,12 +68,7 @@ unsafe extern "C-unwind" fn shmem_startup() {
 /// Raises the ERROR every entry point gives when the library was not preloaded.
 pub fn require_preload() {
     if unsafe { !PRELOADED } {
-        pgrx::ereport!(
-            ERROR,
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            "pg_hybrid must be loaded via shared_preload_libraries",
-            "Add pg_hybrid to shared_preload_libraries in postgresql.conf (e.g. shared_preload_libraries = 'pg_hybrid') and restart the server."
-        );
+        crate::raise(PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, "pg_hybrid must be loaded via shared_preload_libraries", "Add pg_hybrid to shared_preload_libraries in postgresql.conf (e.g. shared_preload_libraries = 'pg_hybrid') and restart the server.");
     }
 }
 
@@ -103,4 +104,11 @@ pub mod pg_test {
     pub fn postgresql_conf_options() -> Vec<&'static str> {
         vec!["shared_preload_libraries = 'pg_hybrid'"]
     }
+}
+
+/// Raises an ERROR with a HINT (pgrx's ereport! puts a fourth argument in DETAIL).
+pub fn raise(code: PgSqlErrorCode, msg: impl Into<String>, hint: impl Into<String>) -> ! {
+    let msg: String = msg.into();
+    pgrx::pg_sys::panic::ErrorReport::new(code, msg, "pg_hybrid").set_hint(hint).report(PgLogLevel::ERROR);
+    unreachable!()
 }

@@ -196,12 +196,7 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         if pos >= st.stat.merged_upto && !st.insert(desc, key, tid, pos) {
             st.valid = false;
             drop(_g);
-            pgrx::ereport!(
-                ERROR,
-                PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
-                "pg_hybrid.shared_memory is exhausted even after a merge",
-                "Raise pg_hybrid.shared_memory and restart the server."
-            );
+            crate::raise(PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY, "pg_hybrid.shared_memory is exhausted even after a merge", "Raise pg_hybrid.shared_memory and restart the server.");
         }
         return;
     }

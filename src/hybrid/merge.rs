@@ -35,15 +35,10 @@ pub struct MergeOutcome {
 
 /// Runs one merge of `index` in this process. Waits for a merge or VACUUM
 /// already running on the index.
-pub unsafe fn merge_index(index: pg_sys::Relation, _reason: Reason) -> MergeOutcome {
+pub unsafe fn merge_index(index: pg_sys::Relation, reason: Reason) -> MergeOutcome {
     crate::require_preload();
     if pg_sys::RecoveryInProgress() {
-        pgrx::ereport!(
-            ERROR,
-            PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
-            "cannot merge a hybrid_btree index during recovery",
-            "Merges run on the primary and reach standbys through WAL."
-        );
+        crate::raise(PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION, "cannot merge a hybrid_btree index during recovery", "Merges run on the primary and reach standbys through WAL.");
     }
     let start = Instant::now();
     let desc = index_desc(index);
@@ -72,6 +67,9 @@ pub unsafe fn merge_index(index: pg_sys::Relation, _reason: Reason) -> MergeOutc
     fresh.sort_unstable_by(|a, b| desc.compare(&a.0, &b.0).then(a.1.cmp(&b.1)));
     fresh.dedup();
     let merged_entries = fresh.len() as u64;
+    if merged_entries == 0 && reason != Reason::Manual {
+        return MergeOutcome { merged_entries, static_entries: m.stat.tids, millis: 0.0 };
+    }
 
     let gen = m.next_generation;
     meta::update(index, |mm| mm.next_generation = gen + 1);

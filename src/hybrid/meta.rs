@@ -94,12 +94,7 @@ pub unsafe fn load(rel: pg_sys::Relation, buf: &Buf) -> HybridMeta {
         page::corrupted(&page::rel_name(rel), META_BLOCK, "metapage magic is not hybrid_btree's; is this a hybrid_btree index?");
     }
     if m.version != META_VERSION {
-        pgrx::ereport!(
-            ERROR,
-            pgrx::PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED,
-            format!("hybrid_btree index \"{}\" has metapage version {}, expected {META_VERSION}", page::rel_name(rel), m.version),
-            "REINDEX the index."
-        );
+        crate::raise(pgrx::PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED, format!("hybrid_btree index \"{}\" has metapage version {}, expected {META_VERSION}", page::rel_name(rel), m.version), "REINDEX the index.");
     }
     m
 }

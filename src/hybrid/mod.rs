@@ -2,6 +2,7 @@
 //! PostgreSQL index access method. Layout and protocols: README.md.
 
 pub mod build;
+pub mod conflict;
 pub mod cost;
 pub mod delta;
 pub mod handler;

@@ -24,12 +24,7 @@ unsafe extern "C-unwind" fn validate_compression(value: *const std::os::raw::c_c
     }
     let v = CStr::from_ptr(value).to_string_lossy();
     if v != "none" && v != "lz4" {
-        pgrx::ereport!(
-            ERROR,
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("invalid value for hybrid_btree option \"compression\": \"{v}\""),
-            "Valid values are \"none\" and \"lz4\"."
-        );
+        crate::raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, format!("invalid value for hybrid_btree option \"compression\": \"{v}\""), "Valid values are \"none\" and \"lz4\".");
     }
 }
 

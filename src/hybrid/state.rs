@@ -165,15 +165,10 @@ pub unsafe fn ensure_synced(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotR
 }
 
 unsafe fn out_of_arena(rel: pg_sys::Relation) -> ! {
-    pgrx::ereport!(
-        ERROR,
-        PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
-        format!(
+    crate::raise(PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY, format!(
             "pg_hybrid.shared_memory is too small for the dynamic stage of index \"{}\"",
             crate::storage::page::rel_name(rel)
-        ),
-        "Raise pg_hybrid.shared_memory (it must be at least as large as on the primary) and restart, or run pg_hybrid.merge() on the primary."
-    );
+        ), "Raise pg_hybrid.shared_memory (it must be at least as large as on the primary) and restart, or run pg_hybrid.merge() on the primary.");
     unreachable!()
 }
 
@@ -260,12 +255,7 @@ unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
         st.valid = false;
         return;
     }
-    pgrx::ereport!(
-        ERROR,
-        PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
-        "could not read a stable dynamic stage of a hybrid_btree index during recovery",
-        "Retry the query."
-    );
+    crate::raise(PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE, "could not read a stable dynamic stage of a hybrid_btree index during recovery", "Retry the query.");
 }
 
 /// Entries of the dynamic stage matching a scan range, copied out together

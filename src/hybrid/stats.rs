@@ -32,12 +32,7 @@ pub unsafe fn open_hybrid_index(oid: pg_sys::Oid, lockmode: i32) -> pg_sys::Rela
     if (*(*rel).rd_rel).relkind as u8 != pg_sys::RELKIND_INDEX || !is_hybrid_index(rel) {
         let name = page::rel_name(rel);
         pg_sys::relation_close(rel, lockmode);
-        pgrx::ereport!(
-            ERROR,
-            PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-            format!("\"{name}\" is not a hybrid_btree index"),
-            "Pass an index created with USING hybrid_btree."
-        );
+        crate::raise(PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE, format!("\"{name}\" is not a hybrid_btree index"), "Pass an index created with USING hybrid_btree.");
     }
     rel
 }
@@ -113,12 +108,7 @@ fn index_stats(
 }
 
 fn fail(index: &str, what: String) -> ! {
-    pgrx::ereport!(
-        ERROR,
-        PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED,
-        format!("hybrid_btree index \"{index}\" failed verification: {what}"),
-        "REINDEX the index."
-    );
+    crate::raise(PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED, format!("hybrid_btree index \"{index}\" failed verification: {what}"), "REINDEX the index.");
     unreachable!()
 }
 

@@ -184,16 +184,11 @@ unsafe fn enc_for_type(index: pg_sys::Relation, typid: pg_sys::Oid, collation: p
 
 unsafe fn unsupported_type(index: pg_sys::Relation, typid: pg_sys::Oid, col: usize) -> ! {
     let tname = std::ffi::CStr::from_ptr(pg_sys::format_type_be(typid)).to_string_lossy().into_owned();
-    pgrx::ereport!(
-        ERROR,
-        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-        format!(
+    crate::raise(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, format!(
             "pg_hybrid cannot index column {} of type {tname} in index \"{}\"",
             col + 1,
             crate::storage::page::rel_name(index)
-        ),
-        "Supported key types: int2, int4, int8, float4, float8, numeric, text, varchar, bpchar, bytea, uuid, bool, date, time, timestamp, timestamptz, interval. Other types may be INCLUDE columns."
-    );
+        ), "Supported key types: int2, int4, int8, float4, float8, numeric, text, varchar, bpchar, bytea, uuid, bool, date, time, timestamp, timestamptz, interval. Other types may be INCLUDE columns.");
     unreachable!()
 }
 
@@ -282,12 +277,7 @@ impl IndexDesc {
             self.encode_col(i, *values.add(i), *isnull.add(i), out);
         }
         if out.len() > MAX_KEY_BYTES {
-            pgrx::ereport!(
-                ERROR,
-                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-                format!("index row size {} exceeds pg_hybrid maximum {MAX_KEY_BYTES}", out.len()),
-                "Values larger than a third of a page cannot be indexed. Consider an index of an MD5 hash of the value."
-            );
+            crate::raise(PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED, format!("index row size {} exceeds pg_hybrid maximum {MAX_KEY_BYTES}", out.len()), "Values larger than a third of a page cannot be indexed. Consider an index of an MD5 hash of the value.");
         }
     }
 

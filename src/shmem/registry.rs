@@ -70,15 +70,10 @@ pub unsafe fn slot_for(rel: pg_sys::Relation) -> SlotRef {
     let i = match (0..h.max_indexes as usize).find(|&i| !(*h.slot(i)).in_use) {
         Some(i) => i,
         None => evict().unwrap_or_else(|| {
-            pgrx::ereport!(
-                ERROR,
-                PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-                format!(
+            crate::raise(PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED, format!(
                     "pg_hybrid.max_indexes ({}) indexes with a dynamic stage are in use",
                     h.max_indexes
-                ),
-                "Raise pg_hybrid.max_indexes in postgresql.conf and restart, or run pg_hybrid.merge() on idle indexes."
-            );
+                ), "Raise pg_hybrid.max_indexes in postgresql.conf and restart, or run pg_hybrid.merge() on idle indexes.");
             unreachable!()
         }),
     };

@@ -129,15 +129,10 @@ pub unsafe fn check_page(
         corrupted(&relname, blkno, &format!("bad magic {:#010x}", op.magic));
     }
     if op.version != PAGE_VERSION {
-        pgrx::ereport!(
-            ERROR,
-            PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED,
-            format!(
+        crate::raise(PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED, format!(
                 "index \"{relname}\" block {blkno} has pg_hybrid page version {}, this build reads version {PAGE_VERSION}",
                 op.version
-            ),
-            "REINDEX the index with this version of pg_hybrid."
-        );
+            ), "REINDEX the index with this version of pg_hybrid.");
     }
     let Some(kind) = PageKind::from_u8(op.kind) else {
         corrupted(&relname, blkno, &format!("unknown page kind {}", op.kind));
@@ -152,12 +147,7 @@ pub unsafe fn check_page(
 }
 
 pub fn corrupted(relname: &str, blkno: u32, what: &str) -> ! {
-    pgrx::ereport!(
-        ERROR,
-        PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED,
-        format!("index \"{relname}\" contains corrupted page at block {blkno}: {what}"),
-        "Please REINDEX it."
-    );
+    crate::raise(PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED, format!("index \"{relname}\" contains corrupted page at block {blkno}: {what}"), "Please REINDEX it.");
     unreachable!()
 }
 

@@ -1,0 +1,49 @@
+-- Merge behaviour: what moves, when the ratio triggers, what readers see,
+-- and the counters of pg_hybrid.index_stats.
+CREATE EXTENSION IF NOT EXISTS pg_hybrid;
+SET pg_hybrid.background_merge = off;
+SET pg_hybrid.merge_min_entries = 100;
+CREATE TABLE mg (k int8, grp int);
+INSERT INTO mg SELECT g, g % 10 FROM generate_series(1, 10000) g;
+CREATE INDEX mg_k ON mg USING hybrid_btree (k) WITH (merge_ratio = 10);
+CREATE INDEX mg_grp ON mg USING hybrid_btree (grp);
+SELECT dynamic_entries, static_entries, static_keys, merges, generation FROM pg_hybrid.index_stats('mg_k');
+-- secondary index: one key, many TIDs (Compaction rule)
+SELECT static_entries, static_keys FROM pg_hybrid.index_stats('mg_grp');
+-- below static/ratio = 1000 entries nothing merges
+INSERT INTO mg SELECT g, g % 10 FROM generate_series(10001, 10999) g;
+SELECT dynamic_entries, static_entries, merges FROM pg_hybrid.index_stats('mg_k');
+-- the 1000th dynamic entry triggers a merge in the inserting backend
+INSERT INTO mg VALUES (11000, 0);
+SELECT dynamic_entries, static_entries, merges FROM pg_hybrid.index_stats('mg_k');
+-- readers see the same rows before and after a manual merge
+INSERT INTO mg SELECT g, g % 10 FROM generate_series(20001, 20500) g;
+SET enable_seqscan = off; SET enable_bitmapscan = off;
+SELECT count(*), min(k), max(k) FROM mg WHERE k BETWEEN 10990 AND 20010;
+SELECT pg_hybrid.merge('mg_k');
+SELECT pg_hybrid.merge('mg_k');
+SELECT count(*), min(k), max(k) FROM mg WHERE k BETWEEN 10990 AND 20010;
+SELECT dynamic_entries, static_entries, merges FROM pg_hybrid.index_stats('mg_k');
+-- point probes for keys not in the dynamic stage are answered by the Bloom filter
+INSERT INTO mg VALUES (30001, 1);
+SELECT k FROM mg WHERE k = 5;
+SELECT k FROM mg WHERE k = 30001;
+SELECT bloom_checks >= 2 AND bloom_skips >= 1 AS bloom_used FROM pg_hybrid.index_stats('mg_k');
+-- LZ4 leaves give the same answers
+CREATE INDEX mg_k_lz4 ON mg USING hybrid_btree (k) WITH (compression = 'lz4');
+SELECT count(*), sum(k) FROM mg WHERE k BETWEEN 100 AND 20100;
+DROP INDEX mg_k;
+SELECT count(*), sum(k) FROM mg WHERE k BETWEEN 100 AND 20100;
+INSERT INTO mg SELECT g, 1 FROM generate_series(40001, 41000) g;
+SELECT pg_hybrid.merge('mg_k_lz4');
+SELECT count(*), sum(k) FROM mg WHERE k BETWEEN 100 AND 41000;
+SELECT pg_hybrid.verify('mg_k_lz4', true), pg_hybrid.verify('mg_grp', true);
+-- TRUNCATE gives the index new storage; REINDEX rebuilds it
+TRUNCATE mg;
+INSERT INTO mg VALUES (1, 1), (2, 2);
+SELECT k FROM mg WHERE k > 0 ORDER BY k;
+REINDEX INDEX mg_grp;
+REINDEX INDEX CONCURRENTLY mg_k_lz4;
+SELECT k FROM mg WHERE k > 0 ORDER BY k;
+SELECT dynamic_entries, static_entries FROM pg_hybrid.index_stats('mg_k_lz4');
+DROP TABLE mg;
