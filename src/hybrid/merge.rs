@@ -25,6 +25,7 @@ pub enum Reason {
     Manual,
     Ratio,
     ArenaFull,
+    Vacuum,
 }
 
 pub struct MergeOutcome {
@@ -38,12 +39,26 @@ pub struct MergeOutcome {
 pub unsafe fn merge_index(index: pg_sys::Relation, reason: Reason) -> MergeOutcome {
     crate::require_preload();
     if pg_sys::RecoveryInProgress() {
-        crate::raise(PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION, "cannot merge a hybrid_btree index during recovery", "Merges run on the primary and reach standbys through WAL.");
+        crate::raise(
+            PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
+            "cannot merge a hybrid_btree index during recovery",
+            "Merges run on the primary and reach standbys through WAL.",
+        );
     }
+    let _ml = MaintenanceLock::exclusive(index);
+    merge_locked(index, reason, None)
+}
+
+/// The merge proper; the caller holds the maintenance lock exclusively.
+/// `dead` (VACUUM's callback) drops TIDs from the old static stage on the way.
+pub unsafe fn merge_locked(
+    index: pg_sys::Relation,
+    reason: Reason,
+    mut dead: Option<&mut dyn FnMut(Tid) -> bool>,
+) -> MergeOutcome {
     let start = Instant::now();
     let desc = index_desc(index);
     let slot = shmem::slot_for(index);
-    let _ml = MaintenanceLock::exclusive(index);
     {
         let _g = LwGuard::exclusive(slot.lock());
         slot.get().dual.merge_running = true;
@@ -67,7 +82,7 @@ pub unsafe fn merge_index(index: pg_sys::Relation, reason: Reason) -> MergeOutco
     fresh.sort_unstable_by(|a, b| desc.compare(&a.0, &b.0).then(a.1.cmp(&b.1)));
     fresh.dedup();
     let merged_entries = fresh.len() as u64;
-    if merged_entries == 0 && reason != Reason::Manual {
+    if merged_entries == 0 && reason == Reason::Ratio {
         return MergeOutcome { merged_entries, static_entries: m.stat.tids, millis: 0.0 };
     }
 
@@ -76,13 +91,19 @@ pub unsafe fn merge_index(index: pg_sys::Relation, reason: Reason) -> MergeOutco
 
     let compress = options::compression_lz4(index);
     let mut old_iter = if m.stat.root == NO_BLOCK { None } else { Some(static_io::StageIter::new(index, &m.stat)) };
+    let old_entries = old_iter.as_mut().into_iter().flatten().filter_map(|(k, mut tids)| {
+        if let Some(d) = dead.as_mut() {
+            tids.retain(|t| !d(*t));
+        }
+        if tids.is_empty() {
+            None
+        } else {
+            Some((k, tids))
+        }
+    });
     let fresh_iter = fresh.into_iter().map(|(k, t)| (k, vec![t]));
     let mut cmp_merge = |a: &[u8], b: &[u8]| desc.compare(a, b);
-    let mut merged = ss::merge_sorted(
-        old_iter.as_mut().map(|it| it as &mut dyn Iterator<Item = (Vec<u8>, Vec<Tid>)>).into_iter().flatten(),
-        fresh_iter,
-        &mut cmp_merge,
-    );
+    let mut merged = ss::merge_sorted(old_entries, fresh_iter, &mut cmp_merge);
     let res = static_io::write_stage(index, &mut merged, gen, compress, &mut |_| {});
     drop(merged);
 

@@ -193,6 +193,12 @@ unsafe fn verify_static(
     let mut ntids = 0u64;
     let mut last = NO_BLOCK;
     while blk != NO_BLOCK {
+        {
+            let b = Buf::read(rel, blk, Lock::Share);
+            let body = static_io::leaf_body(rel, blk, b.page());
+            let v = LeafView::parse(&body).unwrap_or_else(|e| fail(name, format!("leaf {blk}: {e:?}")));
+            v.verify(|a, b| desc.compare(a, b)).unwrap_or_else(|e| fail(name, format!("leaf {blk}: {e:?}")));
+        }
         let leaf = static_io::load_leaf(rel, blk, &m.stat);
         if leaf.left != left {
             fail(name, format!("leaf {blk} has left link {} instead of {left}", leaf.left));

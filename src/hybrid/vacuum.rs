@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use pg_hybrid_core::static_stage::FormatError;
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -42,9 +43,12 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
     let _ml = MaintenanceLock::exclusive(index);
     let m = meta::read(index);
 
-    // Static leaves, rewritten in place without their dead TIDs.
+    // Static leaves, rewritten in place without their dead TIDs. An LZ4
+    // leaf can fail to recompress into its page; then a merge that filters
+    // dead TIDs rewrites the static stage instead.
     let mut removed_static = 0u64;
     let mut kept_static = 0u64;
+    let mut need_merge = false;
     let mut blk = if m.stat.root == NO_BLOCK { NO_BLOCK } else { m.stat.first_leaf };
     while blk != NO_BLOCK {
         pg_sys::vacuum_delay_point();
@@ -53,18 +57,23 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
         let body = page::body(b.page());
         let ntids = static_io::leaf_ntids(index, blk, body);
         let mut out = vec![0u8; BODY_CAP];
-        let (used, removed) = pg_hybrid_core::static_stage::rewrite_leaf_without(body, &mut dead, &mut out)
-            .unwrap_or_else(|e| page::corrupted(&page::rel_name(index), blk, &format!("{e:?}")));
-        kept_static += ntids as u64 - removed as u64;
-        if removed > 0 {
-            removed_static += removed as u64;
-            let mut w = WalRecord::start(index);
-            let p = w.register(&b);
-            // Rewritten leaves are stored uncompressed: they only shrink, so
-            // they always fit, and the next merge compresses them again.
-            page::body_mut(p)[..used].copy_from_slice(&out[..used]);
-            page::set_body_len(p, used);
-            w.finish();
+        match pg_hybrid_core::static_stage::rewrite_leaf_without(body, &mut dead, &mut out) {
+            Ok((used, removed)) => {
+                kept_static += ntids as u64 - removed as u64;
+                if removed > 0 {
+                    removed_static += removed as u64;
+                    let mut w = WalRecord::start(index);
+                    let p = w.register(&b);
+                    page::body_mut(p)[..used].copy_from_slice(&out[..used]);
+                    page::set_body_len(p, used);
+                    w.finish();
+                }
+            }
+            Err(FormatError::NoSpace) => {
+                need_merge = true;
+                break;
+            }
+            Err(e) => page::corrupted(&page::rel_name(index), blk, &format!("{e:?}")),
         }
         blk = page::opaque(b.page()).right;
     }
@@ -89,6 +98,14 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
         blk = next;
     }
 
+    if need_merge {
+        // Dead delta records are gone already; the merge drops dead static TIDs.
+        let out = merge::merge_locked(index, merge::Reason::Vacuum, Some(&mut dead));
+        // The metapage count at the start predates any in-place removal.
+        removed_static = (m.stat.tids + out.merged_entries).saturating_sub(out.static_entries);
+        kept_static = out.static_entries;
+        kept_delta = 0;
+    }
     if removed_static + removed_delta > 0 {
         let mm = meta::update(index, |mm| {
             mm.stat.vacuum_epoch += 1;

@@ -1,0 +1,10 @@
+//! pg_hybrid_core: the algorithms of pg_hybrid's access methods over plain byte
+//! pages and memory regions. Nothing here knows PostgreSQL; the extension crate
+//! wraps these structures in buffers, WAL records and shared memory.
+
+pub mod tid;
+pub mod keys;
+pub mod varint;
+pub mod bloom;
+pub mod dynamic;
+pub mod static_stage;

@@ -1,0 +1,464 @@
+//! The static stage of `hybrid_btree`: a read-only, 100%-full B+tree written
+//! bottom-up at merge time (paper sections 4.2-4.4 and 5.1).
+//!
+//! Everything here works on a page *body*: a byte region the PostgreSQL glue
+//! carves out of a page between its header and its special area. Used bytes
+//! always start at offset 0 and are contiguous, so the glue can declare the
+//! rest of the page a hole (and full-page images skip it).
+//!
+//! Keys are opaque bytes ordered by a caller-supplied comparator; nothing in
+//! the search paths assumes memcmp order. Byte equality is only used to merge
+//! posting lists, where it is always safe (equal bytes are equal keys).
+//!
+//! See `README.md` in this directory for the layouts, drawn.
+
+pub mod build;
+pub mod compress;
+pub mod inner;
+pub mod leaf;
+
+pub use build::{
+    build_static, max_key_len, merge_sorted, BuildError, BuildResult, Compression, MergeSorted, PageOut,
+};
+pub use compress::{decompress_leaf, leaf_body, leaf_used_len, rewrite_leaf_without, CompressedLeafBuilder};
+pub use inner::{InnerBuilder, InnerView};
+pub use leaf::{FlatLeaf, LeafBuilder, LeafCursor, LeafIter, LeafView};
+
+use std::cmp::Ordering;
+use std::fmt;
+
+/// First byte of a plain leaf body.
+pub const FORMAT_LEAF: u8 = 0x01;
+/// First byte of an LZ4-compressed leaf body.
+pub const FORMAT_LEAF_LZ4: u8 = 0x02;
+/// First byte of an inner node body.
+pub const FORMAT_INNER: u8 = 0x03;
+
+/// Largest body any format can describe: offsets inside a body are u16.
+pub const MAX_BODY: usize = u16::MAX as usize;
+/// Smallest body a builder accepts; below this even one short key may not fit.
+pub const MIN_BODY: usize = 64;
+/// Entries per restart group unless a builder is told otherwise.
+pub const DEFAULT_RESTART_INTERVAL: usize = 16;
+
+/// Why a body could not be decoded or re-encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FormatError {
+    /// The bytes are not a valid body of the expected format.
+    Corrupt(&'static str),
+    /// A re-encoding does not fit the output (only possible for compressed
+    /// leaves, whose compressed size is not monotone in their content).
+    NoSpace,
+}
+
+impl fmt::Display for FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FormatError::Corrupt(why) => write!(f, "corrupt static-stage page body: {why}"),
+            FormatError::NoSpace => write!(f, "re-encoded static-stage page body does not fit"),
+        }
+    }
+}
+
+impl std::error::Error for FormatError {}
+
+pub(crate) type Res<T> = Result<T, FormatError>;
+
+#[inline]
+pub(crate) fn corrupt<T>(why: &'static str) -> Res<T> {
+    Err(FormatError::Corrupt(why))
+}
+
+/// The format byte of a body, if it is one of ours.
+pub fn body_format(body: &[u8]) -> Option<u8> {
+    match body.first() {
+        Some(&f @ (FORMAT_LEAF | FORMAT_LEAF_LZ4 | FORMAT_INNER)) => Some(f),
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Little helpers shared by the formats.
+
+#[inline]
+pub(crate) fn rd_u16(b: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes([b[off], b[off + 1]])
+}
+
+#[inline]
+pub(crate) fn wr_u16(b: &mut [u8], off: usize, v: usize) {
+    debug_assert!(v <= u16::MAX as usize);
+    b[off..off + 2].copy_from_slice(&(v as u16).to_le_bytes());
+}
+
+#[inline]
+pub(crate) fn var_len(v: u64) -> usize {
+    crate::varint::len_u64(v)
+}
+
+#[inline]
+pub(crate) fn put_var(out: &mut [u8], pos: &mut usize, mut v: u64) {
+    while v >= 0x80 {
+        out[*pos] = (v as u8) | 0x80;
+        *pos += 1;
+        v >>= 7;
+    }
+    out[*pos] = v as u8;
+    *pos += 1;
+}
+
+#[inline]
+pub(crate) fn zigzag(d: i64) -> u64 {
+    ((d << 1) ^ (d >> 63)) as u64
+}
+
+#[inline]
+pub(crate) fn unzigzag(z: u64) -> i64 {
+    ((z >> 1) as i64) ^ -((z & 1) as i64)
+}
+
+pub(crate) fn shared_prefix(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// A bounds-checked forward reader: every decode path goes through it, which
+/// is what makes corrupt bodies an `Err` instead of a panic.
+#[derive(Clone, Copy)]
+pub(crate) struct Rd<'a> {
+    pub b: &'a [u8],
+    pub pos: usize,
+}
+
+impl<'a> Rd<'a> {
+    #[inline]
+    pub fn new(b: &'a [u8], pos: usize) -> Self {
+        Rd { b, pos }
+    }
+
+    #[inline]
+    pub fn u8(&mut self) -> Res<u8> {
+        match self.b.get(self.pos) {
+            Some(&x) => {
+                self.pos += 1;
+                Ok(x)
+            }
+            None => corrupt("truncated entry"),
+        }
+    }
+
+    #[inline]
+    pub fn var(&mut self) -> Res<u64> {
+        // Most varints here are one byte; keep that path branch-light.
+        if let Some(&x) = self.b.get(self.pos) {
+            if x < 0x80 {
+                self.pos += 1;
+                return Ok(x as u64);
+            }
+        }
+        match self.b.get(self.pos..).and_then(crate::varint::get_u64) {
+            Some((v, n)) => {
+                self.pos += n;
+                Ok(v)
+            }
+            None => corrupt("bad varint"),
+        }
+    }
+
+    #[inline]
+    pub fn bytes(&mut self, n: usize) -> Res<&'a [u8]> {
+        match self.pos.checked_add(n).and_then(|e| self.b.get(self.pos..e)) {
+            Some(s) => {
+                self.pos += n;
+                Ok(s)
+            }
+            None => corrupt("entry runs past its area"),
+        }
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.b.len().saturating_sub(self.pos)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Front-coded keys, shared by leaves and inner nodes.
+//
+// A restart entry stores its whole key; any other entry stores how many
+// leading bytes it shares with the previous key and the rest. When every key
+// of a node has the same length L <= 255 (fixed-width types: int8, uuid,
+// timestamps), the node sets a FIXLEN flag: restart keys are L raw bytes, other
+// entries a one-byte shared count and L - shared bytes.
+
+/// Key-part sizes of a node under both codings, maintained incrementally.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct KeyCosts {
+    len: Option<usize>,
+    mixed: bool,
+    fix: usize,
+    var: usize,
+}
+
+impl KeyCosts {
+    pub fn with(&self, prev: Option<&[u8]>, key: &[u8], restart: bool) -> KeyCosts {
+        let mut k = *self;
+        match k.len {
+            None => k.len = Some(key.len()),
+            Some(l) if l != key.len() => k.mixed = true,
+            _ => {}
+        }
+        if key.len() > 255 {
+            k.mixed = true;
+        }
+        let shared = match (restart, prev) {
+            (false, Some(p)) => shared_prefix(p, key),
+            _ => 0,
+        };
+        let suffix = key.len() - shared;
+        if restart {
+            k.fix += key.len();
+            k.var += var_len(key.len() as u64) + key.len();
+        } else {
+            k.fix += 1 + suffix;
+            k.var += var_len(shared as u64) + var_len(suffix as u64) + suffix;
+        }
+        k
+    }
+
+    /// The common key length, if FIXLEN coding applies. Not for empty keys:
+    /// every entry must take at least one byte so restart offsets strictly
+    /// increase (inner entries have no payload after the key).
+    pub fn fixed(&self) -> Option<usize> {
+        match self.len {
+            Some(l) if !self.mixed && l > 0 => Some(l),
+            _ => None,
+        }
+    }
+
+    pub fn total(&self) -> usize {
+        if self.fixed().is_some() {
+            self.fix
+        } else {
+            self.var
+        }
+    }
+}
+
+pub(crate) fn put_key(
+    out: &mut [u8],
+    pos: &mut usize,
+    prev: &[u8],
+    key: &[u8],
+    restart: bool,
+    fixed: bool,
+) {
+    let shared = if restart { 0 } else { shared_prefix(prev, key) };
+    let suffix = &key[shared..];
+    if restart {
+        if !fixed {
+            put_var(out, pos, key.len() as u64);
+        }
+    } else if fixed {
+        out[*pos] = shared as u8;
+        *pos += 1;
+    } else {
+        put_var(out, pos, shared as u64);
+        put_var(out, pos, suffix.len() as u64);
+    }
+    out[*pos..*pos + suffix.len()].copy_from_slice(suffix);
+    *pos += suffix.len();
+}
+
+/// Key bytes kept inline when short (integers, uuids, timestamps, short
+/// text), so searching a node does not allocate.
+const KEY_INLINE: usize = 48;
+
+#[derive(Clone)]
+pub(crate) struct KeyBuf {
+    len: usize,
+    inline: [u8; KEY_INLINE],
+    heap: Vec<u8>,
+}
+
+impl KeyBuf {
+    pub fn new() -> Self {
+        KeyBuf { len: 0, inline: [0; KEY_INLINE], heap: Vec::new() }
+    }
+
+    /// Keeps the first `shared` bytes (at most `len`) and appends `suffix`.
+    #[inline]
+    fn set(&mut self, shared: usize, suffix: &[u8]) {
+        debug_assert!(shared <= self.len);
+        let n = shared + suffix.len();
+        if n <= KEY_INLINE {
+            if self.len > KEY_INLINE {
+                self.inline[..shared].copy_from_slice(&self.heap[..shared]);
+            }
+            self.inline[shared..n].copy_from_slice(suffix);
+        } else {
+            if self.len <= KEY_INLINE {
+                self.heap.clear();
+                self.heap.extend_from_slice(&self.inline[..shared]);
+            } else {
+                self.heap.truncate(shared);
+            }
+            self.heap.extend_from_slice(suffix);
+        }
+        self.len = n;
+    }
+}
+
+impl std::ops::Deref for KeyBuf {
+    type Target = [u8];
+
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        if self.len <= KEY_INLINE {
+            &self.inline[..self.len]
+        } else {
+            &self.heap
+        }
+    }
+}
+
+impl fmt::Debug for KeyBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", &self[..])
+    }
+}
+
+/// Decodes one key into `buf`, which must hold the previous key of the run.
+#[inline]
+pub(crate) fn read_key(rd: &mut Rd<'_>, buf: &mut KeyBuf, restart: bool, fixed: Option<usize>) -> Res<()> {
+    let (shared, suffix) = match (restart, fixed) {
+        (true, Some(l)) => (0, l),
+        (true, None) => (0, rd.var()? as usize),
+        (false, Some(l)) => {
+            let s = rd.u8()? as usize;
+            if s > l {
+                return corrupt("shared prefix longer than the fixed key length");
+            }
+            (s, l - s)
+        }
+        (false, None) => {
+            let s = rd.var()?;
+            let x = rd.var()?;
+            (usize::try_from(s).unwrap_or(usize::MAX), usize::try_from(x).unwrap_or(usize::MAX))
+        }
+    };
+    if shared > buf.len() {
+        return corrupt("shared prefix longer than the previous key");
+    }
+    let bytes = rd.bytes(suffix)?;
+    buf.set(shared, bytes);
+    Ok(())
+}
+
+/// The whole key of a restart entry, borrowed from the body.
+#[inline]
+pub(crate) fn restart_key(area: &[u8], off: usize, fixed: Option<usize>) -> Res<&[u8]> {
+    let mut rd = Rd::new(area, off);
+    let len = match fixed {
+        Some(l) => l,
+        None => usize::try_from(rd.var()?).unwrap_or(usize::MAX),
+    };
+    rd.bytes(len)
+}
+
+// ---------------------------------------------------------------------------
+// Restart slots: after the entries, (u16 byte offset, u16 entry index) per
+// restart entry. Storing the index (not deriving it from a fixed interval)
+// lets an in-place VACUUM keep the surviving restart entries where they are,
+// which is what guarantees the rewritten leaf is never larger.
+
+pub(crate) const SLOT: usize = 4;
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slots<'a> {
+    b: &'a [u8],
+    pub n: usize,
+}
+
+impl<'a> Slots<'a> {
+    /// Bounds-checks the array at `b[at..at + 4n]` and its ends: slot 0 is
+    /// (first, 0), the last lies below `end` and `nkeys`. O(1), because this
+    /// runs on every page visit; the slots in between are cross-checked by
+    /// every cursor that passes them (and all of them by `check_all`). A bad
+    /// middle slot can misdirect a search but never make it read outside the
+    /// body.
+    pub fn parse(b: &'a [u8], at: usize, n: usize, first: usize, end: usize, nkeys: usize) -> Res<Self> {
+        let arr = match b.get(at..at + n * SLOT) {
+            Some(a) => a,
+            None => return corrupt("restart array outside the body"),
+        };
+        let s = Slots { b: arr, n };
+        if (n == 0) != (nkeys == 0) || n > nkeys {
+            return corrupt("restart count does not match key count");
+        }
+        if n > 0 && (s.off(0) != first || s.idx(0) != 0) {
+            return corrupt("first restart is not the first entry");
+        }
+        if n > 0 && (s.off(n - 1) >= end || s.idx(n - 1) >= nkeys) {
+            return corrupt("restart past the entries");
+        }
+        Ok(s)
+    }
+
+    /// Offsets and indexes strictly increase.
+    pub fn check_all(&self) -> Res<()> {
+        for i in 1..self.n {
+            if self.off(i) <= self.off(i - 1) || self.idx(i) <= self.idx(i - 1) {
+                return corrupt("restart array not increasing");
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    pub fn off(&self, i: usize) -> usize {
+        rd_u16(self.b, i * SLOT) as usize
+    }
+
+    #[inline]
+    pub fn idx(&self, i: usize) -> usize {
+        rd_u16(self.b, i * SLOT + 2) as usize
+    }
+
+    /// First slot whose restart key is not `before` the bound.
+    pub fn search(
+        &self,
+        area: &[u8],
+        fixed: Option<usize>,
+        before: &mut impl FnMut(&[u8]) -> bool,
+    ) -> Res<usize> {
+        let (mut lo, mut hi) = (0, self.n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if before(restart_key(area, self.off(mid), fixed)?) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+}
+
+pub(crate) fn write_slots(out: &mut [u8], pos: &mut usize, slots: &[(usize, usize)]) {
+    for &(off, idx) in slots {
+        wr_u16(out, *pos, off);
+        wr_u16(out, *pos + 2, idx);
+        *pos += SLOT;
+    }
+}
+
+/// `cmp(stored) == Less`: the predicate of "first entry >= bound".
+#[inline]
+pub(crate) fn lt(cmp: &mut impl FnMut(&[u8]) -> Ordering) -> impl FnMut(&[u8]) -> bool + '_ {
+    move |k| cmp(k) == Ordering::Less
+}
+
+/// `cmp(stored) != Greater`: the predicate of "first entry > bound".
+#[inline]
+pub(crate) fn le(cmp: &mut impl FnMut(&[u8]) -> Ordering) -> impl FnMut(&[u8]) -> bool + '_ {
+    move |k| cmp(k) != Ordering::Greater
+}
