@@ -97,7 +97,7 @@ pub unsafe fn tids_for_key(index: pg_sys::Relation, desc: &IndexDesc, slot: Slot
     while blk != NO_BLOCK {
         let leaf = static_io::load_leaf(index, blk, &stat);
         let mut past = false;
-        for (k, tids) in &leaf.entries {
+        for (k, tids) in &leaf.decode_all() {
             match desc.compare_prefix(k, &keycols) {
                 Ordering::Less => {}
                 Ordering::Equal => out.extend_from_slice(tids),

@@ -93,7 +93,7 @@ fn logical_cmp(desc: &IndexDesc, c: &Cond, s: &ck::ColumnSlice) -> Ordering {
     if col.kind == ColumnKind::Opaque {
         desc.opaque_cmp(c.col, s.payload, &c.raw)
     } else {
-        let o = s.encoded.cmp(&c.enc);
+        let o = ck::bytes_cmp(s.encoded, &c.enc);
         if col.order.desc {
             o.reverse()
         } else {
@@ -326,7 +326,7 @@ impl Cursor {
                 };
                 let leaf = static_io::load_leaf(index, blk, &stat);
                 let lower = &self.lower;
-                let ei = leaf.entries.partition_point(|(k, _)| !lower.is_empty() && desc.compare_prefix(k, lower) == Ordering::Less);
+                let ei = if lower.is_empty() { 0 } else { leaf.seek(|k| desc.compare_prefix(k, lower)) };
                 self.st.leaf = Some(leaf);
                 self.st.ei = ei as isize;
                 self.st.ti = 0;
@@ -340,11 +340,10 @@ impl Cursor {
                     }
                 };
                 let leaf = static_io::load_leaf(index, blk, &stat);
-                let upper = &self.upper;
-                let n = leaf.entries.partition_point(|(k, _)| match upper {
-                    None => true,
-                    Some(u) => desc.compare_prefix(k, u) != Ordering::Greater,
-                });
+                let n = match &self.upper {
+                    None => leaf.len(),
+                    Some(u) => leaf.seek_after(|k| desc.compare_prefix(k, u)),
+                };
                 self.st.leaf = Some(leaf);
                 self.st.ei = n as isize - 1;
                 self.st.ti = isize::MAX; // last TID of the entry
@@ -379,11 +378,11 @@ impl Cursor {
         let stat = self.stat;
         let kk = key.to_vec();
         let blk = static_io::descend(index, &stat, &mut |k| desc.compare(k, &kk), dir == Dir::Bwd);
-        let leaf = static_io::load_leaf(index, blk, &stat);
+        let mut leaf = static_io::load_leaf(index, blk, &stat);
         // Flatten the position search over (entry, tid).
-        let ei = leaf.entries.partition_point(|(k, _)| desc.compare(k, key) == Ordering::Less);
-        let (ei, ti) = if ei < leaf.entries.len() && desc.compare(&leaf.entries[ei].0, key) == Ordering::Equal {
-            let tids = &leaf.entries[ei].1;
+        let ei = leaf.seek(|k| desc.compare(k, key));
+        let (ei, ti) = if ei < leaf.len() && desc.compare(&leaf.get(ei).0, key) == Ordering::Equal {
+            let tids = &leaf.get(ei).1;
             let ti = tids.partition_point(|t| *t < tid || (!inclusive && dir == Dir::Fwd && *t == tid) || (inclusive && dir == Dir::Bwd && *t == tid));
             (ei as isize, ti as isize)
         } else {
@@ -414,8 +413,8 @@ impl Cursor {
             if self.st.done {
                 return;
             }
-            let leaf = self.st.leaf.as_ref().unwrap();
-            let len = leaf.entries.len() as isize;
+            let leaf = self.st.leaf.as_mut().unwrap();
+            let len = leaf.len() as isize;
             if dir == Dir::Fwd && self.st.ei < 0 {
                 self.st.ei = 0;
                 self.st.ti = 0;
@@ -433,13 +432,14 @@ impl Cursor {
                     return;
                 }
                 let l = static_io::load_leaf(index, next, &self.stat);
-                self.st.ei = if dir == Dir::Fwd { 0 } else { l.entries.len() as isize - 1 };
+                self.st.ei = if dir == Dir::Fwd { 0 } else { l.len() as isize - 1 };
                 self.st.ti = if dir == Dir::Fwd { 0 } else { isize::MAX };
                 self.st.leaf = Some(l);
                 self.st.checked = None;
                 continue;
             }
-            let (key, tids) = &leaf.entries[self.st.ei as usize];
+            let blk = leaf.blk;
+            let (key, tids) = leaf.get(self.st.ei as usize);
             let nt = tids.len() as isize;
             if self.st.ti == isize::MAX {
                 self.st.ti = nt - 1;
@@ -448,7 +448,7 @@ impl Cursor {
                 self.step_entry(dir);
                 continue;
             }
-            let here = (leaf.blk, self.st.ei);
+            let here = (blk, self.st.ei);
             if self.st.checked == Some(here) {
                 return;
             }
@@ -502,8 +502,9 @@ impl Cursor {
         let s = if self.st.done {
             None
         } else {
-            let leaf = self.st.leaf.as_ref().unwrap();
-            let (k, tids) = &leaf.entries[self.st.ei as usize];
+            let ei = self.st.ei as usize;
+            let leaf = self.st.leaf.as_mut().unwrap();
+            let (k, tids) = leaf.get(ei);
             Some((k, tids[self.st.ti as usize]))
         };
         let d = if self.dyn_pos >= 0 && (self.dyn_pos as usize) < self.dyn_items.len() {

@@ -11,17 +11,95 @@ use pgrx::prelude::*;
 
 use super::meta::StaticInfo;
 use crate::storage::alloc::alloc_page;
-use crate::storage::buffer::{Buf, Lock};
+use crate::storage::buffer::{Buf, Lock, Pin};
 use crate::storage::page::{self, PageKind, BODY_CAP, NO_BLOCK};
 use crate::storage::wal::WalRecord;
 
 /// A static leaf copied out of its buffer, as nbtree copies a page's items,
-/// so no pin or lock is held between calls of a scan.
+/// so no pin or lock is held between calls of a scan. Entries are decoded
+/// lazily, a window at a time: a point probe touches one restart group, not
+/// the whole leaf.
 pub struct LeafData {
     pub blk: u32,
     pub left: u32,
     pub right: u32,
-    pub entries: Vec<(Vec<u8>, Vec<Tid>)>,
+    rel: pg_sys::Relation,
+    /// Pinned for as long as the scan is on this leaf; VACUUM takes a
+    /// cleanup lock, so the page cannot change while we hold the pin.
+    pin: Pin,
+    /// Decompressed body of an LZ4 leaf (plain leaves are read in place).
+    plain: Option<Vec<u8>>,
+    nkeys: usize,
+    win_start: usize,
+    win: Vec<(Vec<u8>, Vec<Tid>)>,
+    /// Grows with each refill: a probe decodes two entries, a range scan
+    /// soon decodes 64 at a time.
+    win_size: usize,
+}
+
+const MAX_WINDOW: usize = 64;
+
+impl LeafData {
+    /// Runs `f` on the leaf body, under a short share lock when in place.
+    fn with_view<R>(&self, f: impl FnOnce(LeafView<'_>) -> R) -> R {
+        if let Some(plain) = &self.plain {
+            return f(LeafView::parse(plain).unwrap_or_else(|e| self.bad(e)));
+        }
+        unsafe {
+            let l = self.pin.share();
+            let body = page::body(l.page());
+            let r = f(LeafView::parse(body).unwrap_or_else(|e| self.bad(e)));
+            drop(l);
+            r
+        }
+    }
+
+    fn bad(&self, e: ss::FormatError) -> ! {
+        unsafe { page::corrupted(&page::rel_name(self.rel), self.blk, &format!("{e:?}")) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.nkeys
+    }
+
+    /// Entry `i` (< len).
+    pub fn get(&mut self, i: usize) -> &(Vec<u8>, Vec<Tid>) {
+        if i < self.win_start || i >= self.win_start + self.win.len() {
+            // Moving backwards, decode the window that ends at i.
+            let size = self.win_size;
+            self.win_size = (size * 2).min(MAX_WINDOW);
+            let start = if i < self.win_start { (i + 1).saturating_sub(size) } else { i };
+            let mut win = std::mem::take(&mut self.win);
+            win.clear();
+            self.with_view(|view| {
+                let mut c = view.cursor(start).unwrap_or_else(|e| self.bad(e));
+                while c.valid() && win.len() < size {
+                    let tids = c.tids().unwrap_or_else(|e| self.bad(e)).to_vec();
+                    win.push((c.key().to_vec(), tids));
+                    if !c.advance().unwrap_or_else(|e| self.bad(e)) {
+                        break;
+                    }
+                }
+            });
+            self.win = win;
+            self.win_start = start;
+        }
+        &self.win[i - self.win_start]
+    }
+
+    /// Index of the first entry >= bound (`cmp(stored)` = stored.cmp(bound)).
+    pub fn seek(&self, cmp: impl FnMut(&[u8]) -> Ordering) -> usize {
+        self.with_view(|v| v.seek(cmp).unwrap_or_else(|e| self.bad(e)))
+    }
+
+    /// Index of the first entry > bound.
+    pub fn seek_after(&self, cmp: impl FnMut(&[u8]) -> Ordering) -> usize {
+        self.with_view(|v| v.seek_after(cmp).unwrap_or_else(|e| self.bad(e)))
+    }
+
+    pub fn decode_all(&self) -> Vec<(Vec<u8>, Vec<Tid>)> {
+        self.with_view(|v| v.decode_all().unwrap_or_else(|e| self.bad(e)))
+    }
 }
 
 unsafe fn stale_page(rel: pg_sys::Relation, blk: u32, what: &str) -> ! {
@@ -63,11 +141,25 @@ pub unsafe fn load_leaf(rel: pg_sys::Relation, blk: u32, stat: &StaticInfo) -> L
     let p = b.page();
     check_static(rel, blk, p, stat.generation, &[PageKind::StaticLeaf]);
     let op = *page::opaque(p);
-    let body = leaf_body(rel, blk, p);
-    drop(b);
-    let view = LeafView::parse(&body).unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
-    let entries = view.decode_all().unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
-    LeafData { blk, left: op.left, right: op.right, entries }
+    let raw = page::body(p);
+    let bad = |e: ss::FormatError| -> ! { page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")) };
+    let plain = match ss::leaf_body(raw).unwrap_or_else(|e| bad(e)) {
+        std::borrow::Cow::Borrowed(_) => None,
+        std::borrow::Cow::Owned(v) => Some(v),
+    };
+    let nkeys = LeafView::parse(plain.as_deref().unwrap_or(raw)).unwrap_or_else(|e| bad(e)).nkeys();
+    LeafData {
+        blk,
+        left: op.left,
+        right: op.right,
+        rel,
+        pin: b.into_pin(),
+        plain,
+        nkeys,
+        win_start: 0,
+        win: Vec::new(),
+        win_size: 2,
+    }
 }
 
 /// Descends to the leaf where a search for `cmp` (stored.cmp(bound)) starts:
@@ -160,7 +252,7 @@ impl Iterator for StageIter {
             let leaf = unsafe { load_leaf(self.rel, self.next_blk, &self.stat) };
             self.leaves += 1;
             self.next_blk = leaf.right;
-            self.cur = leaf.entries.into_iter();
+            self.cur = leaf.decode_all().into_iter();
         }
     }
 }

@@ -203,7 +203,7 @@ unsafe fn verify_static(
         if leaf.left != left {
             fail(name, format!("leaf {blk} has left link {} instead of {left}", leaf.left));
         }
-        for (k, tids) in &leaf.entries {
+        for (k, tids) in &leaf.decode_all() {
             if desc.schema.split(k).is_err() {
                 fail(name, format!("leaf {blk} holds a malformed key"));
             }

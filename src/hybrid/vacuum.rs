@@ -52,7 +52,7 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
     let mut blk = if m.stat.root == NO_BLOCK { NO_BLOCK } else { m.stat.first_leaf };
     while blk != NO_BLOCK {
         pg_sys::vacuum_delay_point();
-        let b = Buf::read(index, blk, Lock::Exclusive);
+        let b = Buf::read(index, blk, Lock::Cleanup);
         page::check_page(index, blk, b.page(), &[PageKind::StaticLeaf]);
         let body = page::body(b.page());
         let ntids = static_io::leaf_ntids(index, blk, body);

@@ -306,7 +306,7 @@ impl IndexDesc {
     /// Index order of two stored keys.
     pub fn compare(&self, a: &[u8], b: &[u8]) -> Ordering {
         if self.memcmp {
-            return a.cmp(b);
+            return ck::bytes_cmp(a, b);
         }
         self.schema.compare(a, b, &mut |col, x, y| self.opaque_cmp(col, x, y))
     }

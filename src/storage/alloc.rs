@@ -46,7 +46,7 @@ pub unsafe fn alloc_page(rel: pg_sys::Relation) -> Buf {
 /// Marks pages free (WAL-logged, four per record) and records them in the FSM.
 pub unsafe fn free_pages(rel: pg_sys::Relation, blocks: &[u32]) {
     for chunk in blocks.chunks(MAX_PAGES) {
-        let bufs: Vec<Buf> = chunk.iter().map(|&b| Buf::read(rel, b, Lock::Exclusive)).collect();
+        let bufs: Vec<Buf> = chunk.iter().map(|&b| Buf::read(rel, b, Lock::Cleanup)).collect();
         let mut w = WalRecord::start(rel);
         for b in &bufs {
             let p = w.register_new(b);

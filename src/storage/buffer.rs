@@ -6,6 +6,9 @@ use pgrx::pg_sys;
 pub enum Lock {
     Share,
     Exclusive,
+    /// Exclusive, and no other backend holds a pin (scans pin the static
+    /// leaf they are positioned on; see hybrid/README.md).
+    Cleanup,
 }
 
 /// A pinned and locked buffer; unlocked and unpinned on drop (also during
@@ -28,14 +31,21 @@ impl Buf {
     }
 
     pub unsafe fn lock_new(buf: pg_sys::Buffer, lock: Lock) -> Buf {
-        pg_sys::LockBuffer(
-            buf,
-            match lock {
-                Lock::Share => pg_sys::BUFFER_LOCK_SHARE as i32,
-                Lock::Exclusive => pg_sys::BUFFER_LOCK_EXCLUSIVE as i32,
-            },
-        );
+        match lock {
+            Lock::Share => pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_SHARE as i32),
+            Lock::Exclusive => pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_EXCLUSIVE as i32),
+            Lock::Cleanup => pg_sys::LockBufferForCleanup(buf),
+        }
         Buf { buf, locked: true }
+    }
+
+    /// Releases the content lock but keeps the pin.
+    pub unsafe fn into_pin(mut self) -> Pin {
+        pg_sys::LockBuffer(self.buf, pg_sys::BUFFER_LOCK_UNLOCK as i32);
+        self.locked = false;
+        let buf = self.buf;
+        std::mem::forget(self);
+        Pin { buf }
     }
 
     /// Extends the relation by one block and returns it exclusively locked.
@@ -99,4 +109,44 @@ pub unsafe fn relation_is_local(rel: pg_sys::Relation) -> bool {
 
 pub unsafe fn nblocks(rel: pg_sys::Relation) -> u32 {
     pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM)
+}
+
+/// A pinned, unlocked buffer kept across calls (by a scan positioned on a
+/// page). Lock it briefly with `share()` to read.
+pub struct Pin {
+    buf: pg_sys::Buffer,
+}
+
+impl Pin {
+    pub unsafe fn share(&self) -> PinLock<'_> {
+        pg_sys::LockBuffer(self.buf, pg_sys::BUFFER_LOCK_SHARE as i32);
+        PinLock { pin: self }
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        // On ERROR the resource owner releases the pin.
+        if !std::thread::panicking() {
+            unsafe { pg_sys::ReleaseBuffer(self.buf) };
+        }
+    }
+}
+
+pub struct PinLock<'a> {
+    pin: &'a Pin,
+}
+
+impl PinLock<'_> {
+    pub unsafe fn page(&self) -> pg_sys::Page {
+        pg_sys::BufferGetPage(self.pin.buf)
+    }
+}
+
+impl Drop for PinLock<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            unsafe { pg_sys::LockBuffer(self.pin.buf, pg_sys::BUFFER_LOCK_UNLOCK as i32) };
+        }
+    }
 }
