@@ -5,7 +5,6 @@
 
 use std::time::Instant;
 
-use pg_hybrid_core::static_stage as ss;
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -91,19 +90,22 @@ pub unsafe fn merge_locked(
 
     let compress = options::compression_lz4(index);
     let mut old_iter = if m.stat.root == NO_BLOCK { None } else { Some(static_io::StageIter::new(index, &m.stat)) };
-    let old_entries = old_iter.as_mut().into_iter().flatten().filter_map(|(k, mut tids)| {
-        if let Some(d) = dead.as_mut() {
-            tids.retain(|t| !d(*t));
-        }
-        if tids.is_empty() {
-            None
-        } else {
-            Some((k, tids))
-        }
+    // Merge as (key, TID) pairs in index order, then group byte-equal
+    // neighbours into posting lists: keys that compare equal with different
+    // bytes (numeric 1 vs 1.0) stay separate entries, still in TID order.
+    let old_pairs = old_iter.as_mut().into_iter().flatten().flat_map(|(k, tids)| {
+        let k = std::rc::Rc::new(k);
+        tids.into_iter().map(move |t| (k.clone(), t))
     });
-    let fresh_iter = fresh.into_iter().map(|(k, t)| (k, vec![t]));
-    let mut cmp_merge = |a: &[u8], b: &[u8]| desc.compare(a, b);
-    let mut merged = ss::merge_sorted(old_entries, fresh_iter, &mut cmp_merge);
+    let old_pairs = old_pairs.filter(|(_, t)| match dead.as_mut() {
+        Some(d) => !d(*t),
+        None => true,
+    });
+    let fresh_pairs = fresh.into_iter().map(|(k, t)| (std::rc::Rc::new(k), t));
+    let mut merged = Regroup {
+        pairs: MergePairs { a: old_pairs.peekable(), b: fresh_pairs.peekable(), desc: &desc },
+        pending: None,
+    };
     let res = static_io::write_stage(index, &mut merged, gen, compress, &mut |_| {});
     drop(merged);
 
@@ -245,5 +247,58 @@ fn merge(index: pg_sys::Oid) -> i64 {
         let out = merge_index(rel, Reason::Manual);
         pg_sys::index_close(rel, pg_sys::RowExclusiveLock as i32);
         out.merged_entries as i64
+    }
+}
+
+type Pair = (std::rc::Rc<Vec<u8>>, Tid);
+
+/// Two sorted (key, TID) streams merged in index order.
+struct MergePairs<'a, A: Iterator<Item = Pair>, B: Iterator<Item = Pair>> {
+    a: std::iter::Peekable<A>,
+    b: std::iter::Peekable<B>,
+    desc: &'a crate::keys::IndexDesc,
+}
+
+impl<A: Iterator<Item = Pair>, B: Iterator<Item = Pair>> Iterator for MergePairs<'_, A, B> {
+    type Item = Pair;
+    fn next(&mut self) -> Option<Pair> {
+        let take_a = match (self.a.peek(), self.b.peek()) {
+            (None, None) => return None,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some((ka, ta)), Some((kb, tb))) => {
+                self.desc.compare(ka, kb).then(ta.cmp(tb)) != std::cmp::Ordering::Greater
+            }
+        };
+        if take_a {
+            self.a.next()
+        } else {
+            self.b.next()
+        }
+    }
+}
+
+/// Consecutive pairs with byte-equal keys become one posting list.
+struct Regroup<I: Iterator<Item = Pair>> {
+    pairs: I,
+    pending: Option<Pair>,
+}
+
+impl<I: Iterator<Item = Pair>> Iterator for Regroup<I> {
+    type Item = (Vec<u8>, Vec<Tid>);
+    fn next(&mut self) -> Option<Self::Item> {
+        let (key, t) = self.pending.take().or_else(|| self.pairs.next())?;
+        let mut tids = vec![t];
+        for (k, t) in self.pairs.by_ref() {
+            if *k == *key {
+                if tids.last() != Some(&t) {
+                    tids.push(t);
+                }
+            } else {
+                self.pending = Some((k, t));
+                break;
+            }
+        }
+        Some((std::rc::Rc::try_unwrap(key).unwrap_or_else(|k| (*k).clone()), tids))
     }
 }

@@ -550,6 +550,9 @@ impl ScanState {
         }
         if !self.started || self.exhausted && self.cur.is_none() {
             // A fresh scan, or a scan restarted after running off an end.
+            if !self.started {
+                count_index_scan(index);
+            }
             self.started = true;
             self.exhausted = false;
             self.sub = if dir == Dir::Fwd { 0 } else { self.nsub as isize - 1 };
@@ -740,4 +743,18 @@ pub unsafe extern "C-unwind" fn amrestrpos(scan: pg_sys::IndexScanDesc) {
 pub unsafe extern "C-unwind" fn amcanreturn(index: pg_sys::Relation, attno: i32) -> bool {
     let desc = index_desc(index);
     attno >= 1 && (attno as usize) <= desc.natts && desc.cols[attno as usize - 1].returnable
+}
+
+/// pgstat_count_index_scan(), a macro in C: feeds idx_scan of pg_stat_*_indexes.
+unsafe fn count_index_scan(rel: pg_sys::Relation) {
+    if (*rel).pgstat_info.is_null() {
+        if !(*rel).pgstat_enabled {
+            return;
+        }
+        pg_sys::pgstat_assoc_relation(rel);
+        if (*rel).pgstat_info.is_null() {
+            return;
+        }
+    }
+    (*(*rel).pgstat_info).t_counts.t_numscans += 1;
 }

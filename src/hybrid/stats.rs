@@ -121,10 +121,18 @@ fn verify(index: pg_sys::Oid, heapallindexed: bool) {
     unsafe {
         let rel = open_hybrid_index(index, pg_sys::AccessShareLock as i32);
         let heap_oid = (*(*rel).rd_index).indrelid;
-        let heap = pg_sys::table_open(heap_oid, pg_sys::ShareLock as i32);
+        let in_recovery = pg_sys::RecoveryInProgress();
+        if in_recovery && heapallindexed {
+            crate::raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                "pg_hybrid.verify(heapallindexed => true) cannot run during recovery",
+                "Replay keeps changing the heap under the check; run it on the primary, or verify the structure here with heapallindexed => false.",
+            );
+        }
+        let heap_lock = if in_recovery { pg_sys::AccessShareLock } else { pg_sys::ShareLock } as i32;
+        let heap = pg_sys::table_open(heap_oid, heap_lock);
         let name = page::rel_name(rel);
         let desc = index_desc(rel);
-        let in_recovery = pg_sys::RecoveryInProgress();
         let _ml = if in_recovery { None } else { Some(MaintenanceLock::share(rel)) };
         let m = meta::read(rel);
         let mut all: HashSet<(Vec<u8>, Tid)> = HashSet::new();
@@ -171,7 +179,7 @@ fn verify(index: pg_sys::Oid, heapallindexed: bool) {
             }
             check_heap(heap, rel, &desc, &name, &all);
         }
-        pg_sys::table_close(heap, pg_sys::ShareLock as i32);
+        pg_sys::table_close(heap, heap_lock);
         pg_sys::relation_close(rel, pg_sys::AccessShareLock as i32);
     }
 }

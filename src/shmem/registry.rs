@@ -99,12 +99,29 @@ pub unsafe fn existing_slot(rel: pg_sys::Relation) -> Option<SlotRef> {
     find(key).map(|i| SlotRef { index: i, slot: header().slot(i) })
 }
 
+thread_local! {
+    /// Where this backend last found each index; checked under the registry
+    /// lock like any other slot, so a stale hint only costs the full search.
+    static HINTS: std::cell::RefCell<std::collections::HashMap<SlotKey, usize>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
 unsafe fn find(key: SlotKey) -> Option<usize> {
     let h = header();
-    (0..h.max_indexes as usize).find(|&i| {
+    let matches = |i: usize| {
         let s = &*h.slot(i);
         s.in_use && s.db == key.db && s.relnode == key.relnode
-    })
+    };
+    if let Some(i) = HINTS.with(|m| m.borrow().get(&key).copied()) {
+        if i < h.max_indexes as usize && matches(i) {
+            return Some(i);
+        }
+    }
+    let found = (0..h.max_indexes as usize).find(|&i| matches(i));
+    if let Some(i) = found {
+        HINTS.with(|m| m.borrow_mut().insert(key, i));
+    }
+    found
 }
 
 /// Frees the least recently used slot that holds no dynamic entries, or one

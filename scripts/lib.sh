@@ -1,0 +1,384 @@
+# shellcheck shell=bash
+# scripts/lib.sh — shared helpers for scripts/, tests/ and bench/.  Source it:
+#     source "$(dirname "$0")/../scripts/lib.sh"
+#
+# Settings come from pgrx.toml (`key = "value"` lines); each can be overridden by
+# an environment variable:
+#     PH_PG_CONFIG PH_SCRATCH PH_PORT PH_BENCH_PORT PH_USER PH_LOCALE PH_AM
+# Other knobs:
+#     PH_PRELOAD=0|1      put shared_preload_libraries='pg_hybrid' in scratch clusters
+#                         (default 1, or 0 in stand-in mode)
+#     PH_KEEP=1           keep scratch data directories after a successful run
+#     PH_ALLOW_FSYNC_OFF=1  let cluster_init accept fsync=off (benchmarks only)
+#
+# Stand-in mode: while the extension is not built, PH_AM=btree runs every test
+# against PostgreSQL's btree, without the preload, with tests/standin_shim.sql
+# providing pg_hybrid.merge / verify / index_stats (amcheck-backed).
+#
+# Scratch clusters run as the unprivileged OS user $PH_USER, listen only on a
+# private unix socket directory (listen_addresses=''), and are stopped by the
+# EXIT trap installed by ph_trap_install.  Only clusters started by the current
+# script are ever stopped or killed.
+
+PH_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# ---------------------------------------------------------------- settings --
+# ph_setting KEY [DEFAULT]: value of KEY in pgrx.toml (last occurrence wins).
+ph_setting() {
+    local key=$1 def=${2-} line val
+    line=$(grep -E "^[[:space:]]*${key}[[:space:]]*=" "$PH_REPO/pgrx.toml" 2>/dev/null | tail -n1 || true)
+    if [[ -z $line ]]; then
+        printf '%s' "$def"
+        return 0
+    fi
+    val=${line#*=}
+    if [[ $val =~ ^[[:space:]]*\"([^\"]*)\" ]]; then
+        val=${BASH_REMATCH[1]}
+    else
+        val=${val%%#*}
+        val=$(printf '%s' "$val" | sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//')
+    fi
+    printf '%s' "$val"
+}
+
+PH_PG_CONFIG=${PH_PG_CONFIG:-$(ph_setting pg_config /usr/lib/postgresql/15/bin/pg_config)}
+PH_SCRATCH=${PH_SCRATCH:-$(ph_setting scratch_root /tmp/pg_hybrid_test)}
+PH_PORT=${PH_PORT:-$(ph_setting port 55432)}
+PH_BENCH_PORT=${PH_BENCH_PORT:-$(ph_setting bench_port 55442)}
+PH_USER=${PH_USER:-$(ph_setting os_user pghybrid)}
+PH_LOCALE=${PH_LOCALE:-$(ph_setting locale C.UTF-8)}
+PH_AM=${PH_AM:-$(ph_setting am hybrid_btree)}
+if [[ $PH_AM == btree ]]; then PH_STANDIN=${PH_STANDIN:-1}; else PH_STANDIN=${PH_STANDIN:-0}; fi
+if [[ $PH_STANDIN == 1 ]]; then PH_PRELOAD=${PH_PRELOAD:-0}; else PH_PRELOAD=${PH_PRELOAD:-1}; fi
+PH_PGBIN=
+if [[ -x $PH_PG_CONFIG ]]; then PH_PGBIN=$("$PH_PG_CONFIG" --bindir); fi
+export PH_PG_CONFIG PH_SCRATCH PH_PORT PH_BENCH_PORT PH_USER PH_LOCALE PH_AM PH_STANDIN PH_PRELOAD PH_PGBIN
+
+PH_CLUSTERS=()   # data-directory parents started by this script
+PH_BG_PIDS=()    # background jobs started by this script
+
+# ----------------------------------------------------------------- logging --
+ph_log()  { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+ph_warn() { printf '[%s] WARNING: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+ph_die()  { printf '[%s] ERROR: %s\n' "$(date +%H:%M:%S)" "$*" >&2; exit 1; }
+
+# ph_usage FILE: print FILE's header comment (from line 2 to the first non-comment line).
+ph_usage() { awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$1"; }
+
+ph_require_pg() {
+    [[ -n $PH_PGBIN && -x $PH_PGBIN/postgres ]] ||
+        ph_die "PostgreSQL server binaries not found (pg_config=$PH_PG_CONFIG). Run scripts/setup.sh as root, or set pg_config in pgrx.toml."
+}
+
+# -------------------------------------------------------------- OS user --
+ph_ensure_user() {
+    if id -u "$PH_USER" >/dev/null 2>&1; then return 0; fi
+    [[ $(id -u) == 0 ]] || ph_die "OS user '$PH_USER' does not exist and we are not root to create it"
+    ph_log "creating OS user $PH_USER"
+    useradd --system --user-group --home-dir /nonexistent --no-create-home \
+        --shell /usr/sbin/nologin "$PH_USER"
+}
+
+# ph_as_user CMD...: run CMD as $PH_USER (cwd /, so no permission warnings).
+ph_as_user() {
+    if [[ $(id -un) == "$PH_USER" ]]; then
+        (cd / && "$@")
+    else
+        (cd / && runuser -u "$PH_USER" -- "$@")
+    fi
+}
+
+# ph_scratch NAME: create (if needed) and print $PH_SCRATCH/NAME, owned by $PH_USER.
+ph_scratch() {
+    local d=$PH_SCRATCH/$1
+    ph_ensure_user
+    if [[ ! -d $PH_SCRATCH ]]; then
+        mkdir -p "$PH_SCRATCH"
+        chmod 755 "$PH_SCRATCH"
+    fi
+    [[ $(id -u) == 0 ]] && chown "$PH_USER:" "$PH_SCRATCH"
+    mkdir -p "$d"
+    [[ $(id -u) == 0 ]] && chown "$PH_USER:" "$d"
+    printf '%s' "$d"
+}
+
+# ------------------------------------------------------------- port checks --
+# ph_port_check PORT: die with a clear message if any server listens on PORT
+# (a unix socket .s.PGSQL.PORT anywhere, or a TCP listener).
+ph_port_check() {
+    local port=$1 hex sock
+    sock=$(awk -v p=".s.PGSQL.$port" 'NR>1 && $NF ~ ("/" p "$") {print $NF; exit}' /proc/net/unix 2>/dev/null || true)
+    if [[ -n $sock ]]; then
+        ph_die "port $port is already in use by another server (unix socket $sock). Choose another port in pgrx.toml (port = ...) or set PH_PORT=... / PH_BENCH_PORT=..."
+    fi
+    hex=$(printf '%04X' "$port")
+    if awk -v h="$hex" 'NR>1 { split($2,a,":"); if (a[2]==h && $4=="0A") f=1 } END {exit !f}' \
+            /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
+        ph_die "TCP port $port is already in use by another process. Choose another port in pgrx.toml (port = ...) or set PH_PORT=... / PH_BENCH_PORT=..."
+    fi
+}
+
+# ---------------------------------------------------------------- clusters --
+# A cluster lives in DIR: DIR/data (PGDATA), DIR/sock (socket dir), DIR/port,
+# DIR/postgres.log.
+
+ph_cluster_pid() {      # DIR -> postmaster pid if running, else nothing
+    local f=$1/data/postmaster.pid pid
+    [[ -f $f ]] || return 0
+    pid=$(head -n1 "$f" 2>/dev/null || true)
+    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null && grep -q postgres "/proc/$pid/comm" 2>/dev/null; then
+        printf '%s' "$pid"
+    fi
+}
+cluster_running() { [[ -n $(ph_cluster_pid "$1") ]]; }
+cluster_port()    { cat "$1/port"; }
+cluster_sockdir() { printf '%s' "$1/sock"; }
+
+# cluster_init DIR PORT [CONF-LINE...]
+# Fresh initdb in DIR/data; CONF-LINEs are appended last (they win), e.g.
+# "shared_preload_libraries = ''" or "shared_buffers = '1GB'".
+cluster_init() {
+    local dir=$1 port=$2; shift 2
+    local line pid
+    ph_require_pg
+    ph_ensure_user
+    for line in "$@"; do
+        if [[ $line =~ ^[[:space:]]*fsync[[:space:]]*=[[:space:]]*\'?(off|false|0)\'? ]] && [[ ${PH_ALLOW_FSYNC_OFF:-0} != 1 ]]; then
+            ph_die "cluster_init: fsync=off is only allowed for benchmarks (PH_ALLOW_FSYNC_OFF=1)"
+        fi
+    done
+    case $dir in "$PH_SCRATCH"/*) ;; *) ph_die "cluster_init: $dir is not under scratch root $PH_SCRATCH" ;; esac
+    pid=$(ph_cluster_pid "$dir")
+    if [[ -n $pid ]]; then
+        ph_die "a cluster is still running in $dir (postmaster pid $pid), left by an earlier run; not touching it. Stop it with: runuser -u $PH_USER -- $PH_PGBIN/pg_ctl stop -D $dir/data -m fast"
+    fi
+    ph_port_check "$port"
+    ph_scratch "" >/dev/null
+    rm -rf "$dir"
+    mkdir -p "$dir/sock"
+    chmod 755 "$dir" "$dir/sock"
+    echo "$port" >"$dir/port"
+    : >"$dir/postgres.log"
+    chown -R "$PH_USER:" "$dir"
+    ph_as_user "$PH_PGBIN/initdb" -D "$dir/data" -A trust -U "$PH_USER" -E UTF8 \
+        --locale="$PH_LOCALE" --no-sync >"$dir/initdb.log" 2>&1 ||
+        { cat "$dir/initdb.log" >&2; ph_die "initdb failed for $dir"; }
+    {
+        echo
+        echo "# ---- pg_hybrid scratch cluster (scripts/lib.sh) ----"
+        echo "port = $port"
+        echo "listen_addresses = ''"
+        echo "unix_socket_directories = '$dir/sock'"
+        if [[ $PH_PRELOAD == 1 ]]; then
+            echo "shared_preload_libraries = 'pg_hybrid'"
+        fi
+        echo "wal_level = replica"
+        echo "max_wal_senders = 8"
+        echo "max_replication_slots = 8"
+        echo "wal_keep_size = '512MB'"
+        echo "hot_standby = on"
+        echo "fsync = on"
+        echo "max_connections = 60"
+        echo "lc_messages = 'C'"
+        echo "log_line_prefix = '%m [%p] %q%a '"
+        echo "log_min_messages = warning"
+        echo "restart_after_crash = on"
+        for line in "$@"; do echo "$line"; done
+    } >>"$dir/data/postgresql.conf"
+}
+
+# cluster_conf DIR CONF-LINE...: append settings (take effect at next start).
+cluster_conf() {
+    local dir=$1 line; shift
+    for line in "$@"; do echo "$line"; done >>"$dir/data/postgresql.conf"
+}
+
+cluster_start() {
+    local dir=$1 port
+    port=$(cluster_port "$dir")
+    if cluster_running "$dir"; then ph_die "cluster_start: $dir is already running"; fi
+    ph_port_check "$port"
+    if ! ph_as_user "$PH_PGBIN/pg_ctl" start -w -t 180 -D "$dir/data" -l "$dir/postgres.log" >"$dir/pg_ctl.out" 2>&1; then
+        cat "$dir/pg_ctl.out" >&2 || true
+        tail -n 40 "$dir/postgres.log" >&2 || true
+        ph_die "could not start cluster $dir (port $port); log: $dir/postgres.log"
+    fi
+    local d seen=0
+    for d in "${PH_CLUSTERS[@]}"; do [[ $d == "$dir" ]] && seen=1; done
+    [[ $seen == 1 ]] || PH_CLUSTERS+=("$dir")
+}
+
+# cluster_stop DIR [fast|immediate|smart]
+cluster_stop() {
+    local dir=$1 mode=${2:-fast}
+    cluster_running "$dir" || return 0
+    ph_as_user "$PH_PGBIN/pg_ctl" stop -D "$dir/data" -m "$mode" -w -t 60 >/dev/null 2>&1 ||
+        ph_as_user "$PH_PGBIN/pg_ctl" stop -D "$dir/data" -m immediate -w -t 60 >/dev/null 2>&1 || true
+}
+
+# cluster_kill9 DIR: SIGKILL the postmaster and its children (a crash), wait for them.
+cluster_kill9() {
+    local dir=$1 pid kids p i
+    pid=$(ph_cluster_pid "$dir")
+    [[ -n $pid ]] || ph_die "cluster_kill9: $dir is not running"
+    kids=$(pgrep -P "$pid" || true)
+    kill -9 "$pid" 2>/dev/null || true
+    for p in $kids; do kill -9 "$p" 2>/dev/null || true; done
+    for i in $(seq 1 200); do
+        local alive=0
+        for p in $pid $kids; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [[ $alive == 0 ]] && return 0
+        sleep 0.1
+    done
+    ph_die "cluster_kill9: processes of $dir did not exit"
+}
+
+# cluster_psql DIR DB [PSQL-ARGS...]: psql as $PH_USER, ON_ERROR_STOP, quiet.
+cluster_psql() {
+    local dir=$1 db=$2; shift 2
+    ph_as_user env PGOPTIONS="${PGOPTIONS:-} -c client_min_messages=warning" \
+        "$PH_PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir/sock" -p "$(cluster_port "$dir")" \
+        -U "$PH_USER" -d "$db" "$@"
+}
+
+# cluster_sql DIR DB SQL...: run SQL, print tuples unaligned ('|' separated).
+cluster_sql() {
+    local dir=$1 db=$2; shift 2
+    local s args=()
+    for s in "$@"; do args+=(-c "$s"); done
+    cluster_psql "$dir" "$db" -At "${args[@]}"
+}
+
+# cluster_wait_ready DIR [SECONDS]
+cluster_wait_ready() {
+    local dir=$1 t=${2:-120} i
+    for ((i = 0; i < t * 5; i++)); do
+        if ph_as_user "$PH_PGBIN/pg_isready" -q -h "$dir/sock" -p "$(cluster_port "$dir")" -d postgres; then
+            return 0
+        fi
+        sleep 0.2
+    done
+    ph_die "cluster $dir not ready after ${t}s"
+}
+
+# ph_prepare_db DIR DB: (re)create DB and install pg_hybrid (or the stand-in shim).
+ph_prepare_db() {
+    local dir=$1 db=$2
+    cluster_psql "$dir" postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS \"$db\"" -c "CREATE DATABASE \"$db\""
+    if [[ $PH_STANDIN == 1 ]]; then
+        cluster_psql "$dir" "$db" <"$PH_REPO/tests/standin_shim.sql" >/dev/null   # stdin: the repo may be unreadable for $PH_USER
+    else
+        if ! cluster_psql "$dir" "$db" -c "CREATE EXTENSION IF NOT EXISTS pg_hybrid" 2>"$dir/create_extension.err"; then
+            cat "$dir/create_extension.err" >&2
+            if grep -q 'unacceptable schema name' "$dir/create_extension.err"; then
+                # PostgreSQL reserves "pg_" schema names; CREATE EXTENSION with
+                # control-file schema=pg_hybrid only works with this superuser GUC.
+                ph_warn "CREATE EXTENSION pg_hybrid needs allow_system_table_mods (schema name starts with pg_); retrying with it"
+                cluster_psql "$dir" "$db" -c "SET allow_system_table_mods = on" -c "CREATE EXTENSION IF NOT EXISTS pg_hybrid"
+            else
+                ph_die "CREATE EXTENSION pg_hybrid failed in $db"
+            fi
+        fi
+    fi
+}
+
+# ph_wait_replay PRIMARY STANDBY DB [SECONDS]: wait until the standby replayed
+# everything the primary has written so far.
+ph_wait_replay() {
+    local p=$1 s=$2 db=$3 t=${4:-180} lsn i ok
+    lsn=$(cluster_sql "$p" "$db" "SELECT pg_current_wal_lsn()")
+    for ((i = 0; i < t * 5; i++)); do
+        ok=$(cluster_sql "$s" "$db" "SELECT coalesce(pg_last_wal_replay_lsn() >= '$lsn'::pg_lsn, false)" 2>/dev/null || true)
+        [[ $ok == t ]] && return 0
+        sleep 0.2
+    done
+    ph_die "standby $s did not replay up to $lsn within ${t}s"
+}
+
+# ------------------------------------------------------ index/seq checking --
+# ph_index_vs_seq DIR DB TABLE INDEX WHERE
+# The rows of TABLE matching WHERE, read through INDEX (plain index scan and
+# bitmap scan, forced) and through a seqscan, must be the same multiset; the
+# forced plans must really use INDEX.  Prints a one-line summary; returns 1 on
+# any mismatch.
+ph_index_vs_seq() {
+    local dir=$1 db=$2 tab=$3 idx=$4 where=$5
+    local q seq res mode plan rc=0
+    q="SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, E'\\n' ORDER BY t::text)), '-') FROM $tab t WHERE $where"
+    seq=$(cluster_sql "$dir" "$db" "SET enable_indexscan=off" "SET enable_bitmapscan=off" "SET enable_indexonlyscan=off" "$q")
+    for mode in index bitmap count; do
+        local sets=("SET enable_seqscan=off")
+        case $mode in
+            index)  sets+=("SET enable_bitmapscan=off" "SET enable_indexonlyscan=off") ;;
+            bitmap) sets+=("SET enable_indexscan=off" "SET enable_indexonlyscan=off") ;;
+            count)  sets+=("SET enable_bitmapscan=off") ;;
+        esac
+        local qq=$q
+        [[ $mode == count ]] && qq="SELECT count(*) FROM $tab t WHERE $where"
+        plan=$(cluster_sql "$dir" "$db" "${sets[@]}" "EXPLAIN (COSTS OFF) $qq")
+        if ! grep -Eq "(using|on) $idx( |\$)" <<<"$plan"; then
+            echo "  $tab/$idx [$mode]: plan does not use $idx:" >&2
+            sed 's/^/      /' <<<"$plan" >&2
+            rc=1
+            continue
+        fi
+        res=$(cluster_sql "$dir" "$db" "${sets[@]}" "$qq")
+        if [[ $mode == count ]]; then
+            if [[ $res != "${seq%% *}" ]]; then
+                echo "  $tab/$idx [$mode]: index count $res != seqscan count ${seq%% *} (where $where)" >&2
+                rc=1
+            fi
+        elif [[ $res != "$seq" ]]; then
+            echo "  $tab/$idx [$mode]: index gives '$res', seqscan gives '$seq' (where $where)" >&2
+            rc=1
+        fi
+    done
+    if [[ $rc == 0 ]]; then
+        echo "  $tab/$idx: index and seqscan agree (${seq%% *} rows where $where)"
+    fi
+    return $rc
+}
+
+# ph_verify DIR DB INDEX: pg_hybrid.verify(INDEX, heapallindexed => true)
+ph_verify() {
+    local dir=$1 db=$2 idx=$3
+    if cluster_sql "$dir" "$db" "SELECT pg_hybrid.verify('$idx'::regclass, heapallindexed => true)" >/dev/null; then
+        echo "  verify($idx): ok"
+    else
+        echo "  verify($idx): FAILED" >&2
+        return 1
+    fi
+}
+
+# ------------------------------------------------------- background & trap --
+ph_bg_add() { PH_BG_PIDS+=("$1"); }
+
+# ph_kill_tree PID: SIGKILL PID and its descendants (by pid).
+ph_kill_tree() {
+    local pid=$1 c kids
+    kids=$(pgrep -P "$pid" 2>/dev/null || true)
+    kill -9 "$pid" 2>/dev/null || true
+    for c in $kids; do ph_kill_tree "$c"; done
+}
+
+ph_cleanup() {
+    local rc=${1:-0} p d
+    for p in "${PH_BG_PIDS[@]}"; do ph_kill_tree "$p"; done
+    PH_BG_PIDS=()
+    for d in "${PH_CLUSTERS[@]}"; do
+        cluster_stop "$d" "${PH_STOP_MODE:-fast}"
+    done
+    if [[ $rc == 0 && ${PH_KEEP:-0} != 1 ]]; then
+        for d in "${PH_CLUSTERS[@]}"; do rm -rf "$d/data"; done
+    elif [[ ${#PH_CLUSTERS[@]} -gt 0 ]]; then
+        ph_log "scratch clusters kept for inspection: ${PH_CLUSTERS[*]} (logs: */postgres.log)"
+    fi
+    PH_CLUSTERS=()
+}
+
+# ph_trap_install: stop everything this script started when it exits.
+ph_trap_install() {
+    trap 'ph_cleanup $?' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}

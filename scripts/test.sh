@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# scripts/test.sh — THE test command of pg_hybrid (run as root; CI runs it via .ci/run).
+#
+# Steps (each counted as passed or failed; a skipped step counts as neither):
+#   setup         scripts/setup.sh (packages, cargo-pgrx, build + install the extension)
+#   core          cargo test -p pg_hybrid_core --release
+#   regress       pg_regress over sql/schedule (or every sql/*.sql) on a scratch cluster
+#   differential  tests/differential.py (random data/queries/DML, AM vs btree)
+#   crash         tests/crash.sh        (kill -9 during inserts and during a merge)
+#   standby       tests/standby.sh      (streaming replica gives the same answers)
+#   concurrency   tests/concurrency.sh  (pgbench, 8 clients + merges, UNIQUE index)
+# The last line printed is exactly "N passed, M failed"; exit status 1 if M > 0.
+#
+# Options:
+#   --quick            short form of every step (differential 20 s, pgbench 15 s, one merge crash)
+#   --only S[,S...]    run only these steps (repeatable)
+#   --skip S[,S...]    skip these steps (repeatable)
+#   --no-setup         same as --skip setup
+#   --am AM            AM under test (default from pgrx.toml; "btree" = stand-in mode:
+#                      no preload, tests/standin_shim.sql instead of the extension)
+#   --keep             keep scratch data directories (PH_KEEP=1)
+# Environment: PH_SEED (differential seed, default 1), PH_DIFF_TIME (seconds),
+#   PH_REGRESS_INPUTDIR (directory holding sql/ and expected/, default the repo),
+#   and the PH_* settings of scripts/lib.sh.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+ALL_STEPS=(setup core regress differential crash standby concurrency)
+quick=0
+only=()
+skip=()
+while (($#)); do
+    case $1 in
+        --quick) quick=1 ;;
+        --only) shift; IFS=, read -r -a x <<<"${1:?--only needs a step}"; only+=("${x[@]}") ;;
+        --only=*) IFS=, read -r -a x <<<"${1#*=}"; only+=("${x[@]}") ;;
+        --skip) shift; IFS=, read -r -a x <<<"${1:?--skip needs a step}"; skip+=("${x[@]}") ;;
+        --skip=*) IFS=, read -r -a x <<<"${1#*=}"; skip+=("${x[@]}") ;;
+        --no-setup) skip+=(setup) ;;
+        --am) shift; PH_AM=${1:?--am needs a name} ;;
+        --am=*) PH_AM=${1#*=} ;;
+        --keep) export PH_KEEP=1 ;;
+        -h | --help) ph_usage "$0"; exit 0 ;;
+        *) ph_die "test.sh: unknown option $1 (see --help)" ;;
+    esac
+    shift
+done
+# re-derive mode settings if --am changed the AM
+if [[ $PH_AM == btree ]]; then PH_STANDIN=1; PH_PRELOAD=${PH_PRELOAD_FORCED:-0}; else PH_STANDIN=0; PH_PRELOAD=${PH_PRELOAD_FORCED:-1}; fi
+export PH_AM PH_STANDIN PH_PRELOAD
+for s in "${only[@]}" "${skip[@]}"; do
+    [[ " ${ALL_STEPS[*]} " == *" $s "* ]] || ph_die "unknown step '$s' (steps: ${ALL_STEPS[*]})"
+done
+
+selected() {
+    local s=$1 x
+    for x in "${skip[@]}"; do [[ $x == "$s" ]] && return 1; done
+    ((${#only[@]} == 0)) && return 0
+    for x in "${only[@]}"; do [[ $x == "$s" ]] && return 0; done
+    return 1
+}
+
+[[ $(id -u) == 0 ]] || ph_die "scripts/test.sh must run as root (it installs packages and runs clusters as $PH_USER)"
+if ! command -v cargo >/dev/null 2>&1 && [[ -f $HOME/.cargo/env ]]; then
+    # shellcheck disable=SC1091
+    source "$HOME/.cargo/env"
+fi
+
+ph_trap_install
+LOGDIR=$PH_SCRATCH/logs
+passed=0
+failed=0
+results=()
+t_all=$(date +%s)
+
+# record NAME STATUS SECONDS [NOTE]
+record() {
+    local line
+    line=$(printf '  %-13s %-5s %5ss  %s' "$1" "$2" "$3" "${4-}")
+    results+=("$line")
+    case $2 in PASS) passed=$((passed + 1)) ;; FAIL) failed=$((failed + 1)) ;; esac
+    printf '\n==== %s: %s (%ss) %s\n\n' "$1" "$2" "$3" "${4-}"
+}
+
+# run_step NAME CMD... : run CMD (in a subshell, errexit on), output to console
+# and $LOGDIR/NAME.log.  Exit status 77 = skipped.
+run_step() {
+    local name=$1 t0 rc
+    shift
+    selected "$name" || return 0
+    printf '\n==== %s: running\n' "$name"
+    t0=$(date +%s)
+    set +e
+    (set -euo pipefail; "$@") 2>&1 | tee "$LOGDIR/$name.log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    local dt=$(($(date +%s) - t0))
+    if ((rc == 0)); then
+        record "$name" PASS "$dt"
+    elif ((rc == 77)); then
+        record "$name" SKIP "$dt" "$(grep -m1 '^SKIP:' "$LOGDIR/$name.log" | cut -c7- || true)"
+    else
+        record "$name" FAIL "$dt" "(exit $rc; log $LOGDIR/$name.log)"
+    fi
+    return 0
+}
+
+# ------------------------------------------------------------------ steps --
+step_setup() {
+    if [[ $PH_STANDIN == 1 ]]; then
+        bash "$PH_REPO/scripts/setup.sh" --no-build
+    else
+        bash "$PH_REPO/scripts/setup.sh"
+    fi
+}
+
+step_core() {
+    cd "$PH_REPO"
+    cargo test -p pg_hybrid_core --release
+}
+
+MAIN=
+main_cluster() {   # start the shared cluster for regress + differential (in this shell)
+    [[ -n $MAIN ]] && return 0
+    MAIN=$(ph_scratch main)
+    cluster_init "$MAIN" "$PH_PORT"
+    cluster_start "$MAIN"
+}
+
+step_regress() {
+    local inputdir=${PH_REGRESS_INPUTDIR:-$PH_REPO} outdir tests=() f n
+    local pg_regress
+    pg_regress=$("$PH_PG_CONFIG" --pkglibdir)/pgxs/src/test/regress/pg_regress
+    [[ -x $pg_regress ]] || { echo "pg_regress not found at $pg_regress"; return 1; }
+    if [[ -f $inputdir/sql/schedule ]]; then
+        tests=(--schedule="$inputdir/sql/schedule")
+    else
+        for f in "$inputdir"/sql/*.sql; do
+            [[ -e $f ]] || continue
+            n=$(basename "$f" .sql)
+            [[ $n == pg_hybrid--* ]] && continue   # upgrade scripts, not suites
+            tests+=("$n")
+        done
+    fi
+    if ((${#tests[@]} == 0)); then
+        echo "SKIP: no regression suites in $inputdir/sql"
+        return 77
+    fi
+    if [[ $PH_STANDIN == 1 && -z ${PH_REGRESS_INPUTDIR:-} ]]; then
+        echo "SKIP: stand-in mode (PH_AM=btree): the suites need the pg_hybrid extension"
+        return 77
+    fi
+    cluster_psql "$MAIN" postgres -c "SET client_min_messages = warning" \
+        -c "DROP DATABASE IF EXISTS contrib_regression" -c "CREATE DATABASE contrib_regression"
+    outdir=$PH_SCRATCH/regress
+    rm -rf "$outdir"
+    mkdir -p "$outdir"
+    echo "pg_regress: ${tests[*]}"
+    if ! "$pg_regress" --inputdir="$inputdir" --outputdir="$outdir" --bindir="$PH_PGBIN" \
+        --use-existing --host="$MAIN/sock" --port="$(cluster_port "$MAIN")" --user="$PH_USER" \
+        --dbname=contrib_regression "${tests[@]}"; then
+        if [[ -f $outdir/regression.diffs ]]; then
+            echo "---- $outdir/regression.diffs ----"
+            cat "$outdir/regression.diffs"
+        fi
+        return 1
+    fi
+}
+
+step_differential() {
+    local t=${PH_DIFF_TIME:-90}
+    ((quick)) && t=${PH_DIFF_TIME:-20}
+    ph_prepare_db "$MAIN" ph_differential
+    PH_PGHOST=$MAIN/sock PH_PGPORT=$(cluster_port "$MAIN") PH_DB=ph_differential PH_OUTDIR=$LOGDIR \
+        python3 "$PH_REPO/tests/differential.py" --seed "${PH_SEED:-1}" --time "$t" --am "$PH_AM"
+}
+
+qarg=()
+((quick)) && qarg=(--quick)
+
+# ------------------------------------------------------------------- main --
+ph_scratch logs >/dev/null
+LOGDIR=$(ph_scratch logs)
+rm -f "$LOGDIR"/*.log
+ph_log "pg_hybrid tests: am=$PH_AM standin=$PH_STANDIN preload=$PH_PRELOAD quick=$quick port=$PH_PORT scratch=$PH_SCRATCH"
+
+setup_ok=1
+run_step setup step_setup
+if selected setup && [[ ${results[-1]} == *FAIL* ]]; then setup_ok=0; fi
+
+if ((setup_ok == 0)); then
+    for s in core regress differential crash standby concurrency; do
+        selected "$s" && record "$s" FAIL 0 "(not run: setup failed)"
+    done
+else
+    run_step core step_core
+    if selected regress || selected differential; then
+        if (main_cluster) >"$LOGDIR/main_cluster.log" 2>&1; then
+            # started in a subshell for its log; register it in this shell too
+            MAIN=$PH_SCRATCH/main
+            PH_CLUSTERS+=("$MAIN")
+            run_step regress step_regress
+            run_step differential step_differential
+            cluster_stop "$MAIN" fast
+        else
+            cat "$LOGDIR/main_cluster.log"
+            for s in regress differential; do
+                selected "$s" && record "$s" FAIL 0 "(scratch cluster did not start; $LOGDIR/main_cluster.log)"
+            done
+        fi
+    fi
+    run_step crash bash "$PH_REPO/tests/crash.sh" "${qarg[@]}"
+    run_step standby bash "$PH_REPO/tests/standby.sh" "${qarg[@]}"
+    run_step concurrency bash "$PH_REPO/tests/concurrency.sh" "${qarg[@]}"
+fi
+
+echo
+echo "==== summary (am=$PH_AM, $(($(date +%s) - t_all))s)"
+for l in "${results[@]}"; do echo "$l"; done
+echo "$passed passed, $failed failed"
+((failed == 0))

@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# tests/concurrency.sh [--quick] [--clients N] [--seconds S]
+#
+# pgbench (8 clients, -M prepared, 45 s; 15 s with --quick) on a table with a
+# UNIQUE index and a non-unique index of the AM ($PH_AM), running a weighted
+# mix: inserts of random keys with ON CONFLICT DO NOTHING, plain inserts of
+# 50 hot keys that catch unique_violation (contended unique checks), upserts,
+# deletes, non-key updates, key moves (DELETE ... RETURNING -> INSERT), point
+# reads, range reads, secondary-key reads, and inserts into a ledger table.
+# If the AM refuses ON CONFLICT (PostgreSQL 15 does speculative insertion only
+# through btree), inserts/upserts/moves go through plpgsql functions that
+# catch unique_violation instead.
+# Meanwhile one more client runs pg_hybrid.merge() on every index every 2 s
+# (and VACUUM every 4th time).  Afterwards:
+#   - pgbench exited 0, no client aborted (only serialization/deadlock failures,
+#     retried with --max-tries, are tolerated), merges raised no error;
+#   - no duplicate key (GROUP BY ... HAVING count(*) > 1 on a seqscan);
+#   - every index agrees with a seqscan and pg_hybrid.verify(.., true) passes;
+#   - the ledger holds at least as many rows as pgbench counted committed ledger
+#     transactions (no lost row), and at most that + one in-flight per client.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+
+clients=8
+seconds=45
+while (($#)); do
+    case $1 in
+        --quick) seconds=15 ;;
+        --clients) shift; clients=$1 ;;
+        --seconds) shift; seconds=$1 ;;
+        -h | --help) ph_usage "$0"; exit 0 ;;
+        *) ph_die "concurrency.sh: unknown option $1" ;;
+    esac
+    shift
+done
+
+ph_trap_install
+AM=$PH_AM
+DB=concurrency
+DIR=$(ph_scratch concurrency)
+cluster_init "$DIR" "$PH_PORT" "max_connections = 60" "deadlock_timeout = '100ms'"
+cluster_start "$DIR"
+ph_prepare_db "$DIR" "$DB"
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+say() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+opts=""
+[[ $AM == hybrid_btree ]] && opts=" WITH (merge_ratio = 10)"
+cluster_sql "$DIR" "$DB" \
+    "CREATE TABLE kv (k int8 NOT NULL, v int8 NOT NULL, pad text)" \
+    "INSERT INTO kv SELECT g, g % 1000, 'init' FROM generate_series(1, 200000, 2) g" \
+    "CREATE UNIQUE INDEX kv_k ON kv USING $AM (k)$opts" \
+    "CREATE INDEX kv_v ON kv USING $AM (v)$opts" \
+    "CREATE TABLE ledger (id int8 NOT NULL, client int)" \
+    "CREATE UNIQUE INDEX ledger_id ON ledger USING $AM (id)$opts" \
+    "CREATE SEQUENCE ledger_seq" \
+    "VACUUM ANALYZE kv" >/dev/null
+
+# PostgreSQL 15 runs INSERT ... ON CONFLICT only through btree unique indexes;
+# an AM may refuse it (SQLSTATE 0A000).  Then the scripts use plpgsql functions
+# that catch unique_violation instead (the unique check under contention).
+onconflict=1
+if ! err=$(cluster_sql "$DIR" "$DB" "INSERT INTO kv VALUES (1, 1, 'probe') ON CONFLICT (k) DO NOTHING" 2>&1); then
+    grep -q "not supported" <<<"$err" || ph_die "ON CONFLICT probe failed: $err"
+    onconflict=0
+    echo "note: $AM refuses INSERT ... ON CONFLICT; inserts/upserts/moves use unique_violation handlers"
+fi
+cluster_sql "$DIR" "$DB" \
+    "CREATE FUNCTION kv_insert(key int8, tag text) RETURNS text LANGUAGE plpgsql AS \$\$
+     BEGIN
+         INSERT INTO kv VALUES (key, key % 1000, tag);
+         RETURN 'inserted';
+     EXCEPTION WHEN unique_violation THEN
+         RETURN 'duplicate';
+     END \$\$" \
+    "CREATE FUNCTION kv_upsert(key int8) RETURNS void LANGUAGE plpgsql AS \$\$
+     BEGIN
+         UPDATE kv SET v = v + 1, pad = 'upd' WHERE k = key;
+         IF NOT FOUND THEN
+             BEGIN
+                 INSERT INTO kv VALUES (key, key % 1000, 'ups');
+             EXCEPTION WHEN unique_violation THEN
+                 UPDATE kv SET v = v + 1, pad = 'upd' WHERE k = key;
+             END;
+         END IF;
+     END \$\$" \
+    "CREATE FUNCTION kv_move(key int8, key2 int8) RETURNS void LANGUAGE plpgsql AS \$\$
+     DECLARE val int8;
+     BEGIN
+         DELETE FROM kv WHERE k = key RETURNING v INTO val;
+         IF FOUND THEN
+             BEGIN
+                 INSERT INTO kv VALUES (key2, val, 'moved');
+             EXCEPTION WHEN unique_violation THEN
+                 NULL;
+             END;
+         END IF;
+     END \$\$" >/dev/null
+
+# ------------------------------------------------------- pgbench scripts --
+W=$DIR/pgbench
+mkdir -p "$W"
+if ((onconflict)); then
+    ins="INSERT INTO kv VALUES (:k, :k % 1000, 'ins') ON CONFLICT (k) DO NOTHING;"
+    ups="INSERT INTO kv VALUES (:k, :k % 1000, 'ups') ON CONFLICT (k) DO UPDATE SET v = kv.v + 1, pad = 'upd';"
+    mov="WITH d AS (DELETE FROM kv WHERE k = :k RETURNING v) INSERT INTO kv SELECT :k2, v, 'moved' FROM d ON CONFLICT (k) DO NOTHING;"
+else
+    ins="SELECT kv_insert(:k, 'ins');"
+    ups="SELECT kv_upsert(:k);"
+    mov="SELECT kv_move(:k, :k2);"
+fi
+printf '%s\n%s\n' '\set k random(1, 200000)' "$ins" >"$W/insert.sql"
+cat >"$W/hot.sql" <<'EOF'
+\set k random(1, 50)
+SELECT kv_insert(:k, 'hot');
+EOF
+printf '%s\n%s\n' '\set k random(1, 400)' "$ups" >"$W/upsert.sql"
+cat >"$W/delete.sql" <<'EOF'
+\set k random(1, 200000)
+DELETE FROM kv WHERE k = :k;
+EOF
+cat >"$W/update.sql" <<'EOF'
+\set k random(1, 200000)
+UPDATE kv SET v = v + 1 WHERE k = :k;
+EOF
+printf '%s\n%s\n%s\n' '\set k random(1, 200000)' '\set k2 random(1, 200000)' "$mov" >"$W/move.sql"
+cat >"$W/point.sql" <<'EOF'
+\set k random(1, 200000)
+SELECT k, v, pad FROM kv WHERE k = :k;
+EOF
+cat >"$W/range.sql" <<'EOF'
+\set k random(1, 200000)
+SELECT count(*), sum(v) FROM kv WHERE k BETWEEN :k AND :k + 200;
+EOF
+cat >"$W/vread.sql" <<'EOF'
+\set v random(0, 999)
+SELECT count(*) FROM kv WHERE v = :v;
+EOF
+cat >"$W/ledger.sql" <<'EOF'
+INSERT INTO ledger VALUES (nextval('ledger_seq'), :client_id);
+EOF
+chown -R "$PH_USER:" "$W"
+
+# ------------------------------------------------------------- merger --
+STOP=$DIR/stop
+rm -f "$STOP"
+merger() {
+    local i=0 err
+    while [[ ! -e $STOP ]]; do
+        sleep 2
+        i=$((i + 1))
+        local stmts=("SELECT pg_hybrid.merge('kv_k'::regclass)" "SELECT pg_hybrid.merge('kv_v'::regclass)"
+                     "SELECT pg_hybrid.merge('ledger_id'::regclass)")
+        ((i % 4 == 0)) && stmts+=("VACUUM kv")
+        if ! err=$(cluster_sql "$DIR" "$DB" "${stmts[@]}" 2>&1 >/dev/null); then
+            [[ -e $STOP ]] && break
+            echo "merge error: $err"
+        else
+            echo "merge round $i ok"
+        fi
+    done
+}
+merger >"$DIR/merger.log" 2>&1 &
+MPID=$!
+ph_bg_add $MPID
+
+# -------------------------------------------------------------- pgbench --
+say "== pgbench: $clients clients, ${seconds}s, am=$AM"
+set +e
+ph_as_user env PGOPTIONS="-c enable_seqscan=off" "$PH_PGBIN/pgbench" -n -h "$DIR/sock" -p "$PH_PORT" -U "$PH_USER" \
+    -c "$clients" -j 2 -T "$seconds" -M prepared --max-tries=20 --failures-detailed -P 10 \
+    -f "$W/insert.sql@25" -f "$W/hot.sql@10" -f "$W/upsert.sql@5" -f "$W/delete.sql@12" \
+    -f "$W/update.sql@10" -f "$W/move.sql@5" -f "$W/point.sql@15" -f "$W/range.sql@10" \
+    -f "$W/vread.sql@3" -f "$W/ledger.sql@5" "$DB" >"$DIR/pgbench.out" 2>"$DIR/pgbench.err"
+rc=$?
+set -e
+touch "$STOP"
+wait $MPID || true
+grep -vE '^progress:' "$DIR/pgbench.err" | head -40 || true
+grep -E '^(progress|number of|latency|tps)' "$DIR/pgbench.err" "$DIR/pgbench.out" -h | sed 's/^/  /' || true
+((rc == 0)) || fail "pgbench exited with status $rc"
+if grep -qiE 'aborted|error' "$DIR/pgbench.err"; then
+    fail "pgbench reported errors / aborted clients:"
+    grep -iE 'aborted|error' "$DIR/pgbench.err" | head -20 >&2
+fi
+other=$(awk '/^number of other failures/ {print $5}' "$DIR/pgbench.out")
+[[ -z $other || $other == 0 ]] || fail "pgbench: $other failures other than serialization/deadlock"
+if grep -q '^merge error' "$DIR/merger.log"; then
+    fail "pg_hybrid.merge() raised errors under load:"
+    grep '^merge error' "$DIR/merger.log" | head -5 >&2
+fi
+say "  merger: $(grep -c 'ok$' "$DIR/merger.log" || true) merge rounds"
+
+# --------------------------------------------------------------- checks --
+say "== checks"
+SEQ=("SET enable_indexscan=off" "SET enable_bitmapscan=off" "SET enable_indexonlyscan=off")
+dup=$(cluster_sql "$DIR" "$DB" "${SEQ[@]}" "SELECT count(*) FROM (SELECT k FROM kv GROUP BY k HAVING count(*) > 1) d")
+[[ $dup == 0 ]] || fail "$dup duplicated keys in kv under the UNIQUE index"
+dup=$(cluster_sql "$DIR" "$DB" "${SEQ[@]}" "SELECT count(*) FROM (SELECT id FROM ledger GROUP BY id HAVING count(*) > 1) d")
+[[ $dup == 0 ]] || fail "$dup duplicated ids in ledger"
+ph_index_vs_seq "$DIR" "$DB" kv kv_k "k >= 0" || fail "kv_k disagrees with seqscan"
+ph_index_vs_seq "$DIR" "$DB" kv kv_v "v >= 0" || fail "kv_v disagrees with seqscan"
+ph_index_vs_seq "$DIR" "$DB" ledger ledger_id "id >= 0" || fail "ledger_id disagrees with seqscan"
+# ledger: committed ledger transactions (pgbench's per-script count) == rows
+ledger_tx=$(awk '/^SQL script [0-9]+: .*ledger\.sql/ {f=1; next} f && /transactions \(/ {print $2; exit}' "$DIR/pgbench.out")
+ledger_rows=$(cluster_sql "$DIR" "$DB" "${SEQ[@]}" "SELECT count(*) FROM ledger")
+if [[ -z $ledger_tx ]]; then
+    fail "could not read the ledger transaction count from pgbench output"
+elif ((ledger_rows < ledger_tx)); then
+    fail "ledger: pgbench committed $ledger_tx ledger transactions but the table holds only $ledger_rows rows (lost rows)"
+elif ((ledger_rows > ledger_tx + clients)); then
+    fail "ledger: the table holds $ledger_rows rows, more than the $ledger_tx committed ledger transactions + $clients in flight at the end"
+else
+    # a client's last transaction may commit after pgbench stopped counting at -T
+    echo "  ledger: $ledger_rows rows for $ledger_tx transactions counted by pgbench (+ up to $clients in flight at the end)"
+fi
+for idx in kv_k kv_v ledger_id; do
+    ph_verify "$DIR" "$DB" "$idx" || fail "verify($idx)"
+done
+cluster_sql "$DIR" "$DB" "SELECT 'kv_k', * FROM pg_hybrid.index_stats('kv_k'::regclass)" | sed 's/^/  index_stats: /'
+# once more after a final merge + vacuum
+cluster_sql "$DIR" "$DB" "SELECT pg_hybrid.merge('kv_k'::regclass)" "VACUUM kv" "SELECT pg_hybrid.merge('kv_v'::regclass)" >/dev/null
+ph_index_vs_seq "$DIR" "$DB" kv kv_k "k >= 0" || fail "kv_k disagrees with seqscan after merge + vacuum"
+ph_verify "$DIR" "$DB" kv_k || fail "verify(kv_k) after merge + vacuum"
+
+if ((failures)); then
+    echo "concurrency: FAIL ($failures problems; logs in $DIR)"
+    exit 1
+fi
+echo "concurrency: PASS"

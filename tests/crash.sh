@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# tests/crash.sh [--quick] — crash safety of the AM ($PH_AM, default hybrid_btree).
+#
+# Phase 1: three background psql sessions insert into a table with a UNIQUE
+#   index (id) and a non-unique index (v, g) of the AM (v has 1000 values),
+#   committing 50-row transactions and logging each committed range after
+#   COMMIT returns.  The postmaster and its
+#   children are killed with SIGKILL mid-inserts; after restart every logged
+#   row must be in the heap, full index scans (plain and bitmap) must return
+#   exactly the heap's rows, up to 50000 logged rows must be found by forced
+#   nested-loop index probes through each index, no key may be duplicated, and
+#   pg_hybrid.verify(idx, heapallindexed => true) must pass.  Then more inserts
+#   run on the recovered index and everything is checked again.
+# Phase 2 (x3, x1 with --quick): a big pg_hybrid.merge() runs in the
+#   background together with an inserter; the cluster is killed while the merge
+#   is active (seen in pg_stat_activity); same checks, then a merge must
+#   complete on the recovered index and verify again.
+# fsync stays on (cluster_init refuses fsync=off here).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+
+quick=0
+for a in "$@"; do
+    case $a in
+        --quick) quick=1 ;;
+        -h | --help) ph_usage "$0"; exit 0 ;;
+        *) ph_die "crash.sh: unknown option $a" ;;
+    esac
+done
+merge_iters=3
+big_rows=${PH_CRASH_ROWS:-1000000}
+if ((quick)); then
+    merge_iters=1
+    big_rows=${PH_CRASH_ROWS:-300000}
+fi
+
+ph_trap_install
+DIR=$(ph_scratch crash)
+DB=crash
+AM=$PH_AM
+cluster_init "$DIR" "$PH_PORT"
+cluster_start "$DIR"
+ph_prepare_db "$DIR" "$DB"
+LOGS=$DIR/writers
+mkdir -p "$LOGS"
+chown "$PH_USER:" "$LOGS"
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+say() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+# id = g * 2654435761 mod 2^32: a bijection on g < 2^32, i.e. unique keys in random order
+IDEXPR="(g * 2654435761) % 4294967296"
+opts=""
+[[ $AM == hybrid_btree ]] && opts=" WITH (merge_ratio = 10)"
+
+mk_table() {   # NAME
+    cluster_sql "$DIR" "$DB" \
+        "CREATE TABLE $1 (g int8 NOT NULL, id int8 NOT NULL, v text, pad text) WITH (autovacuum_enabled = off)"
+}
+mk_indexes() { # NAME
+    cluster_sql "$DIR" "$DB" \
+        "CREATE UNIQUE INDEX ${1}_id ON $1 USING $AM (id)$opts" \
+        "CREATE INDEX ${1}_v ON $1 USING $AM (v, g)$opts"
+}
+
+# writer TABLE G0 LOGFILE: endless 50-row transactions; "committed TABLE A B" after each COMMIT
+writer() {
+    local t=$1 g=$2 log=$3
+    {
+        while :; do
+            printf 'BEGIN;\nINSERT INTO %s SELECT g, %s, (g %% 1000)::text, repeat(%s, (g %% 40)::int) FROM generate_series(%d, %d) g;\nCOMMIT;\n\\echo committed %s %d %d\n' \
+                "$t" "$IDEXPR" "'x'" "$g" $((g + 49)) "$t" "$g" $((g + 49))
+            g=$((g + 50))
+        done
+    } | cluster_psql "$DIR" "$DB" >"$log" 2>&1
+}
+WRITERS=()
+start_writers() {  # TABLE N BASE
+    local t=$1 n=$2 base=$3 i
+    WRITERS=()
+    for ((i = 0; i < n; i++)); do
+        writer "$t" $((base + i * 10000000)) "$LOGS/$t.$base.$i.log" &
+        WRITERS+=($!)
+        ph_bg_add $!
+        disown $!
+    done
+}
+stop_writers() {   # after a crash they die by themselves; make sure
+    local p i
+    for ((i = 0; i < 100; i++)); do
+        local alive=0
+        for p in "${WRITERS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        ((alive)) || break
+        sleep 0.1
+    done
+    for p in "${WRITERS[@]}"; do ph_kill_tree "$p"; done
+    WRITERS=()
+}
+
+# check TABLE: every committed row is reachable through both indexes, index == seqscan,
+# no duplicate id, verify() passes
+check() {
+    local t=$1 f sql missing dup plan
+    {
+        echo "SET client_min_messages = warning; BEGIN;"
+        echo "DROP TABLE IF EXISTS committed_$t; CREATE TABLE committed_$t (g int8);"
+        echo "CREATE TEMP TABLE ranges (a int8, b int8); COPY ranges FROM STDIN;"
+        cat "$LOGS"/"$t".*.log 2>/dev/null | awk -v t="$t" '$1 == "committed" && $2 == t { printf "%s\t%s\n", $3, $4 }'
+        echo '\.'
+        echo "INSERT INTO committed_$t SELECT generate_series(a, b) FROM ranges;"
+        echo "COMMIT; ANALYZE committed_$t;"
+    } | cluster_psql "$DIR" "$DB" >/dev/null
+    local n
+    n=$(cluster_sql "$DIR" "$DB" "SELECT count(*) FROM committed_$t")
+    say "  $t: $n committed rows logged, $(cluster_sql "$DIR" "$DB" "SELECT count(*) FROM $t") rows in the heap"
+    local force=("SET enable_seqscan=off" "SET enable_bitmapscan=off" "SET enable_hashjoin=off"
+                 "SET enable_mergejoin=off" "SET enable_material=off" "SET enable_memoize=off")
+    # Point probes (nested loop, one index descent per row) for up to 50000
+    # committed rows; all committed rows are checked against the heap below,
+    # and the full index scans of ph_index_vs_seq cover the whole heap.
+    cluster_sql "$DIR" "$DB" "DROP TABLE IF EXISTS probe_$t" \
+        "CREATE TABLE probe_$t AS SELECT g FROM committed_$t ORDER BY random() LIMIT 50000" "ANALYZE probe_$t" >/dev/null
+    # through the unique index
+    sql="SELECT count(*) FROM probe_$t c WHERE NOT EXISTS (SELECT 1 FROM $t x WHERE x.id = (c.g * 2654435761) % 4294967296)"
+    plan=$(cluster_sql "$DIR" "$DB" "${force[@]}" "EXPLAIN (COSTS OFF) $sql")
+    grep -Eq "using ${t}_id( |$)" <<<"$plan" || { fail "$t: probe plan does not use ${t}_id:"; echo "$plan" >&2; }
+    missing=$(cluster_sql "$DIR" "$DB" "${force[@]}" "$sql")
+    [[ $missing == 0 ]] || fail "$t: $missing committed rows NOT found through ${t}_id"
+    # through the non-unique index
+    sql="SELECT count(*) FROM probe_$t c WHERE NOT EXISTS (SELECT 1 FROM $t x WHERE x.v = (c.g % 1000)::text AND x.g = c.g)"
+    plan=$(cluster_sql "$DIR" "$DB" "${force[@]}" "EXPLAIN (COSTS OFF) $sql")
+    grep -Eq "using ${t}_v( |$)" <<<"$plan" || { fail "$t: probe plan does not use ${t}_v:"; echo "$plan" >&2; }
+    missing=$(cluster_sql "$DIR" "$DB" "${force[@]}" "$sql")
+    [[ $missing == 0 ]] || fail "$t: $missing committed rows NOT found through ${t}_v"
+    # in the heap at all (seqscan)?
+    missing=$(cluster_sql "$DIR" "$DB" "SET enable_indexscan=off" "SET enable_bitmapscan=off" "SET enable_indexonlyscan=off" \
+        "SELECT count(*) FROM committed_$t c WHERE NOT EXISTS (SELECT 1 FROM $t x WHERE x.g = c.g)")
+    [[ $missing == 0 ]] || fail "$t: $missing committed rows missing from the heap (seqscan)"
+    dup=$(cluster_sql "$DIR" "$DB" "SET enable_indexscan=off" "SET enable_bitmapscan=off" "SET enable_indexonlyscan=off" \
+        "SELECT count(*) FROM (SELECT id FROM $t GROUP BY id HAVING count(*) > 1) d")
+    [[ $dup == 0 ]] || fail "$t: $dup duplicated ids under the UNIQUE index"
+    ph_index_vs_seq "$DIR" "$DB" "$t" "${t}_id" "id >= 0" || fail "$t: ${t}_id disagrees with seqscan"
+    ph_index_vs_seq "$DIR" "$DB" "$t" "${t}_v" "v >= ''" || fail "$t: ${t}_v disagrees with seqscan"
+    ph_verify "$DIR" "$DB" "${t}_id" || fail "$t: verify(${t}_id)"
+    ph_verify "$DIR" "$DB" "${t}_v" || fail "$t: verify(${t}_v)"
+}
+
+crash_and_restart() {
+    cluster_kill9 "$DIR"
+    say "  killed -9 (postmaster and children)"
+    stop_writers
+    cluster_start "$DIR"
+    cluster_wait_ready "$DIR"
+    say "  restarted after crash recovery"
+}
+
+# ----------------------------------------------------------- phase 1 --
+say "== phase 1: kill -9 during inserts (am=$AM)"
+mk_table ci
+mk_indexes ci
+start_writers ci 3 1
+sleep $((3 + RANDOM % 4))
+n=$(cluster_sql "$DIR" "$DB" "SELECT count(*) FROM ci")
+((n > 0)) || fail "writers inserted nothing before the crash (see $LOGS)"
+crash_and_restart
+check ci
+say "  inserting again after recovery"
+start_writers ci 3 500000001
+sleep 2
+for p in "${WRITERS[@]}"; do ph_kill_tree "$p"; done
+stop_writers
+cluster_sql "$DIR" "$DB" "SELECT pg_hybrid.merge('ci_id'::regclass)" "SELECT pg_hybrid.merge('ci_v'::regclass)" >/dev/null
+check ci
+
+# ----------------------------------------------------------- phase 2 --
+say "== phase 2: kill -9 during pg_hybrid.merge() ($merge_iters x, $big_rows rows)"
+mk_table cm
+cluster_sql "$DIR" "$DB" \
+    "INSERT INTO cm SELECT g, $IDEXPR, (g % 1000)::text, repeat('x', (g % 40)::int) FROM generate_series(1, $big_rows) g"
+echo "committed cm 1 $big_rows" >"$LOGS/cm.base.log"
+mk_indexes cm
+delays=(0.05 0.15 0.02)   # a 1M-entry merge took ~0.2 s here; the kill must land inside it
+next_base=100000001
+for ((it = 0; it < merge_iters; it++)); do
+    d=${delays[it % 3]}
+    # grow the dynamic stage (about 1/20 of the static stage, below the default merge_ratio)
+    add=$((big_rows / 20))
+    cluster_sql "$DIR" "$DB" \
+        "INSERT INTO cm SELECT g, $IDEXPR, (g % 1000)::text, 'y' FROM generate_series($next_base, $((next_base + add - 1))) g"
+    echo "committed cm $next_base $((next_base + add - 1))" >"$LOGS/cm.grow$it.log"
+    next_base=$((next_base + add))
+    cluster_sql "$DIR" "$DB" "SELECT * FROM pg_hybrid.index_stats('cm_id'::regclass)" | sed 's/^/  index_stats(cm_id) before merge: /'
+    start_writers cm 1 $((200000001 + it * 1000000))
+    (cluster_sql "$DIR" "$DB" "SELECT pg_hybrid.merge('cm_id'::regclass)" "SELECT pg_hybrid.merge('cm_v'::regclass)" \
+        >"$LOGS/merge$it.out" 2>&1 && echo "merge done" >>"$LOGS/merge$it.out") &
+    mpid=$!
+    ph_bg_add $mpid
+    seen=0
+    for ((i = 0; i < 500; i++)); do
+        a=$(cluster_sql "$DIR" "$DB" "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'SELECT pg_hybrid.merge(%'" 2>/dev/null || echo 0)
+        if [[ $a != 0 ]]; then seen=1; break; fi
+        grep -q "merge done" "$LOGS/merge$it.out" 2>/dev/null && break
+        sleep 0.02
+    done
+    sleep "$d"
+    if grep -q "merge done" "$LOGS/merge$it.out" 2>/dev/null || ! kill -0 $mpid 2>/dev/null; then
+        say "  WARNING: iteration $it: the merge finished before the kill (after ${d}s); this crash hit no merge in progress"
+    elif ((seen)); then
+        say "  iteration $it: killing while the merge is active (${d}s after it started)"
+    fi
+    crash_and_restart
+    wait $mpid 2>/dev/null || true
+    check cm
+    say "  merging the recovered index to completion"
+    cluster_sql "$DIR" "$DB" "SELECT pg_hybrid.merge('cm_id'::regclass)" "SELECT pg_hybrid.merge('cm_v'::regclass)" >/dev/null ||
+        fail "merge after recovery failed"
+    check cm
+done
+
+if ((failures)); then
+    echo "crash: FAIL ($failures problems; cluster log $DIR/postgres.log)"
+    exit 1
+fi
+echo "crash: PASS"

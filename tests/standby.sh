@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# tests/standby.sh [--quick] — a streaming replica returns the same answers as the primary.
+#
+# Primary on port P, standby made with pg_basebackup -R -X stream on port P+1
+# (unix sockets only, hot_standby = on), taken BEFORE the table exists so that
+# everything reaches the standby through WAL replay: CREATE INDEX (build), inserts
+# (dynamic stage), pg_hybrid.merge(), more inserts, DELETE + VACUUM.  After each
+# stage: wait until pg_last_wal_replay_lsn() >= the primary's pg_current_wal_lsn(),
+# then run the same queries (forced index scans) on both and compare the outputs;
+# on the standby the indexes must also agree with a seqscan and
+# pg_hybrid.verify() must pass (a refusal "during recovery" is only a warning).
+# Then: kill -9 and restart of the standby, clean restart of the primary, more
+# WAL, compare again; finally promote the standby and write to it.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+
+quick=0
+for a in "$@"; do
+    case $a in
+        --quick) quick=1 ;;
+        -h | --help) ph_usage "$0"; exit 0 ;;
+        *) ph_die "standby.sh: unknown option $a" ;;
+    esac
+done
+N=200000
+((quick)) && N=50000
+
+ph_trap_install
+AM=$PH_AM
+DB=standby
+P=$(ph_scratch standby_primary)
+S=$PH_SCRATCH/standby_replica
+SPORT=$((PH_PORT + 1))
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+say() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+cluster_init "$P" "$PH_PORT"
+cluster_start "$P"
+ph_prepare_db "$P" "$DB"
+
+# ---------------------------------------------------------- the standby --
+say "== pg_basebackup -R into $S (port $SPORT)"
+pid=$(ph_cluster_pid "$S")
+[[ -z $pid ]] || ph_die "a cluster is still running in $S (pid $pid), left by an earlier run; not touching it"
+ph_port_check "$SPORT"
+rm -rf "$S"
+mkdir -p "$S/sock"
+chmod 755 "$S" "$S/sock"
+echo "$SPORT" >"$S/port"
+: >"$S/postgres.log"
+chown -R "$PH_USER:" "$S"
+ph_as_user "$PH_PGBIN/pg_basebackup" -h "$P/sock" -p "$PH_PORT" -U "$PH_USER" -D "$S/data" \
+    -R -X stream -c fast
+cluster_conf "$S" "" "# ---- standby overrides (tests/standby.sh) ----" \
+    "port = $SPORT" "unix_socket_directories = '$S/sock'" "hot_standby = on"
+cluster_start "$S"
+cluster_wait_ready "$S"
+[[ $(cluster_sql "$S" "$DB" "SELECT pg_is_in_recovery()") == t ]] || ph_die "standby is not in recovery"
+
+# ------------------------------------------------------------ workload --
+opts=""
+[[ $AM == hybrid_btree ]] && opts=" WITH (merge_ratio = 10)"
+ROWS="SELECT g, (g * 2654435761) % 4294967296, g % 5000, 'v' || (g % 777)"
+psql_p() { cluster_sql "$P" "$DB" "$@" >/dev/null; }
+
+FORCE=("SET enable_seqscan=off" "SET enable_bitmapscan=off")
+QUERIES=(
+    "SELECT md5(string_agg(id::text, ',')) FROM (SELECT id FROM st WHERE id >= 0 ORDER BY id) s"
+    "SELECT md5(string_agg(id::text, ',')) FROM (SELECT id FROM st WHERE id >= 0 ORDER BY id DESC) s"
+    "SELECT id, k, v FROM st WHERE id = ANY (ARRAY(SELECT (g * 2654435761) % 4294967296 FROM generate_series(1, 3000000, 997) g)) ORDER BY id"
+    "SELECT count(*), sum(id) FROM st WHERE k BETWEEN 100 AND 400"
+    "SELECT count(*), sum(id) FROM st WHERE k = 4999"
+    "SELECT k, v, id FROM st WHERE k >= 2500 ORDER BY k, v LIMIT 300"
+    "SELECT k, v FROM st WHERE k < 10 ORDER BY k DESC, v DESC LIMIT 200"
+    "SELECT count(*) FROM st WHERE k IS NULL"
+    "SELECT count(*) FROM st WHERE id IN (1, 2654435761, 5308871522, 7963307283)"
+)
+
+compare() {   # STAGE
+    local stage=$1 q i a b plan
+    ph_wait_replay "$P" "$S" "$DB"
+    for i in "${!QUERIES[@]}"; do
+        q=${QUERIES[$i]}
+        plan=$(cluster_sql "$S" "$DB" "${FORCE[@]}" "EXPLAIN (COSTS OFF) $q")
+        grep -Eq "(using|on) st_(id|k)( |$)" <<<"$plan" ||
+            { fail "$stage: query $i does not use an st_* index on the standby:"; echo "$plan" >&2; }
+        a=$(cluster_sql "$P" "$DB" "${FORCE[@]}" "$q" | md5sum)
+        b=$(cluster_sql "$S" "$DB" "${FORCE[@]}" "$q" | md5sum)
+        if [[ $a != "$b" ]]; then
+            fail "$stage: query $i differs between primary and standby: $q"
+            diff <(cluster_sql "$P" "$DB" "${FORCE[@]}" "$q") <(cluster_sql "$S" "$DB" "${FORCE[@]}" "$q") | head -20 >&2 || true
+        fi
+    done
+    ph_index_vs_seq "$S" "$DB" st st_id "id >= -100" || fail "$stage: standby st_id disagrees with seqscan"
+    ph_index_vs_seq "$S" "$DB" st st_k "k >= 0" || fail "$stage: standby st_k disagrees with seqscan"
+    standby_verify "$stage"
+    say "  $stage: primary and standby agree (${#QUERIES[@]} queries, $(cluster_sql "$S" "$DB" "SELECT count(*) FROM st") rows)"
+}
+
+standby_verify() {
+    local stage=$1 idx err
+    for idx in st_id st_k; do
+        if ! err=$(cluster_sql "$S" "$DB" "SELECT pg_hybrid.verify('$idx'::regclass, heapallindexed => true)" 2>&1 >/dev/null); then
+            if grep -qi "recovery" <<<"$err"; then
+                if [[ -z ${VERIFY_WARNED:-} ]]; then
+                    echo "  WARNING: verify() is refused on a standby (not counted as a failure): $err"
+                    VERIFY_WARNED=1
+                fi
+            else
+                fail "$stage: verify($idx) on the standby: $err"
+            fi
+        fi
+    done
+}
+
+say "== workload (am=$AM, $N rows)"
+psql_p "CREATE TABLE st (id int8 NOT NULL, k int8, v text, pad int8)" \
+    "INSERT INTO st (id, k, v, pad) SELECT (g * 2654435761) % 4294967296, g % 5000, 'v' || (g % 777), g FROM generate_series(1, $N) g" \
+    "INSERT INTO st (id, k, v) SELECT -g, NULL, NULL FROM generate_series(1, 50) g" \
+    "CREATE UNIQUE INDEX st_id ON st USING $AM (id)$opts" \
+    "CREATE INDEX st_k ON st USING $AM (k, v)$opts" \
+    "INSERT INTO st (id, k, v, pad) SELECT (g * 2654435761) % 4294967296, g % 5000, 'v' || (g % 777), g FROM generate_series($N + 1, $N * 3 / 2) g"
+compare "build + inserts"
+
+psql_p "SELECT pg_hybrid.merge('st_id'::regclass)" "SELECT pg_hybrid.merge('st_k'::regclass)" \
+    "INSERT INTO st (id, k, v, pad) SELECT (g * 2654435761) % 4294967296, g % 5000, 'v' || (g % 777), g FROM generate_series($N * 3 / 2 + 1, $N * 2) g"
+compare "merge + inserts"
+
+psql_p "DELETE FROM st WHERE pad % 3 = 0" "VACUUM st" \
+    "INSERT INTO st (id, k, v, pad) SELECT (g * 2654435761) % 4294967296, g % 5000, 'w' || (g % 777), g FROM generate_series($N * 2 + 1, $N * 2 + $N / 10) g" \
+    "UPDATE st SET k = k + 1 WHERE pad % 7 = 0"
+compare "delete + vacuum + update"
+
+say "== kill -9 of the standby, restart"
+cluster_kill9 "$S"
+cluster_start "$S"
+cluster_wait_ready "$S"
+compare "standby restarted after crash"
+
+say "== clean restart of the primary with unmerged inserts"
+psql_p "INSERT INTO st (id, k, v, pad) SELECT (g * 2654435761) % 4294967296, g % 5000, 'x' || (g % 777), g FROM generate_series($N * 3, $N * 3 + $N / 5) g"
+cluster_stop "$P" fast
+cluster_start "$P"
+cluster_wait_ready "$P"
+psql_p "INSERT INTO st (id, k, v, pad) SELECT (g * 2654435761) % 4294967296, g % 5000, 'y' || (g % 777), g FROM generate_series($N * 4, $N * 4 + $N / 5) g" \
+    "SELECT pg_hybrid.merge('st_k'::regclass)"
+compare "primary restarted"
+
+say "== promote the standby and write to it"
+ph_as_user "$PH_PGBIN/pg_ctl" promote -w -D "$S/data" >/dev/null
+[[ $(cluster_sql "$S" "$DB" "SELECT pg_is_in_recovery()") == f ]] || fail "standby did not leave recovery"
+cluster_sql "$S" "$DB" \
+    "INSERT INTO st (id, k, v, pad) SELECT (g * 2654435761) % 4294967296, g % 5000, 'z', g FROM generate_series($N * 5, $N * 5 + 1000) g" \
+    "SELECT pg_hybrid.merge('st_id'::regclass)" >/dev/null || fail "writes on the promoted standby failed"
+dup=$(cluster_sql "$S" "$DB" "SET enable_indexscan=off" "SET enable_bitmapscan=off" "SET enable_indexonlyscan=off" \
+    "SELECT count(*) FROM (SELECT id FROM st GROUP BY id HAVING count(*) > 1) d")
+[[ $dup == 0 ]] || fail "promoted: $dup duplicate ids"
+ph_index_vs_seq "$S" "$DB" st st_id "id >= -100" || fail "promoted: st_id disagrees with seqscan"
+ph_index_vs_seq "$S" "$DB" st st_k "k >= 0" || fail "promoted: st_k disagrees with seqscan"
+ph_verify "$S" "$DB" st_id || fail "promoted: verify(st_id)"
+ph_verify "$S" "$DB" st_k || fail "promoted: verify(st_k)"
+
+if ((failures)); then
+    echo "standby: FAIL ($failures problems; logs $P/postgres.log $S/postgres.log)"
+    exit 1
+fi
+echo "standby: PASS"
