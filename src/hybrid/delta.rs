@@ -8,6 +8,8 @@
 //! Body of a delta page: `next_pos: u64` then records
 //! `varint(pos - first_pos) varint(key_len) key tid_block:u32le tid_off:u16le`.
 
+use std::sync::atomic::{AtomicU32, Ordering as AtomicOrdering};
+
 use pg_hybrid_core::tid::Tid;
 use pg_hybrid_core::varint;
 use pgrx::pg_sys;
@@ -108,16 +110,30 @@ pub unsafe fn create_log(rel: pg_sys::Relation, first_pos: u64) -> u32 {
 }
 
 /// Appends one record; returns its log position.
-pub unsafe fn append(rel: pg_sys::Relation, key: &[u8], tid: Tid) -> u64 {
+/// `tail_hint` remembers the tail block across calls (it lives in shared
+/// memory); a Delta page without a right-link is the tail, whatever the hint
+/// was, so a stale hint only costs a metapage read.
+pub unsafe fn append(rel: pg_sys::Relation, key: &[u8], tid: Tid, tail_hint: &AtomicU32) -> u64 {
     loop {
-        let tail_blk = meta::read(rel).delta_tail;
+        // Relations never shrink and the slot belongs to this relfilenode,
+        // so a hint always names an existing block.
+        let hint = tail_hint.load(AtomicOrdering::Relaxed);
+        let tail_blk = if hint != 0 { hint } else { meta::read(rel).delta_tail };
         let tail = Buf::read(rel, tail_blk, Lock::Exclusive);
-        page::check_page(rel, tail_blk, tail.page(), &[PageKind::Delta, PageKind::Free]);
         let op = *page::opaque(tail.page());
-        if op.kind != PageKind::Delta as u8 || op.right != NO_BLOCK {
-            // A new tail was linked after we read the metapage; retry.
+        let is_tail = !pg_sys::PageIsNew(tail.page())
+            && op.magic == page::PAGE_MAGIC
+            && op.kind == PageKind::Delta as u8
+            && op.right == NO_BLOCK;
+        if !is_tail {
+            if hint == 0 {
+                page::check_page(rel, tail_blk, tail.page(), &[PageKind::Delta]);
+            }
+            tail_hint.store(0, AtomicOrdering::Relaxed);
             continue;
         }
+        page::check_page(rel, tail_blk, tail.page(), &[PageKind::Delta]);
+        tail_hint.store(tail_blk, AtomicOrdering::Relaxed);
         let pos = next_pos_of(tail.page());
         let need = record_len(pos - op.first_pos, key);
         if op.body_len as usize + need <= BODY_CAP {
@@ -146,6 +162,7 @@ pub unsafe fn append(rel: pg_sys::Relation, key: &[u8], tid: Tid) -> u64 {
         m.delta_pages += 1;
         meta::store(mp, &m);
         w.finish();
+        tail_hint.store(newb.blkno(), AtomicOrdering::Relaxed);
         return got;
     }
 }

@@ -173,7 +173,7 @@ pub unsafe fn report_duplicate(index: pg_sys::Relation, desc: &IndexDesc, key: &
 /// Appends to the delta log and adds the entry to the dynamic stage; merges
 /// when the ratio trigger fires or the arena runs short.
 unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8], tid: Tid) {
-    let pos = delta::append(index, key, tid);
+    let pos = delta::append(index, key, tid, &slot.get().dual.tail_hint);
     let (fits, want_merge) = {
         let _g = LwGuard::exclusive(slot.lock());
         let st = &mut slot.get().dual;

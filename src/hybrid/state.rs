@@ -41,6 +41,8 @@ pub struct DualStageState {
     pub bloom: BloomState,
     pub bloom_skips: AtomicU64,
     pub bloom_checks: AtomicU64,
+    /// Last known delta-log tail block (0 = unknown; block 0 is the metapage).
+    pub tail_hint: std::sync::atomic::AtomicU32,
 }
 
 impl DualStageState {
@@ -69,6 +71,7 @@ impl DualStageState {
         self.applied_block = 0;
         self.bloom_skips = AtomicU64::new(0);
         self.bloom_checks = AtomicU64::new(0);
+        self.tail_hint = std::sync::atomic::AtomicU32::new(0);
     }
 
     fn drop_bloom(&mut self, pool: &mut ArenaPool) {
