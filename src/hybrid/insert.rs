@@ -94,21 +94,18 @@ pub unsafe fn tids_for_key(index: pg_sys::Relation, desc: &IndexDesc, slot: Slot
     }
     let mut cmp = |k: &[u8]| desc.compare_prefix(k, &keycols);
     let mut blk = static_io::descend(index, &stat, &mut cmp, false);
+    // Equal keys start at the leaf's seek position and may run on into
+    // right siblings (a posting list split across leaves).
     while blk != NO_BLOCK {
-        let leaf = static_io::load_leaf(index, blk, &stat);
-        let mut past = false;
-        for (k, tids) in &leaf.decode_all() {
-            match desc.compare_prefix(k, &keycols) {
-                Ordering::Less => {}
-                Ordering::Equal => out.extend_from_slice(tids),
-                Ordering::Greater => {
-                    past = true;
-                    break;
-                }
+        let mut leaf = static_io::load_leaf(index, blk, &stat);
+        let mut i = leaf.seek(|k| desc.compare_prefix(k, &keycols));
+        while i < leaf.len() {
+            let (k, tids) = leaf.get(i);
+            if desc.compare_prefix(k, &keycols) != Ordering::Equal {
+                return out;
             }
-        }
-        if past {
-            break;
+            out.extend_from_slice(tids);
+            i += 1;
         }
         blk = leaf.right;
     }
