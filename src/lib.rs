@@ -30,6 +30,7 @@ pub extern "C-unwind" fn _PG_init() {
         install_shmem_hooks();
         hybrid::options::register();
         hybrid::conflict::install();
+        hybrid::wal::register();
         // Errors must read the same whatever the server's environment:
         // backtraces in DETAIL only when explicitly asked for.
         if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {

@@ -92,11 +92,7 @@ unsafe fn append_to(page: pg_sys::Page, key: &[u8], tid: Tid) -> u64 {
     let pos = next_pos_of(page);
     let mut rec = Vec::with_capacity(record_len(pos - first, key));
     encode_record(&mut rec, pos - first, key, tid);
-    let len = page::opaque(page).body_len as usize;
-    let body = page::body_mut(page);
-    body[len..len + rec.len()].copy_from_slice(&rec);
-    body[..8].copy_from_slice(&(pos + 1).to_le_bytes());
-    page::set_body_len(page, len + rec.len());
+    super::wal::apply_append(page, &rec);
     pos
 }
 
@@ -137,11 +133,10 @@ pub unsafe fn append(rel: pg_sys::Relation, key: &[u8], tid: Tid, tail_hint: &At
         let pos = next_pos_of(tail.page());
         let need = record_len(pos - op.first_pos, key);
         if op.body_len as usize + need <= BODY_CAP {
-            let mut w = WalRecord::start(rel);
-            let p = w.register(&tail);
-            let got = append_to(p, key, tid);
-            w.finish();
-            return got;
+            let mut rec = Vec::with_capacity(need);
+            encode_record(&mut rec, pos - op.first_pos, key, tid);
+            super::wal::log_append(rel, tail.buffer(), &rec);
+            return pos;
         }
         // Link a new tail page: old tail, new page and metapage in one record.
         let newb = alloc_page(rel);

@@ -15,3 +15,4 @@ pub mod state;
 pub mod static_io;
 pub mod stats;
 pub mod vacuum;
+pub mod wal;
