@@ -135,21 +135,37 @@ pub unsafe fn merge_locked(
     };
     // The switch: metapage first, then the shared state, so the lock order
     // (buffer, then slot LWLock) matches inserters.
+    // The previous newest recycle segment keeps its own horizon from now on,
+    // stamped in the same WAL record, so it can be freed before ours.
+    let old_head = if recycle_head != m.recycle_head && m.recycle_head != NO_BLOCK {
+        Some(Buf::read(index, m.recycle_head, Lock::Exclusive))
+    } else {
+        None
+    };
     let metab = Buf::read(index, meta::META_BLOCK, Lock::Exclusive);
     let mut mm = meta::load(index, &metab);
     mm.stat = new_stat;
     mm.delta_head = new_head;
-    mm.recycle_head = recycle_head;
-    mm.recycle_safexid = pg_sys::ReadNextFullTransactionId().value;
+    let old_safexid = mm.recycle_safexid;
+    if recycle_head != mm.recycle_head {
+        mm.recycle_head = recycle_head;
+        mm.recycle_safexid = pg_sys::ReadNextFullTransactionId().value;
+    }
     mm.merges += 1;
     mm.last_merge_us = (millis * 1000.0) as u64;
     let delta_pages = mm.delta_pages;
     mm.delta_pages = delta_pages.saturating_sub(ndead_delta).max(1);
     {
         let mut w = WalRecord::start(index);
+        if let Some(ob) = &old_head {
+            let op = w.register(ob);
+            page::check_page(index, m.recycle_head, op, &[PageKind::Recycle]);
+            page::body_mut(op)[8..16].copy_from_slice(&old_safexid.to_le_bytes());
+        }
         meta::store(w.register(&metab), &mm);
         w.finish();
     }
+    drop(old_head);
     {
         let _g = LwGuard::exclusive(slot.lock());
         let st = &mut slot.get().dual;
@@ -162,14 +178,19 @@ pub unsafe fn merge_locked(
     MergeOutcome { merged_entries, static_entries: res.ntids, millis }
 }
 
-const RECYCLE_HDR: usize = 4;
+/// Recycle page body: `n u32 | segment_first u32 | safexid u64 | n blocks`.
+/// Each merge writes one segment; its first page carries the segment's
+/// horizon once a newer segment exists (the newest one's is in the metapage).
+const RECYCLE_HDR: usize = 16;
 const RECYCLE_CAP: usize = (BODY_CAP - RECYCLE_HDR) / 4;
 
-/// Writes `blocks` on a chain of recycle pages ending in `tail`; returns the
-/// chain's head. Unreferenced until the metapage points at it.
+/// Writes `blocks` as a new segment in front of the chain `tail`; returns the
+/// new head (or `tail` when there is nothing to list). Unreferenced until the
+/// metapage points at it.
 unsafe fn write_recycle_list(index: pg_sys::Relation, blocks: &[u32], tail: u32) -> u32 {
     let mut next = tail;
-    for chunk in blocks.chunks(RECYCLE_CAP) {
+    let chunks: Vec<&[u32]> = blocks.chunks(RECYCLE_CAP).collect();
+    for (i, chunk) in chunks.iter().enumerate() {
         let b = alloc_page(index);
         let mut w = WalRecord::start(index);
         let p = w.register_new(&b);
@@ -177,8 +198,11 @@ unsafe fn write_recycle_list(index: pg_sys::Relation, blocks: &[u32], tail: u32)
         page::opaque_mut(p).right = next;
         let body = page::body_mut(p);
         body[..4].copy_from_slice(&(chunk.len() as u32).to_le_bytes());
-        for (i, blk) in chunk.iter().enumerate() {
-            body[RECYCLE_HDR + 4 * i..RECYCLE_HDR + 4 * i + 4].copy_from_slice(&blk.to_le_bytes());
+        let first = (i + 1 == chunks.len()) as u32; // written last, read first
+        body[4..8].copy_from_slice(&first.to_le_bytes());
+        body[8..16].copy_from_slice(&0u64.to_le_bytes());
+        for (j, blk) in chunk.iter().enumerate() {
+            body[RECYCLE_HDR + 4 * j..RECYCLE_HDR + 4 * j + 4].copy_from_slice(&blk.to_le_bytes());
         }
         page::set_body_len(p, RECYCLE_HDR + 4 * chunk.len());
         w.finish();
@@ -187,38 +211,73 @@ unsafe fn write_recycle_list(index: pg_sys::Relation, blocks: &[u32], tail: u32)
     next
 }
 
-/// Frees the pages on the recycle list once every snapshot that could read
-/// them is gone (the nbtree rule for deleted pages). Caller holds the
+struct Segment {
+    safexid: u64,
+    pages: Vec<u32>,
+    blocks: Vec<u32>,
+}
+
+/// The recycle chain, newest segment first.
+pub unsafe fn recycle_segments(index: pg_sys::Relation, head: u32, head_safexid: u64) -> Vec<(u64, Vec<u32>, Vec<u32>)> {
+    let mut segs: Vec<Segment> = Vec::new();
+    let mut blk = head;
+    while blk != NO_BLOCK {
+        let b = Buf::read(index, blk, Lock::Share);
+        page::check_page(index, blk, b.page(), &[PageKind::Recycle]);
+        let body = page::body(b.page());
+        if body.len() < RECYCLE_HDR {
+            page::corrupted(&page::rel_name(index), blk, "recycle page too short");
+        }
+        let n = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
+        let first = u32::from_le_bytes(body[4..8].try_into().unwrap()) != 0;
+        if RECYCLE_HDR + 4 * n > body.len() {
+            page::corrupted(&page::rel_name(index), blk, "recycle list overruns page");
+        }
+        if first || segs.is_empty() {
+            let x = u64::from_le_bytes(body[8..16].try_into().unwrap());
+            segs.push(Segment { safexid: if segs.is_empty() { head_safexid } else { x }, pages: Vec::new(), blocks: Vec::new() });
+        }
+        let seg = segs.last_mut().unwrap();
+        seg.pages.push(blk);
+        for i in 0..n {
+            seg.blocks.push(u32::from_le_bytes(body[RECYCLE_HDR + 4 * i..RECYCLE_HDR + 4 * i + 4].try_into().unwrap()));
+        }
+        blk = page::opaque(b.page()).right;
+    }
+    segs.into_iter().map(|s| (s.safexid, s.pages, s.blocks)).collect()
+}
+
+/// Frees the recycle segments whose horizon every snapshot has passed (the
+/// nbtree rule for deleted pages). Segments are newest first and horizons
+/// only grow, so those are a suffix of the chain. Caller holds the
 /// maintenance lock exclusively.
 pub unsafe fn recycle_if_safe(index: pg_sys::Relation) -> u64 {
     let m = meta::read(index);
     if m.recycle_head == NO_BLOCK {
         return 0;
     }
-    let fxid = pg_sys::FullTransactionId { value: m.recycle_safexid };
-    if !pg_sys::GlobalVisCheckRemovableFullXid(std::ptr::null_mut(), fxid) {
+    let segs = recycle_segments(index, m.recycle_head, m.recycle_safexid);
+    let visible = |x: u64| pg_sys::GlobalVisCheckRemovableFullXid(std::ptr::null_mut(), pg_sys::FullTransactionId { value: x });
+    let Some(cut) = segs.iter().position(|s| visible(s.0)) else {
         return 0;
+    };
+    // Unlink first: a crash after this leaks pages until VACUUM's sweep, but
+    // never frees a page twice.
+    if cut == 0 {
+        meta::update(index, |mm| mm.recycle_head = NO_BLOCK);
+    } else {
+        let last = *segs[cut - 1].1.last().unwrap();
+        let b = Buf::read(index, last, Lock::Exclusive);
+        let mut w = WalRecord::start(index);
+        page::opaque_mut(w.register(&b)).right = NO_BLOCK;
+        w.finish();
     }
     let mut blocks = Vec::new();
     let mut lists = Vec::new();
-    let mut blk = m.recycle_head;
-    while blk != NO_BLOCK {
-        let b = Buf::read(index, blk, Lock::Share);
-        page::check_page(index, blk, b.page(), &[PageKind::Recycle]);
-        let body = page::body(b.page());
-        let n = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
-        if RECYCLE_HDR + 4 * n > body.len() {
-            page::corrupted(&page::rel_name(index), blk, "recycle list overruns page");
-        }
-        for i in 0..n {
-            blocks.push(u32::from_le_bytes(body[RECYCLE_HDR + 4 * i..RECYCLE_HDR + 4 * i + 4].try_into().unwrap()));
-        }
-        lists.push(blk);
-        blk = page::opaque(b.page()).right;
+    for (_, pages, blks) in &segs[cut..] {
+        blocks.extend_from_slice(blks);
+        lists.extend_from_slice(pages);
     }
-    // Unlink first: a crash after this leaks pages until the next VACUUM
-    // sweep, but never frees a page twice.
-    meta::update(index, |mm| mm.recycle_head = NO_BLOCK);
     free_pages(index, &blocks);
     free_pages(index, &lists);
     pg_sys::IndexFreeSpaceMapVacuum(index);

@@ -167,17 +167,9 @@ pub unsafe extern "C-unwind" fn amvacuumcleanup(
 unsafe fn sweep(index: pg_sys::Relation) -> (Vec<u32>, Vec<u32>) {
     let m = meta::read(index);
     let mut listed: HashSet<u32> = HashSet::new();
-    let mut blk = m.recycle_head;
-    while blk != NO_BLOCK {
-        listed.insert(blk);
-        let b = Buf::read(index, blk, Lock::Share);
-        page::check_page(index, blk, b.page(), &[PageKind::Recycle]);
-        let body = page::body(b.page());
-        let n = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
-        for i in 0..n.min((body.len() - 4) / 4) {
-            listed.insert(u32::from_le_bytes(body[4 + 4 * i..8 + 4 * i].try_into().unwrap()));
-        }
-        blk = page::opaque(b.page()).right;
+    for (_, pages, blocks) in merge::recycle_segments(index, m.recycle_head, m.recycle_safexid) {
+        listed.extend(pages);
+        listed.extend(blocks);
     }
     let mut free = Vec::new();
     let mut orphans = Vec::new();
