@@ -178,7 +178,10 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         let ratio = super::options::merge_ratio(index).max(1) as u64;
         let threshold = (st.stat.tids / ratio).max(crate::guc::MERGE_MIN_ENTRIES.get() as u64);
         let short = shmem::header().free_fraction() < 0.25;
-        let want = !st.merge_requested && (st.tree.nentries >= threshold || (short && st.tree.nentries > 0));
+        // Under arena pressure only an index whose tree holds a real share
+        // merges; otherwise every insert of a small index would merge.
+        let share = st.tree.nblocks as usize * 64 >= shmem::header().nblocks as usize;
+        let want = !st.merge_requested && (st.tree.nentries >= threshold || (short && share));
         if want {
             st.merge_requested = true;
         }

@@ -90,7 +90,10 @@ impl DualStageState {
         }
         let words = bloom::bloom_words_for(expected.max(4096) as usize, BLOOM_BITS_PER_ITEM);
         let per_block = DYN_BLOCK_SIZE / 8;
-        let want = words.div_ceil(per_block).clamp(1, MAX_BLOOM_BLOCKS);
+        // A filter may take at most 1/32 of the arena, so filters sized for
+        // large expected dynamic stages cannot starve the trees themselves.
+        let cap = (shmem::header().nblocks as usize / 32).clamp(1, MAX_BLOOM_BLOCKS);
+        let want = words.div_ceil(per_block).clamp(1, cap);
         for _ in 0..want {
             match pool.alloc() {
                 Some(b) => {
