@@ -9,10 +9,14 @@
 #   crash         tests/crash.sh        (kill -9 during inserts and during a merge)
 #   standby       tests/standby.sh      (streaming replica gives the same answers)
 #   concurrency   tests/concurrency.sh  (pgbench, 8 clients + merges, UNIQUE index)
+#   corrupt       tests/corrupt.sh      (damaged index pages: clean XX002 ERROR, no crash, REINDEX repairs)
+#   arena         tests/arena.sh        (8MB pg_hybrid.shared_memory: merges under arena pressure,
+#                                        background merge on/off, restart rebuilds the dynamic stages)
 # The last line printed is exactly "N passed, M failed"; exit status 1 if M > 0.
 #
 # Options:
-#   --quick            short form of every step (differential 20 s, pgbench 15 s, one merge crash)
+#   --quick            short form of every step (differential 20 s, pgbench 15 s, one merge crash,
+#                      ~30k-row corrupt table, ~100k rows per arena round)
 #   --only S[,S...]    run only these steps (repeatable)
 #   --skip S[,S...]    skip these steps (repeatable)
 #   --no-setup         same as --skip setup
@@ -25,7 +29,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ALL_STEPS=(setup core regress differential crash standby concurrency)
+ALL_STEPS=(setup core regress differential crash standby concurrency corrupt arena)
 quick=0
 only=()
 skip=()
@@ -189,7 +193,7 @@ run_step setup step_setup
 if selected setup && [[ ${results[-1]} == *FAIL* ]]; then setup_ok=0; fi
 
 if ((setup_ok == 0)); then
-    for s in core regress differential crash standby concurrency; do
+    for s in core regress differential crash standby concurrency corrupt arena; do
         selected "$s" && record "$s" FAIL 0 "(not run: setup failed)"
     done
 else
@@ -212,6 +216,8 @@ else
     run_step crash bash "$PH_REPO/tests/crash.sh" "${qarg[@]}"
     run_step standby bash "$PH_REPO/tests/standby.sh" "${qarg[@]}"
     run_step concurrency bash "$PH_REPO/tests/concurrency.sh" "${qarg[@]}"
+    run_step corrupt bash "$PH_REPO/tests/corrupt.sh" "${qarg[@]}"
+    run_step arena bash "$PH_REPO/tests/arena.sh" "${qarg[@]}"
 fi
 
 echo

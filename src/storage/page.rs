@@ -10,7 +10,8 @@ pub const PAGE_MAGIC: u32 = 0x5047_4859;
 pub const PAGE_VERSION: u16 = 1;
 
 pub const BLCKSZ: usize = pg_sys::BLCKSZ as usize;
-pub const PAGE_HEADER_SIZE: usize = std::mem::size_of::<pg_sys::PageHeaderData>() - 4; // SizeOfPageHeaderData (no line pointers)
+/// SizeOfPageHeaderData: the body starts right after the header proper.
+pub const PAGE_HEADER_SIZE: usize = std::mem::offset_of!(pg_sys::PageHeaderData, pd_linp);
 
 /// What a page holds. Stored as u8 in [`PageOpaque::kind`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
