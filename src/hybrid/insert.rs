@@ -189,7 +189,13 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
     };
     if !fits {
         // The arena is full: the entry is durable in the log, so merging
-        // moves it into the static stage; then nothing is missing.
+        // moves it into the static stage; then nothing is missing. Until
+        // then the tree lacks it, so the slot is marked for a rebuild in
+        // case the merge is cancelled.
+        {
+            let _g = LwGuard::exclusive(slot.lock());
+            slot.get().dual.valid = false;
+        }
         merge::merge_index(index, merge::Reason::ArenaFull);
         let _g = LwGuard::exclusive(slot.lock());
         let st = &mut slot.get().dual;
