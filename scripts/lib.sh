@@ -382,3 +382,18 @@ ph_trap_install() {
     trap 'exit 130' INT
     trap 'exit 143' TERM
 }
+
+# ph_parse_quick SCRIPT ARGS...: the options every tests/*.sh takes; sets
+# quick=1 for --quick, prints usage for --help, dies on anything else.
+ph_parse_quick() {
+    local script=$1 a
+    shift
+    quick=0
+    for a in "$@"; do
+        case $a in
+            --quick) quick=1 ;;
+            -h | --help) ph_usage "$script"; exit 0 ;;
+            *) ph_die "$(basename "$script"): unknown option $a" ;;
+        esac
+    done
+}

@@ -33,14 +33,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
-quick=0
-for a in "$@"; do
-    case $a in
-        --quick) quick=1 ;;
-        -h | --help) ph_usage "$0"; exit 0 ;;
-        *) ph_die "arena.sh: unknown option $a" ;;
-    esac
-done
+ph_parse_quick "$0" "$@"
 big=100000       # rows per big transaction (x3: two single statements + one multi-statement)
 sess_rows=25000  # rows per concurrent session (x4)
 after=20000      # rows inserted after the restart

@@ -31,14 +31,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
-quick=0
-for a in "$@"; do
-    case $a in
-        --quick) quick=1 ;;
-        -h | --help) ph_usage "$0"; exit 0 ;;
-        *) ph_die "corrupt.sh: unknown option $a" ;;
-    esac
-done
+ph_parse_quick "$0" "$@"
 rows=100000
 late=3000
 if ((quick)); then

@@ -19,14 +19,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
-quick=0
-for a in "$@"; do
-    case $a in
-        --quick) quick=1 ;;
-        -h | --help) ph_usage "$0"; exit 0 ;;
-        *) ph_die "crash.sh: unknown option $a" ;;
-    esac
-done
+ph_parse_quick "$0" "$@"
 merge_iters=3
 big_rows=${PH_CRASH_ROWS:-1000000}
 if ((quick)); then

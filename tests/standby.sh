@@ -14,14 +14,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
-quick=0
-for a in "$@"; do
-    case $a in
-        --quick) quick=1 ;;
-        -h | --help) ph_usage "$0"; exit 0 ;;
-        *) ph_die "standby.sh: unknown option $a" ;;
-    esac
-done
+ph_parse_quick "$0" "$@"
 N=200000
 ((quick)) && N=50000
 
