@@ -5,7 +5,8 @@
 #   2. checks cargo/rustup (assumed installed; clear error if not)
 #   3. cargo-pgrx 0.18.1 (installed only if `cargo pgrx --version` differs)
 #   4. `cargo pgrx init --pg15=<pg_config>` (only if ~/.pgrx/config.toml lacks pg15)
-#   5. builds and installs the extension: cargo pgrx install --release
+#   5. builds the extension (cargo pgrx package --release) and installs its files
+#      atomically (new inode + rename), so running servers are never disturbed
 # Never downloads PostgreSQL sources.
 #
 # Usage: scripts/setup.sh [--no-build]      (--no-build: skip step 5; env PH_SKIP_BUILD=1)
@@ -77,7 +78,17 @@ if [[ $no_build == 1 ]]; then
 fi
 cd "$PH_REPO"
 ph_log "building and installing pg_hybrid (release)"
-cargo pgrx install --release --pg-config "$pg_config"
+# Package into a staging tree, then `install` each file: install(1) writes a new inode
+# and renames it into place, so a server that has the old library mapped keeps running
+# on it (cargo pgrx install rewrites the file in place, which can crash such a server).
+stage=$PH_REPO/target/release/pg_hybrid-stage
+rm -rf "$stage"
+cargo pgrx package --pg-config "$pg_config" --out-dir "$stage"
+while IFS= read -r -d '' f; do
+    dest=/${f#"$stage"/}
+    install -D -m "$([[ $f == *.so ]] && echo 755 || echo 644)" "$f" "$dest.ph_new"
+    mv -f "$dest.ph_new" "$dest"
+done < <(find "$stage" -type f -print0)
 share=$("$pg_config" --sharedir)/extension
 lib=$("$pg_config" --pkglibdir)
 [[ -f $share/pg_hybrid.control ]] || ph_die "install did not produce $share/pg_hybrid.control"
