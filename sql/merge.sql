@@ -33,7 +33,18 @@ SELECT bloom_checks >= 2 AND bloom_skips >= 1 AS bloom_used FROM pg_hybrid.index
 CREATE INDEX mg_k_lz4 ON mg USING hybrid_btree (k) WITH (compression = 'lz4');
 SELECT count(*), sum(k) FROM mg WHERE k BETWEEN 100 AND 20100;
 DROP INDEX mg_k;
+-- the second read of a compressed leaf comes from the shared leaf cache
+CREATE TEMP TABLE lc0 AS SELECT hits, inserts FROM pg_hybrid.leaf_cache_stats();
 SELECT count(*), sum(k) FROM mg WHERE k BETWEEN 100 AND 20100;
+SELECT count(*), sum(k) FROM mg WHERE k BETWEEN 100 AND 20100;
+SELECT s.hits > lc0.hits AS cache_hits, s.inserts >= lc0.inserts AS cache_inserts, s.entries > 0 AS cached,
+       s.used_bytes <= s.capacity_bytes AS within_capacity
+  FROM pg_hybrid.leaf_cache_stats() s, lc0;
+-- VACUUM rewrites leaves in place (new LSN): the cache never serves the old body
+DELETE FROM mg WHERE k BETWEEN 150 AND 250;
+VACUUM mg;
+SELECT count(*), sum(k) FROM mg WHERE k BETWEEN 100 AND 20100;
+INSERT INTO mg SELECT g, g % 10 FROM generate_series(150, 250) g;
 INSERT INTO mg SELECT g, 1 FROM generate_series(40001, 41000) g;
 SELECT pg_hybrid.merge('mg_k_lz4');
 SELECT count(*), sum(k) FROM mg WHERE k BETWEEN 100 AND 41000;
@@ -46,4 +57,13 @@ REINDEX INDEX mg_grp;
 REINDEX INDEX CONCURRENTLY mg_k_lz4;
 SELECT k FROM mg WHERE k > 0 ORDER BY k;
 SELECT dynamic_entries, static_entries FROM pg_hybrid.index_stats('mg_k_lz4');
+-- REINDEX and DROP free the shared state of the storage they retire at once
+INSERT INTO mg SELECT g, g % 10 FROM generate_series(100, 300) g;
+CREATE TEMP TABLE ar0 AS SELECT free_bytes, slots_in_use FROM pg_hybrid.arena_stats();
+SELECT slots_in_use >= 2 AS slots_used FROM ar0;
+REINDEX INDEX mg_grp;
+INSERT INTO mg VALUES (301, 1);
+SELECT a.slots_in_use = ar0.slots_in_use AS reindex_reused_slot FROM pg_hybrid.arena_stats() a, ar0;
 DROP TABLE mg;
+SELECT a.slots_in_use = ar0.slots_in_use - 2 AS slots_freed, a.free_bytes > ar0.free_bytes AS blocks_freed
+  FROM pg_hybrid.arena_stats() a, ar0;

@@ -6,6 +6,7 @@ pub static SHARED_MEMORY_MB: GucSetting<i32> = GucSetting::<i32>::new(128);
 pub static MAX_INDEXES: GucSetting<i32> = GucSetting::<i32>::new(256);
 pub static BACKGROUND_MERGE: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static MERGE_MIN_ENTRIES: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+pub static LEAF_CACHE_MB: GucSetting<i32> = GucSetting::<i32>::new(32);
 
 pub fn define() {
     GucRegistry::define_int_guc(
@@ -27,6 +28,16 @@ pub fn define() {
         65536,
         GucContext::Postmaster,
         GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_hybrid.leaf_cache",
+        c"Size of the shared CLOCK cache of decompressed LZ4 leaves (0 disables it).",
+        c"Leaves of indexes built WITH (compression = lz4) are decompressed once and served from here until evicted.",
+        &LEAF_CACHE_MB,
+        0,
+        16 * 1024,
+        GucContext::Postmaster,
+        GucFlags::UNIT_MB,
     );
     GucRegistry::define_bool_guc(
         c"pg_hybrid.background_merge",

@@ -30,6 +30,7 @@ pub extern "C-unwind" fn _PG_init() {
         install_shmem_hooks();
         hybrid::options::register();
         hybrid::conflict::install();
+        shmem::install_drop_hook();
         hybrid::wal::register();
         // Errors must read the same whatever the server's environment:
         // backtraces in DETAIL only when explicitly asked for.

@@ -11,13 +11,16 @@
 # through btree), inserts/upserts/moves go through plpgsql functions that
 # catch unique_violation instead.
 # Meanwhile one more client runs pg_hybrid.merge() on every index every 2 s
-# (and VACUUM every 4th time).  Afterwards:
+# (and VACUUM every 4th time, and CREATE INDEX CONCURRENTLY once).
+# Afterwards:
 #   - pgbench exited 0, no client aborted (only serialization/deadlock failures,
 #     retried with --max-tries, are tolerated), merges raised no error;
 #   - no duplicate key (GROUP BY ... HAVING count(*) > 1 on a seqscan);
 #   - every index agrees with a seqscan and pg_hybrid.verify(.., true) passes;
 #   - the ledger holds at least as many rows as pgbench counted committed ledger
-#     transactions (no lost row), and at most that + one in-flight per client.
+#     transactions (no lost row), and at most that + one in-flight per client;
+#   - upserts (ON CONFLICT DO UPDATE n = n + 1) on 20 hot keys: one row per key
+#     and sum(n) equals the committed upserts (same in-flight margin).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
@@ -55,6 +58,8 @@ cluster_sql "$DIR" "$DB" \
     "CREATE TABLE ledger (id int8 NOT NULL, client int)" \
     "CREATE UNIQUE INDEX ledger_id ON ledger USING $AM (id)$opts" \
     "CREATE SEQUENCE ledger_seq" \
+    "CREATE TABLE counter (k int8 NOT NULL, n int8 NOT NULL)" \
+    "CREATE UNIQUE INDEX counter_k ON counter USING $AM (k)$opts" \
     "VACUUM ANALYZE kv" >/dev/null
 
 # PostgreSQL 15 runs INSERT ... ON CONFLICT only through btree unique indexes;
@@ -140,6 +145,13 @@ EOF
 cat >"$W/ledger.sql" <<'EOF'
 INSERT INTO ledger VALUES (nextval('ledger_seq'), :client_id);
 EOF
+# Upserts on 20 hot keys: every committed one adds exactly 1 to sum(n).
+if ((onconflict)); then
+    printf '%s\n%s\n' '\set k random(1, 20)' \
+        "INSERT INTO counter VALUES (:k, 1) ON CONFLICT (k) DO UPDATE SET n = counter.n + 1;" >"$W/counter.sql"
+else
+    printf '%s\n%s\n' '\set k random(1, 20)' "INSERT INTO counter VALUES (-nextval('ledger_seq'), 1);" >"$W/counter.sql"
+fi
 chown -R "$PH_USER:" "$W"
 
 # ------------------------------------------------------------- merger --
@@ -151,8 +163,11 @@ merger() {
         sleep 2
         i=$((i + 1))
         local stmts=("SELECT pg_hybrid.merge('kv_k'::regclass)" "SELECT pg_hybrid.merge('kv_v'::regclass)"
-                     "SELECT pg_hybrid.merge('ledger_id'::regclass)")
+                     "SELECT pg_hybrid.merge('ledger_id'::regclass)" "SELECT pg_hybrid.merge('counter_k'::regclass)")
         ((i % 4 == 0)) && stmts+=("VACUUM kv")
+        # Once, under load: CREATE INDEX CONCURRENTLY must catch up with the
+        # rows written between its build and validate phases.
+        ((i == 2)) && stmts+=("CREATE INDEX CONCURRENTLY kv_pad_cic ON kv USING $AM (pad, k)")
         if ! err=$(cluster_sql "$DIR" "$DB" "${stmts[@]}" 2>&1 >/dev/null); then
             [[ -e $STOP ]] && break
             echo "merge error: $err"
@@ -172,7 +187,7 @@ ph_as_user env PGOPTIONS="-c enable_seqscan=off" "$PH_PGBIN/pgbench" -n -h "$DIR
     -c "$clients" -j 2 -T "$seconds" -M prepared --max-tries=20 --failures-detailed -P 10 \
     -f "$W/insert.sql@25" -f "$W/hot.sql@10" -f "$W/upsert.sql@5" -f "$W/delete.sql@12" \
     -f "$W/update.sql@10" -f "$W/move.sql@5" -f "$W/point.sql@15" -f "$W/range.sql@10" \
-    -f "$W/vread.sql@3" -f "$W/ledger.sql@5" "$DB" >"$DIR/pgbench.out" 2>"$DIR/pgbench.err"
+    -f "$W/vread.sql@3" -f "$W/ledger.sql@5" -f "$W/counter.sql@5" "$DB" >"$DIR/pgbench.out" 2>"$DIR/pgbench.err"
 rc=$?
 set -e
 touch "$STOP"
@@ -215,10 +230,27 @@ else
     # a client's last transaction may commit after pgbench stopped counting at -T
     echo "  ledger: $ledger_rows rows for $ledger_tx transactions counted by pgbench (+ up to $clients in flight at the end)"
 fi
-for idx in kv_k kv_v ledger_id; do
+# counter: sum(n) == committed upserts, one row per key
+counter_tx=$(awk '/^SQL script [0-9]+: .*counter\.sql/ {f=1; next} f && /transactions \(/ {print $2; exit}' "$DIR/pgbench.out")
+counter_sum=$(cluster_sql "$DIR" "$DB" "${SEQ[@]}" "SELECT coalesce(sum(n), 0) FROM counter")
+dup=$(cluster_sql "$DIR" "$DB" "${SEQ[@]}" "SELECT count(*) FROM (SELECT k FROM counter GROUP BY k HAVING count(*) > 1) d")
+[[ $dup == 0 ]] || fail "$dup duplicated keys in counter under the UNIQUE index"
+if [[ -z $counter_tx ]]; then
+    fail "could not read the counter transaction count from pgbench output"
+elif ((counter_sum < counter_tx || counter_sum > counter_tx + clients)); then
+    fail "counter: sum(n) = $counter_sum for $counter_tx committed upserts (+ up to $clients in flight)"
+else
+    echo "  counter: sum(n) = $counter_sum for $counter_tx upserts counted by pgbench"
+fi
+ph_index_vs_seq "$DIR" "$DB" counter counter_k "k >= -1000000000" || fail "counter_k disagrees with seqscan"
+valid=$(cluster_sql "$DIR" "$DB" "SELECT indisvalid FROM pg_index WHERE indexrelid = 'kv_pad_cic'::regclass" 2>&1)
+[[ $valid == t ]] || fail "CREATE INDEX CONCURRENTLY under load did not leave a valid index: $valid"
+ph_index_vs_seq "$DIR" "$DB" kv kv_pad_cic "pad >= ''" || fail "kv_pad_cic (built concurrently) disagrees with seqscan"
+for idx in kv_k kv_v ledger_id counter_k kv_pad_cic; do
     ph_verify "$DIR" "$DB" "$idx" || fail "verify($idx)"
 done
 cluster_sql "$DIR" "$DB" "SELECT 'kv_k', * FROM pg_hybrid.index_stats('kv_k'::regclass)" | sed 's/^/  index_stats: /'
+cluster_sql "$DIR" "$DB" "DROP INDEX CONCURRENTLY kv_pad_cic" >/dev/null || fail "DROP INDEX CONCURRENTLY kv_pad_cic"
 # once more after a final merge + vacuum
 cluster_sql "$DIR" "$DB" "SELECT pg_hybrid.merge('kv_k'::regclass)" "VACUUM kv" "SELECT pg_hybrid.merge('kv_v'::regclass)" >/dev/null
 ph_index_vs_seq "$DIR" "$DB" kv kv_k "k >= 0" || fail "kv_k disagrees with seqscan after merge + vacuum"

@@ -116,9 +116,10 @@ pub unsafe extern "C-unwind" fn ambuild(
         m.stat.body_bytes = res.body_bytes;
     });
     let _ = m;
-    // A relfilenode reused by the system must not inherit a stale slot.
+    // The index's previous storage (REINDEX, TRUNCATE) is gone, and a
+    // relfilenode reused by the system must not inherit a stale slot.
     if crate::shmem::available() {
-        crate::shmem::forget(crate::shmem::slot_key(index));
+        crate::shmem::forget_index(pg_sys::MyDatabaseId, (*index).rd_id, Some(crate::shmem::slot_key(index)));
     }
     let r = pg_sys::palloc0(std::mem::size_of::<pg_sys::IndexBuildResult>()) as *mut pg_sys::IndexBuildResult;
     (*r).heap_tuples = reltuples;

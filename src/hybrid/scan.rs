@@ -43,7 +43,6 @@ struct Cond {
 }
 
 struct ArrayKey {
-    col: usize,
     elems: Vec<Cond>,
 }
 
@@ -138,37 +137,27 @@ fn matches(desc: &IndexDesc, conds: &[Cond], key: &[u8]) -> bool {
 
 /// Physical lower and upper bound prefixes implied by the conditions.
 fn bounds(desc: &IndexDesc, conds: &[Cond]) -> (Vec<u8>, Option<Vec<u8>>) {
+    // Equalities on leading columns extend both bounds; the first column
+    // without one contributes its range bounds and ends the prefix.
     let mut lower = Vec::new();
     let mut upper = Vec::new();
-    let mut lower_open = true;
-    let mut upper_open = true;
     for col in 0..desc.nkeyatts {
         let eq = conds.iter().find(|c| {
             c.col == col && matches!(c.kind, CondKind::Cmp(3) | CondKind::IsNull)
         });
         if let Some(c) = eq {
-            if lower_open {
-                lower.extend_from_slice(&c.enc);
-            }
-            if upper_open {
-                upper.extend_from_slice(&c.enc);
-            }
+            lower.extend_from_slice(&c.enc);
+            upper.extend_from_slice(&c.enc);
             continue;
         }
         let desc_col = desc.cols[col].order.desc;
         let (lo_strats, hi_strats): (&[u16], &[u16]) = if desc_col { (&[1, 2], &[4, 5]) } else { (&[4, 5], &[1, 2]) };
-        if lower_open {
-            if let Some(c) = conds.iter().find(|c| c.col == col && matches!(c.kind, CondKind::Cmp(s) if lo_strats.contains(&s))) {
-                lower.extend_from_slice(&c.enc);
-            }
+        if let Some(c) = conds.iter().find(|c| c.col == col && matches!(c.kind, CondKind::Cmp(s) if lo_strats.contains(&s))) {
+            lower.extend_from_slice(&c.enc);
         }
-        if upper_open {
-            if let Some(c) = conds.iter().find(|c| c.col == col && matches!(c.kind, CondKind::Cmp(s) if hi_strats.contains(&s))) {
-                upper.extend_from_slice(&c.enc);
-            }
+        if let Some(c) = conds.iter().find(|c| c.col == col && matches!(c.kind, CondKind::Cmp(s) if hi_strats.contains(&s))) {
+            upper.extend_from_slice(&c.enc);
         }
-        lower_open = false;
-        upper_open = false;
         break;
     }
     let upper = if upper.is_empty() { None } else { Some(upper) };
@@ -248,7 +237,7 @@ impl ScanState {
                 conds.sort_by(|a, b| cmp_elems(a, b));
                 conds.dedup_by(|a, b| cmp_elems(a, b) == Ordering::Equal);
                 if strategy == 3 {
-                    self.arrays.push(ArrayKey { col, elems: conds });
+                    self.arrays.push(ArrayKey { elems: conds });
                 } else {
                     // x < ANY(a) is x < max(a); x > ANY(a) is x > min(a) (logical order).
                     let want_max = matches!(strategy, 1 | 2);

@@ -175,7 +175,6 @@ unsafe fn out_of_arena(rel: pg_sys::Relation) -> ! {
             "pg_hybrid.shared_memory is too small for the dynamic stage of index \"{}\"",
             crate::storage::page::rel_name(rel)
         ), "Raise pg_hybrid.shared_memory (it must be at least as large as on the primary) and restart, or run pg_hybrid.merge() on the primary.");
-    unreachable!()
 }
 
 unsafe fn rebuild_primary(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {

@@ -4,6 +4,7 @@ use std::cmp::Ordering;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+use pg_hybrid_core::clock_cache::CacheKey;
 use pg_hybrid_core::static_stage::{self as ss, InnerView, LeafView, PageOut};
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
@@ -27,8 +28,8 @@ pub struct LeafData {
     /// Pinned for as long as the scan is on this leaf; VACUUM takes a
     /// cleanup lock, so the page cannot change while we hold the pin.
     pin: Pin,
-    /// Decompressed body of an LZ4 leaf (plain leaves are read in place).
-    plain: Option<Vec<u8>>,
+    /// Where the body of an LZ4 leaf is (plain leaves are read in place).
+    lz4: Option<Lz4Body>,
     nkeys: usize,
     win_start: usize,
     win: Vec<(Vec<u8>, Vec<Tid>)>,
@@ -39,19 +40,47 @@ pub struct LeafData {
 
 const MAX_WINDOW: usize = 64;
 
+/// The decompressed body of an LZ4 leaf: read in place in the shared leaf
+/// cache while it holds this version of the page, else decompressed once
+/// into backend memory.
+struct Lz4Body {
+    key: Option<CacheKey>,
+    local: std::cell::OnceCell<Vec<u8>>,
+}
+
 impl LeafData {
-    /// Runs `f` on the leaf body, under a short share lock when in place.
+    /// Runs `f` on the leaf body: plain leaves under a short share lock on
+    /// the pinned page, LZ4 leaves from the shared cache or a local copy.
     fn with_view<R>(&self, f: impl FnOnce(LeafView<'_>) -> R) -> R {
-        if let Some(plain) = &self.plain {
-            return f(LeafView::parse(plain).unwrap_or_else(|e| self.bad(e)));
+        if let Some(lz) = &self.lz4 {
+            let mut f = Some(f);
+            if lz.local.get().is_none() {
+                if let Some(key) = &lz.key {
+                    let hit = crate::shmem::leaf_cache::with_cached(key, |body| (f.take().expect("called once"))(self.parse(body)));
+                    if let Some(r) = hit {
+                        return r;
+                    }
+                }
+            }
+            let f = f.expect("not consumed by a cache miss");
+            let body = lz.local.get_or_init(|| unsafe {
+                // Evicted since load: the pin keeps the page as it was.
+                let l = self.pin.share();
+                decompress(self.rel, self.blk, l.page(), lz.key.as_ref())
+            });
+            return f(self.parse(body));
         }
         unsafe {
             let l = self.pin.share();
             let body = page::body(l.page());
-            let r = f(LeafView::parse(body).unwrap_or_else(|e| self.bad(e)));
+            let r = f(self.parse(body));
             drop(l);
             r
         }
+    }
+
+    fn parse<'a>(&self, body: &'a [u8]) -> LeafView<'a> {
+        LeafView::parse(body).unwrap_or_else(|e| self.bad(e))
     }
 
     fn bad(&self, e: ss::FormatError) -> ! {
@@ -131,6 +160,17 @@ pub unsafe fn leaf_body(rel: pg_sys::Relation, blk: u32, p: pg_sys::Page) -> Vec
         .into_owned()
 }
 
+/// Decompresses the LZ4 leaf on the locked page `p` and offers the result
+/// to the shared leaf cache under `key`.
+unsafe fn decompress(rel: pg_sys::Relation, blk: u32, p: pg_sys::Page, key: Option<&CacheKey>) -> Vec<u8> {
+    let plain = ss::decompress_leaf(page::body(p))
+        .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
+    if let Some(k) = key {
+        crate::shmem::leaf_cache::store(k, &plain);
+    }
+    plain
+}
+
 pub unsafe fn leaf_ntids(rel: pg_sys::Relation, blk: u32, body: &[u8]) -> usize {
     let plain = ss::leaf_body(body).unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
     LeafView::parse(&plain).unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}"))).ntids()
@@ -143,18 +183,29 @@ pub unsafe fn load_leaf(rel: pg_sys::Relation, blk: u32, stat: &StaticInfo) -> L
     let op = *page::opaque(p);
     let raw = page::body(p);
     let bad = |e: ss::FormatError| -> ! { page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")) };
-    let plain = match ss::leaf_body(raw).unwrap_or_else(|e| bad(e)) {
-        std::borrow::Cow::Borrowed(_) => None,
-        std::borrow::Cow::Owned(v) => Some(v),
+    let (lz4, nkeys) = if raw.first() == Some(&ss::FORMAT_LEAF_LZ4) {
+        let key = crate::shmem::leaf_cache::key_of(rel, blk, p);
+        let cached = key.as_ref().and_then(|k| {
+            crate::shmem::leaf_cache::with_cached(k, |body| LeafView::parse(body).map(|v| v.nkeys()))
+        });
+        match cached {
+            Some(n) => (Some(Lz4Body { key, local: Default::default() }), n.unwrap_or_else(|e| bad(e))),
+            None => {
+                let local = decompress(rel, blk, p, key.as_ref());
+                let n = LeafView::parse(&local).unwrap_or_else(|e| bad(e)).nkeys();
+                (Some(Lz4Body { key, local: local.into() }), n)
+            }
+        }
+    } else {
+        (None, LeafView::parse(raw).unwrap_or_else(|e| bad(e)).nkeys())
     };
-    let nkeys = LeafView::parse(plain.as_deref().unwrap_or(raw)).unwrap_or_else(|e| bad(e)).nkeys();
     LeafData {
         blk,
         left: op.left,
         right: op.right,
         rel,
         pin: b.into_pin(),
-        plain,
+        lz4,
         nkeys,
         win_start: 0,
         win: Vec::new(),

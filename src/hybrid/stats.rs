@@ -109,7 +109,6 @@ fn index_stats(
 
 fn fail(index: &str, what: String) -> ! {
     crate::raise(PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED, format!("hybrid_btree index \"{index}\" failed verification: {what}"), "REINDEX the index.");
-    unreachable!()
 }
 
 #[pg_extern(sql = "

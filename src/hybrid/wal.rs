@@ -42,14 +42,6 @@ pub unsafe fn apply_append(p: pg_sys::Page, rec: &[u8]) {
     page::set_body_len(p, len + rec.len());
 }
 
-/// RelationNeedsWAL(), a C macro.
-pub unsafe fn relation_needs_wal(rel: pg_sys::Relation) -> bool {
-    (*(*rel).rd_rel).relpersistence == pg_sys::RELPERSISTENCE_PERMANENT as std::os::raw::c_char
-        && (pg_sys::wal_level >= pg_sys::WalLevel::WAL_LEVEL_REPLICA as i32
-            || ((*rel).rd_createSubid == 0
-                && (*rel).rd_firstRelfilenodeSubid == 0))
-}
-
 unsafe fn set_lsn(p: pg_sys::Page, lsn: pg_sys::XLogRecPtr) {
     let hdr = p as *mut pg_sys::PageHeaderData;
     (*hdr).pd_lsn.xlogid = (lsn >> 32) as u32;
@@ -63,7 +55,7 @@ pub unsafe fn log_append(rel: pg_sys::Relation, buf: pg_sys::Buffer, rec: &[u8])
     pg_sys::CritSectionCount += 1;
     apply_append(p, rec);
     pg_sys::MarkBufferDirty(buf);
-    if relation_needs_wal(rel) {
+    if crate::storage::wal::relation_needs_wal(rel) {
         pg_sys::XLogBeginInsert();
         pg_sys::XLogRegisterBuffer(0, buf, pg_sys::REGBUF_STANDARD as u8);
         pg_sys::XLogRegisterBufData(0, rec.as_ptr() as *mut std::os::raw::c_char, rec.len() as i32);

@@ -189,7 +189,6 @@ unsafe fn unsupported_type(index: pg_sys::Relation, typid: pg_sys::Oid, col: usi
             col + 1,
             crate::storage::page::rel_name(index)
         ), "Supported key types: int2, int4, int8, float4, float8, numeric, text, varchar, bpchar, bytea, uuid, bool, date, time, timestamp, timestamptz, interval. Other types may be INCLUDE columns.");
-    unreachable!()
 }
 
 /// Byte contents of a (possibly toasted or short-header) varlena datum.
@@ -349,7 +348,6 @@ impl IndexDesc {
         for (i, col) in self.schema.columns(key).enumerate().take(self.natts) {
             let Ok(col) = col else {
                 pgrx::ereport!(ERROR, PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED, "malformed key in pg_hybrid index");
-                unreachable!()
             };
             let c = &self.cols[i];
             if col.null || !c.returnable {
@@ -361,7 +359,6 @@ impl IndexDesc {
             let enc = col.encoded;
             let bad = || -> ! {
                 pgrx::ereport!(ERROR, PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED, "malformed key column in pg_hybrid index");
-                unreachable!()
             };
             values[i] = match c.enc {
                 Enc::Int2 | Enc::Int4 | Enc::Int8 | Enc::Date | Enc::Time | Enc::Timestamp => {

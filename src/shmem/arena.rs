@@ -13,7 +13,9 @@ pub const TRANCHE_NAME: &std::ffi::CStr = c"pg_hybrid";
 /// Fixed locks at the start of the tranche.
 pub const LOCK_REGISTRY: usize = 0;
 pub const LOCK_POOL: usize = 1;
-pub const FIXED_LOCKS: usize = 2;
+/// One lock per partition of the leaf cache.
+pub const CACHE_LOCKS_START: usize = 2;
+pub const FIXED_LOCKS: usize = CACHE_LOCKS_START + super::leaf_cache::PARTITIONS;
 /// Locks that serialise unique checks of equal keys, by key hash.
 pub const UNIQUE_STRIPES: usize = 1024;
 
@@ -60,6 +62,7 @@ pub unsafe fn request() {
     let (mi, nb) = sizes();
     let (_, _, total) = layout(mi, nb);
     pg_sys::RequestAddinShmemSpace(total);
+    pg_sys::RequestAddinShmemSpace(super::leaf_cache::request_size());
     pg_sys::RequestNamedLWLockTranche(TRANCHE_NAME.as_ptr(), nlocks() as i32);
 }
 
@@ -90,6 +93,7 @@ pub unsafe fn startup() {
         }
     }
     SHMEM = hdr;
+    super::leaf_cache::startup();
     pg_sys::LWLockRelease(addin_shmem_init_lock());
 }
 

@@ -74,7 +74,6 @@ pub unsafe fn slot_for(rel: pg_sys::Relation) -> SlotRef {
                     "pg_hybrid.max_indexes ({}) indexes with a dynamic stage are in use",
                     h.max_indexes
                 ), "Raise pg_hybrid.max_indexes in postgresql.conf and restart, or run pg_hybrid.merge() on idle indexes.");
-            unreachable!()
         }),
     };
     let s = h.slot(i);
@@ -166,15 +165,87 @@ unsafe fn relation_exists(oid: pg_sys::Oid, relnode: pg_sys::Oid) -> bool {
     same
 }
 
-/// Drops the slot of a relfilenode that is going away (DROP INDEX, REINDEX),
-/// returning its blocks to the pool.
-pub unsafe fn forget(key: SlotKey) {
+/// Drops the slots of `index_oid` in database `db` (every storage it had:
+/// DROP, or REINDEX/TRUNCATE giving it a new relfilenode) and, if given, the
+/// slot of the relfilenode `also` (a relfilenode number the system reused).
+/// The dropped state is a cache: if the dropping transaction rolls back, the
+/// next user rebuilds the slot from the delta log.
+pub unsafe fn forget_index(db: pg_sys::Oid, index_oid: pg_sys::Oid, also: Option<SlotKey>) -> usize {
+    forget_where(|s| (s.db == db && s.index_oid == index_oid) || also.is_some_and(|k| s.db == k.db && s.relnode == k.relnode))
+}
+
+/// Drops every slot of a database that is being dropped.
+pub unsafe fn forget_database(db: pg_sys::Oid) -> usize {
+    forget_where(|s| s.db == db)
+}
+
+unsafe fn forget_where(matches: impl Fn(&IndexSlot) -> bool) -> usize {
     let h = header();
     let _g = LwGuard::exclusive(lock(LOCK_REGISTRY));
-    if let Some(i) = find(key) {
-        let _sg = LwGuard::exclusive(slot_lock(i));
+    let mut n = 0;
+    for i in 0..h.max_indexes as usize {
         let s = h.slot(i);
-        (*s).dual.reset(&mut ArenaPool);
-        (*s).in_use = false;
+        if (*s).in_use && matches(&*s) {
+            let _sg = LwGuard::exclusive(slot_lock(i));
+            (*s).dual.reset(&mut ArenaPool);
+            (*s).in_use = false;
+            n += 1;
+        }
     }
+    n
+}
+
+static mut PREV_OBJECT_ACCESS: pg_sys::object_access_hook_type = None;
+
+/// Frees the shared state of dropped indexes and databases at once, instead
+/// of leaving it to eviction.
+pub unsafe fn install_drop_hook() {
+    PREV_OBJECT_ACCESS = pg_sys::object_access_hook;
+    pg_sys::object_access_hook = Some(object_access);
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn object_access(
+    access: pg_sys::ObjectAccessType::Type,
+    class_id: pg_sys::Oid,
+    object_id: pg_sys::Oid,
+    sub_id: std::os::raw::c_int,
+    arg: *mut std::ffi::c_void,
+) {
+    if let Some(prev) = PREV_OBJECT_ACCESS {
+        prev(access, class_id, object_id, sub_id, arg);
+    }
+    if access != pg_sys::ObjectAccessType::OAT_DROP || !super::arena::available() {
+        return;
+    }
+    if class_id == pg_sys::RelationRelationId && sub_id == 0 {
+        forget_index(pg_sys::MyDatabaseId, object_id, None);
+    } else if class_id == pg_sys::DatabaseRelationId {
+        forget_database(object_id);
+    }
+}
+
+#[pg_extern(sql = "
+CREATE FUNCTION pg_hybrid.arena_stats() RETURNS TABLE (
+    arena_bytes bigint, free_bytes bigint, slots bigint, slots_in_use bigint)
+    LANGUAGE c STRICT VOLATILE AS 'MODULE_PATHNAME', 'arena_stats_wrapper';
+COMMENT ON FUNCTION pg_hybrid.arena_stats() IS 'size and use of the shared-memory arena (pg_hybrid.shared_memory) holding dynamic stages and Bloom filters';
+")]
+fn arena_stats() -> TableIterator<
+    'static,
+    (name!(arena_bytes, i64), name!(free_bytes, i64), name!(slots, i64), name!(slots_in_use, i64)),
+> {
+    crate::require_preload();
+    let h = header();
+    let block = pg_hybrid_core::dynamic::DYN_BLOCK_SIZE as i64;
+    let in_use = {
+        let _g = LwGuard::shared(lock(LOCK_REGISTRY));
+        (0..h.max_indexes as usize).filter(|&i| unsafe { (*h.slot(i)).in_use }).count()
+    };
+    TableIterator::once((
+        h.nblocks as i64 * block,
+        h.free_blocks.load(AtomicOrdering::Relaxed) as i64 * block,
+        h.max_indexes as i64,
+        in_use as i64,
+    ))
 }

@@ -149,7 +149,6 @@ pub unsafe fn check_page(
 
 pub fn corrupted(relname: &str, blkno: u32, what: &str) -> ! {
     crate::raise(PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED, format!("index \"{relname}\" contains corrupted page at block {blkno}: {what}"), "Please REINDEX it.");
-    unreachable!()
 }
 
 pub unsafe fn rel_name(rel: pg_sys::Relation) -> String {

@@ -8,6 +8,14 @@ use super::buffer::Buf;
 
 pub const MAX_PAGES: usize = 4;
 
+/// RelationNeedsWAL(), a C macro.
+pub unsafe fn relation_needs_wal(rel: pg_sys::Relation) -> bool {
+    (*(*rel).rd_rel).relpersistence == pg_sys::RELPERSISTENCE_PERMANENT as std::os::raw::c_char
+        && (pg_sys::wal_level >= pg_sys::WalLevel::WAL_LEVEL_REPLICA as i32
+            || ((*rel).rd_createSubid == 0
+                && (*rel).rd_firstRelfilenodeSubid == 0))
+}
+
 /// An open generic WAL record. Register buffers, modify the returned page
 /// images (never the buffer pages themselves), then `finish`. Dropped
 /// without `finish`, the record is aborted and the buffers stay unchanged.
