@@ -313,7 +313,7 @@ impl Cursor {
                     let lower = self.lower.clone();
                     static_io::descend(index, &stat, &mut |k| desc.compare_prefix(k, &lower), false)
                 };
-                let leaf = static_io::load_leaf(index, blk, &stat);
+                let mut leaf = static_io::load_leaf(index, blk, &stat);
                 let lower = &self.lower;
                 let ei = if lower.is_empty() { 0 } else { leaf.seek(|k| desc.compare_prefix(k, lower)) };
                 self.st.leaf = Some(leaf);

@@ -96,29 +96,40 @@ impl LeafData {
         if i < self.win_start || i >= self.win_start + self.win.len() {
             // Moving backwards, decode the window that ends at i.
             let size = self.win_size;
-            self.win_size = (size * 2).min(MAX_WINDOW);
             let start = if i < self.win_start { (i + 1).saturating_sub(size) } else { i };
-            let mut win = std::mem::take(&mut self.win);
-            win.clear();
-            self.with_view(|view| {
-                let mut c = view.cursor(start).unwrap_or_else(|e| self.bad(e));
-                while c.valid() && win.len() < size {
-                    let tids = c.tids().unwrap_or_else(|e| self.bad(e)).to_vec();
-                    win.push((c.key().to_vec(), tids));
-                    if !c.advance().unwrap_or_else(|e| self.bad(e)) {
-                        break;
-                    }
-                }
-            });
-            self.win = win;
-            self.win_start = start;
+            self.fill(|view| view.cursor(start));
         }
         &self.win[i - self.win_start]
     }
 
-    /// Index of the first entry >= bound (`cmp(stored)` = stored.cmp(bound)).
-    pub fn seek(&self, cmp: impl FnMut(&[u8]) -> Ordering) -> usize {
-        self.with_view(|v| v.seek(cmp).unwrap_or_else(|e| self.bad(e)))
+    /// Index of the first entry >= bound (`cmp(stored)` = stored.cmp(bound)),
+    /// with the window decoded from there: a probe walks the leaf once.
+    pub fn seek(&mut self, cmp: impl FnMut(&[u8]) -> Ordering) -> usize {
+        self.fill(|view| view.seek_cursor(cmp))
+    }
+
+    /// Decodes the window from the entry `position` puts a cursor on, and
+    /// returns that entry's index (`len` at the end).
+    fn fill(&mut self, position: impl for<'v> FnOnce(LeafView<'v>) -> Result<ss::LeafCursor<'v>, ss::FormatError>) -> usize {
+        let size = self.win_size;
+        self.win_size = (size * 2).min(MAX_WINDOW);
+        let mut win = std::mem::take(&mut self.win);
+        win.clear();
+        let start = self.with_view(|view| {
+            let mut c = position(view).unwrap_or_else(|e| self.bad(e));
+            let start = c.index();
+            while c.valid() && win.len() < size {
+                let tids = c.tids().unwrap_or_else(|e| self.bad(e)).to_vec();
+                win.push((c.key().to_vec(), tids));
+                if !c.advance().unwrap_or_else(|e| self.bad(e)) {
+                    break;
+                }
+            }
+            start
+        });
+        self.win = win;
+        self.win_start = start;
+        start
     }
 
     /// Index of the first entry > bound.
