@@ -171,7 +171,7 @@ pub unsafe fn report_duplicate(index: pg_sys::Relation, desc: &IndexDesc, key: &
 /// when the ratio trigger fires or the arena runs short.
 unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8], tid: Tid) {
     let pos = delta::append(index, key, tid, &slot.get().dual.tail_hint);
-    let (fits, want_merge) = {
+    let (fits, want_merge, others_should_merge) = {
         let _g = LwGuard::exclusive(slot.lock());
         let st = &mut slot.get().dual;
         let fits = pos < st.stat.merged_upto || st.insert(desc, key, tid, pos);
@@ -185,8 +185,11 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         if want {
             st.merge_requested = true;
         }
-        (fits, want)
+        (fits, want, short && !share)
     };
+    if others_should_merge && crate::guc::BACKGROUND_MERGE.get() {
+        shmem::merge_largest_elsewhere(slot);
+    }
     if !fits {
         // The arena is full: the entry is durable in the log, so merging
         // moves it into the static stage; then nothing is missing. Until

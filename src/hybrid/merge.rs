@@ -287,7 +287,7 @@ pub unsafe fn recycle_if_safe(index: pg_sys::Relation) -> u64 {
 /// Starts a background merge worker for the index (or merges here when
 /// background merges are off or no worker slot is free).
 pub unsafe fn request_merge(index: pg_sys::Relation, slot: SlotRef) {
-    if crate::guc::BACKGROUND_MERGE.get() && crate::workers::launch_merge_worker((*index).rd_id) {
+    if crate::guc::BACKGROUND_MERGE.get() && crate::workers::launch_merge_worker(pg_sys::MyDatabaseId, (*index).rd_id) {
         return;
     }
     let _ = slot;

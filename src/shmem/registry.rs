@@ -195,6 +195,44 @@ unsafe fn forget_where(matches: impl Fn(&IndexSlot) -> bool) -> usize {
     n
 }
 
+/// Under arena pressure, asks a background worker to merge the index (of any
+/// database) that holds the most arena blocks, unless it is merging already.
+/// An inserting index that is small would otherwise merge itself on every
+/// insert while idle indexes keep the memory. At most one request per 100 ms.
+pub unsafe fn merge_largest_elsewhere(this: SlotRef) {
+    let h = header();
+    let now = (pg_sys::GetCurrentTimestamp() / 1000) as u64;
+    let last = h.pressure_ms.load(AtomicOrdering::Relaxed);
+    if now < last + 100
+        || h.pressure_ms.compare_exchange(last, now, AtomicOrdering::Relaxed, AtomicOrdering::Relaxed).is_err()
+    {
+        return;
+    }
+    let victim = {
+        let _g = LwGuard::shared(lock(LOCK_REGISTRY));
+        (0..h.max_indexes as usize)
+            .filter(|&i| i != this.index)
+            .map(|i| (i, &*h.slot(i)))
+            .filter(|(_, s)| s.in_use && !s.dual.merge_requested && !s.dual.merge_running)
+            .max_by_key(|(_, s)| s.dual.tree.nblocks)
+            .filter(|(_, s)| s.dual.tree.nblocks as usize * 64 >= h.nblocks as usize)
+            .map(|(i, s)| (i, s.db, s.index_oid))
+    };
+    let Some((i, db, oid)) = victim else { return };
+    {
+        let _sg = LwGuard::exclusive(slot_lock(i));
+        let s = &mut *h.slot(i);
+        if !s.in_use || s.db != db || s.index_oid != oid || s.dual.merge_requested {
+            return;
+        }
+        s.dual.merge_requested = true;
+    }
+    if !crate::workers::launch_merge_worker(db, oid) {
+        let _sg = LwGuard::exclusive(slot_lock(i));
+        (*h.slot(i)).dual.merge_requested = false;
+    }
+}
+
 static mut PREV_OBJECT_ACCESS: pg_sys::object_access_hook_type = None;
 
 /// Frees the shared state of dropped indexes and databases at once, instead

@@ -6,10 +6,10 @@ use pgrx::bgworkers::*;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-/// Starts a merge worker for `index_oid` in the current database. Returns
-/// false when no worker slot is free (max_worker_processes).
-pub unsafe fn launch_merge_worker(index_oid: pg_sys::Oid) -> bool {
-    let db = pg_sys::MyDatabaseId.to_u32();
+/// Starts a merge worker for `index_oid` in database `db`. Returns false
+/// when no worker slot is free (max_worker_processes).
+pub unsafe fn launch_merge_worker(db: pg_sys::Oid, index_oid: pg_sys::Oid) -> bool {
+    let db = db.to_u32();
     let r = BackgroundWorkerBuilder::new("pg_hybrid merge")
         .set_type("pg_hybrid merge")
         .set_library("pg_hybrid")
