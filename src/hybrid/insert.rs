@@ -172,7 +172,7 @@ pub unsafe fn report_duplicate(index: pg_sys::Relation, desc: &IndexDesc, key: &
 unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8], tid: Tid) {
     let pos = delta::append(index, key, tid, &slot.get().dual.tail_hint);
     let (fits, want_merge, others_should_merge) = {
-        let _g = LwGuard::exclusive(slot.lock());
+        let _g = slot.exclusive();
         let st = &mut slot.get().dual;
         let fits = pos < st.stat.merged_upto || st.insert(desc, key, tid, pos);
         let ratio = super::options::merge_ratio(index).max(1) as u64;
@@ -196,11 +196,11 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         // then the tree lacks it, so the slot is marked for a rebuild in
         // case the merge is cancelled.
         {
-            let _g = LwGuard::exclusive(slot.lock());
+            let _g = slot.exclusive();
             slot.get().dual.valid = false;
         }
         merge::merge_index(index, merge::Reason::ArenaFull);
-        let _g = LwGuard::exclusive(slot.lock());
+        let _g = slot.exclusive();
         let st = &mut slot.get().dual;
         if pos >= st.stat.merged_upto && !st.insert(desc, key, tid, pos) {
             st.valid = false;

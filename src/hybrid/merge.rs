@@ -13,7 +13,7 @@ use super::meta::{self, MaintenanceLock, StaticInfo};
 use super::state::expected_dynamic;
 use super::{delta, options, static_io};
 use crate::keys::index_desc;
-use crate::shmem::{self, ArenaPool, LwGuard, SlotRef};
+use crate::shmem::{self, ArenaPool, SlotRef};
 use crate::storage::alloc::{alloc_page, free_pages};
 use crate::storage::buffer::{Buf, Lock};
 use crate::storage::page::{self, PageKind, BODY_CAP, NO_BLOCK};
@@ -59,7 +59,7 @@ pub unsafe fn merge_locked(
     let desc = index_desc(index);
     let slot = shmem::slot_for(index);
     {
-        let _g = LwGuard::exclusive(slot.lock());
+        let _g = slot.exclusive();
         slot.get().dual.merge_running = true;
     }
     struct Running(SlotRef);
@@ -167,7 +167,7 @@ pub unsafe fn merge_locked(
     }
     drop(old_head);
     {
-        let _g = LwGuard::exclusive(slot.lock());
+        let _g = slot.exclusive();
         let st = &mut slot.get().dual;
         st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff);
         st.stat = new_stat;

@@ -13,7 +13,7 @@ use pgrx::prelude::*;
 use super::delta;
 use super::meta::{self, MaintenanceLock, StaticInfo};
 use crate::keys::IndexDesc;
-use crate::shmem::{self, ArenaPool, LwGuard, SlotRef};
+use crate::shmem::{self, ArenaPool, SlotRef};
 
 pub const MAX_BLOOM_BLOCKS: usize = 256;
 const BLOOM_BITS_PER_ITEM: usize = 10;
@@ -162,7 +162,7 @@ pub unsafe fn ensure_synced(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotR
         return;
     }
     {
-        let _g = LwGuard::shared(slot.lock());
+        let _g = slot.shared();
         if slot.get().dual.valid {
             return;
         }
@@ -181,7 +181,7 @@ unsafe fn rebuild_primary(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef
     let _ml = MaintenanceLock::share(rel);
     let m = meta::read(rel);
     let (recs, end, _) = delta::read_from(rel, m.delta_head, m.stat.merged_upto, u64::MAX);
-    let _g = LwGuard::exclusive(slot.lock());
+    let _g = slot.exclusive();
     let st = &mut slot.get().dual;
     if st.valid {
         return;
@@ -214,7 +214,7 @@ unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
         let m = meta::read(rel);
         let (end, _tail) = delta::end_pos(rel, m.delta_tail);
         let (full, from_blk, from_pos) = {
-            let _g = LwGuard::shared(slot.lock());
+            let _g = slot.shared();
             let st = &slot.get().dual;
             let same = st.synced_in_recovery
                 && st.stat.generation == m.stat.generation
@@ -234,7 +234,7 @@ unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
         if m2.stat.generation != m.stat.generation || m2.stat.vacuum_epoch != m.stat.vacuum_epoch {
             continue; // replay moved under us; try again
         }
-        let _g = LwGuard::exclusive(slot.lock());
+        let _g = slot.exclusive();
         let st = &mut slot.get().dual;
         if full {
             st.tree.clear(&mut ArenaPool);
@@ -284,7 +284,7 @@ pub unsafe fn snapshot(
 ) -> DynSnapshot {
     loop {
         ensure_synced(rel, desc, slot);
-        let _g = LwGuard::shared(slot.lock());
+        let _g = slot.shared();
         let st = &slot.get().dual;
         let usable = if pg_sys::RecoveryInProgress() { st.synced_in_recovery } else { st.valid };
         if !usable {

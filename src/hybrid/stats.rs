@@ -13,7 +13,7 @@ use super::meta::{self, MaintenanceLock};
 use super::state::ensure_synced;
 use super::{delta, static_io};
 use crate::keys::{index_desc, IndexDesc};
-use crate::shmem::{self, ArenaPool, LwGuard};
+use crate::shmem::{self, ArenaPool};
 use crate::storage::buffer::{nblocks, Buf, Lock};
 use crate::storage::page::{self, PageKind, BLCKSZ, NO_BLOCK};
 
@@ -75,7 +75,7 @@ fn index_stats(
         ensure_synced(rel, &desc, slot);
         let m = meta::read(rel);
         let (dyn_entries, dyn_bytes, checks, skips) = {
-            let _g = LwGuard::shared(slot.lock());
+            let _g = slot.shared();
             let st = &slot.get().dual;
             (
                 st.tree.nentries,
@@ -148,7 +148,7 @@ fn verify(index: pg_sys::Oid, heapallindexed: bool) {
         log.dedup();
         let mut tree = Vec::new();
         {
-            let _g = LwGuard::shared(slot.lock());
+            let _g = slot.shared();
             let st = &slot.get().dual;
             if st.stat.generation == m.stat.generation {
                 st.tree.scan_all(&ArenaPool, |k: &[u8], t: Tid, p: u64| {

@@ -11,7 +11,7 @@ use pgrx::prelude::*;
 use super::build::tid_to_item;
 use super::meta::{self, MaintenanceLock};
 use super::{delta, merge, static_io};
-use crate::shmem::{self, ArenaPool, LwGuard};
+use crate::shmem::{self, ArenaPool};
 use crate::storage::alloc::free_pages;
 use crate::storage::buffer::{nblocks, Buf, Lock};
 use crate::storage::page::{self, PageKind, BODY_CAP, NO_BLOCK};
@@ -112,7 +112,7 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
             mm.stat.tids = kept_static;
         });
         if let Some(slot) = shmem::existing_slot(index) {
-            let _g = LwGuard::exclusive(slot.lock());
+            let _g = slot.exclusive();
             let st = &mut slot.get().dual;
             if !dead_delta.is_empty() {
                 st.tree.retain(&mut ArenaPool, |_k: &[u8], t: Tid, _p: u64| !dead_delta.contains(&t));

@@ -34,11 +34,15 @@ pub unsafe fn slot_key(rel: pg_sys::Relation) -> SlotKey {
     SlotKey { db: node.dbNode, relnode: node.relNode }
 }
 
-/// A located slot; its LWLock is `slot_lock(index)`.
+/// A located slot; its LWLock is `slot_lock(index)`. The registry lock is
+/// released once the slot is found, so under slot pressure the slot could be
+/// evicted and given to another index before its user locks it: `shared`
+/// and `exclusive` check, under the slot lock, that it still holds `key`.
 #[derive(Clone, Copy)]
 pub struct SlotRef {
     pub index: usize,
     pub slot: *mut IndexSlot,
+    pub key: SlotKey,
 }
 
 impl SlotRef {
@@ -47,6 +51,20 @@ impl SlotRef {
     }
     pub fn get(&self) -> &'static mut IndexSlot {
         unsafe { &mut *self.slot }
+    }
+    pub fn shared(&self) -> LwGuard {
+        self.checked(LwGuard::shared(self.lock()))
+    }
+    pub fn exclusive(&self) -> LwGuard {
+        self.checked(LwGuard::exclusive(self.lock()))
+    }
+    fn checked(&self, g: LwGuard) -> LwGuard {
+        let s = self.get();
+        if !s.in_use || s.db != self.key.db || s.relnode != self.key.relnode {
+            drop(g);
+            crate::raise(PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE, "pg_hybrid index slot was reassigned while in use", "More indexes are active than pg_hybrid.max_indexes allows; retry the statement, and raise pg_hybrid.max_indexes.");
+        }
+        g
     }
 }
 
@@ -60,12 +78,12 @@ pub unsafe fn slot_for(rel: pg_sys::Relation) -> SlotRef {
         let _g = LwGuard::shared(lock(LOCK_REGISTRY));
         if let Some(i) = find(key) {
             (*h.slot(i)).last_used = tick;
-            return SlotRef { index: i, slot: h.slot(i) };
+            return SlotRef { index: i, slot: h.slot(i), key };
         }
     }
     let _g = LwGuard::exclusive(lock(LOCK_REGISTRY));
     if let Some(i) = find(key) {
-        return SlotRef { index: i, slot: h.slot(i) };
+        return SlotRef { index: i, slot: h.slot(i), key };
     }
     let i = match (0..h.max_indexes as usize).find(|&i| !(*h.slot(i)).in_use) {
         Some(i) => i,
@@ -88,14 +106,14 @@ pub unsafe fn slot_for(rel: pg_sys::Relation) -> SlotRef {
         (*s).index_oid = (*rel).rd_id;
         (*s).last_used = tick;
     }
-    SlotRef { index: i, slot: s }
+    SlotRef { index: i, slot: s, key }
 }
 
 /// Finds the slot of `rel` without creating one.
 pub unsafe fn existing_slot(rel: pg_sys::Relation) -> Option<SlotRef> {
     let key = slot_key(rel);
     let _g = LwGuard::shared(lock(LOCK_REGISTRY));
-    find(key).map(|i| SlotRef { index: i, slot: header().slot(i) })
+    find(key).map(|i| SlotRef { index: i, slot: header().slot(i), key })
 }
 
 thread_local! {
