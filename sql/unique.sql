@@ -59,6 +59,12 @@ WITH w AS (INSERT INTO un VALUES (3000, 'cte'), (3001, 'cte') ON CONFLICT (k) DO
 -- a row cannot be affected twice in one command, as with btree
 INSERT INTO un VALUES (2, 'a'), (2, 'b') ON CONFLICT (k) DO UPDATE SET v = excluded.v;
 SELECT k, v FROM un WHERE k IN (1, 2, 2000, 3000, 3001) ORDER BY k;
+-- unique checks of new keys skip the static stage through a filter over its
+-- keys; keys that came from the build or from a merge are still found
+SELECT pg_hybrid.merge('un_k') > 0 AS merged;
+INSERT INTO un VALUES (999, 'dup of a built key');
+INSERT INTO un VALUES (3001, 'dup of a merged key');
+INSERT INTO un VALUES (3002, 'new key');
 -- partitioned targets: the partitions' indexes are opened mid-statement,
 -- beyond what pg_hybrid can arbitrate; refused with a hint, the partition works
 CREATE TABLE pt (k int, v text) PARTITION BY RANGE (k);

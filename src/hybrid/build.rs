@@ -120,6 +120,16 @@ pub unsafe extern "C-unwind" fn ambuild(
     // relfilenode reused by the system must not inherit a stale slot.
     if crate::shmem::available() {
         crate::shmem::forget_index(pg_sys::MyDatabaseId, (*index).rd_id, Some(crate::shmem::slot_key(index)));
+        // A unique index starts with a filter over its keys (state.rs,
+        // KeyFilter) so the first inserts skip the static descent.
+        if desc.unique && desc.hashable && !entries.is_empty() {
+            let hashes: Vec<u64> = entries.iter().filter_map(|e| desc.key_hash(spool.key(e))).collect();
+            if let Some(f) = super::state::KeyFilter::build(gen, &hashes) {
+                let slot = crate::shmem::slot_for(index);
+                let _g = slot.exclusive();
+                slot.get().dual.install_key_filter(Some(f));
+            }
+        }
     }
     let r = pg_sys::palloc0(std::mem::size_of::<pg_sys::IndexBuildResult>()) as *mut pg_sys::IndexBuildResult;
     (*r).heap_tuples = reltuples;

@@ -89,7 +89,7 @@ pub unsafe fn tids_for_key(index: pg_sys::Relation, desc: &IndexDesc, slot: Slot
     let snap = state::snapshot(index, desc, slot, &keycols, Some(&keycols), desc.key_hash(key), &mut |_| true);
     let mut out: Vec<Tid> = snap.items.iter().map(|(_, t)| *t).collect();
     let stat = snap.stat;
-    if stat.root == NO_BLOCK {
+    if stat.root == NO_BLOCK || !snap.static_may_contain {
         return out;
     }
     let mut cmp = |k: &[u8]| desc.compare_prefix(k, &keycols);

@@ -10,7 +10,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use super::meta::{self, MaintenanceLock, StaticInfo};
-use super::state::expected_dynamic;
+use super::state::{expected_dynamic, KeyFilter};
 use super::{delta, options, static_io};
 use crate::keys::index_desc;
 use crate::shmem::{self, ArenaPool, SlotRef};
@@ -102,12 +102,23 @@ pub unsafe fn merge_locked(
         None => true,
     });
     let fresh_pairs = fresh.into_iter().map(|(k, t)| (std::rc::Rc::new(k), t));
-    let mut merged = Regroup {
+    let merged = Regroup {
         pairs: MergePairs { a: old_pairs.peekable(), b: fresh_pairs.peekable(), desc: &desc },
         pending: None,
     };
-    let res = static_io::write_stage(index, &mut merged, gen, compress, &mut |_| {});
-    drop(merged);
+    // A unique index gets a filter over the new stage's keys, from the
+    // same stream.
+    let want_filter = desc.unique && desc.hashable;
+    let mut hashes: Vec<u64> = Vec::new();
+    let mut stream = merged.inspect(|(k, _)| {
+        if want_filter {
+            hashes.extend(desc.key_hash(k));
+        }
+    });
+    let res = static_io::write_stage(index, &mut stream, gen, compress, &mut |_| {});
+    drop(stream);
+    let key_filter = if want_filter { KeyFilter::build(gen, &hashes) } else { None };
+    drop(hashes);
 
     // Everything the new stage replaces: old static pages and fully merged
     // delta pages, listed on recycle pages before the switch.
@@ -171,6 +182,7 @@ pub unsafe fn merge_locked(
         let st = &mut slot.get().dual;
         st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff);
         st.stat = new_stat;
+        st.install_key_filter(key_filter);
         let expected = expected_dynamic(&desc, &new_stat, index);
         st.rebuild_bloom(&desc, expected);
     }

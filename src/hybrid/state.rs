@@ -17,12 +17,125 @@ use crate::shmem::{self, ArenaPool, SlotRef};
 
 pub const MAX_BLOOM_BLOCKS: usize = 256;
 const BLOOM_BITS_PER_ITEM: usize = 10;
+/// The static key filter may span more blocks: it covers the whole static
+/// stage, not one merge interval.
+pub const MAX_KEY_FILTER_BLOCKS: usize = 1024;
+const KEY_FILTER_BITS_PER_ITEM: usize = 6;
 
+/// A blocked Bloom filter in arena blocks (at most N of them).
 #[repr(C)]
-pub struct BloomState {
+pub struct SharedBloom<const N: usize> {
     pub nblocks: u32,
     pub nhashes: u32,
-    pub blocks: [u32; MAX_BLOOM_BLOCKS],
+    pub blocks: [u32; N],
+}
+
+impl<const N: usize> SharedBloom<N> {
+    /// Replaces the filter by an empty one sized for `expected` items at
+    /// `bits` bits each, within 1/32 of the arena (and N blocks), so filters
+    /// cannot starve the dynamic stages. Returns false when the arena had
+    /// no block at all to give.
+    fn allocate(&mut self, pool: &mut ArenaPool, expected: u64, bits: usize) -> bool {
+        self.free(pool);
+        let words = bloom::bloom_words_for(expected.max(4096) as usize, bits);
+        let per_block = DYN_BLOCK_SIZE / 8;
+        let cap = (shmem::header().nblocks as usize / 32).clamp(1, N);
+        let want = words.div_ceil(per_block).clamp(1, cap);
+        for _ in 0..want {
+            match pool.alloc() {
+                Some(b) => {
+                    unsafe { std::ptr::write_bytes(pool.block(b), 0, DYN_BLOCK_SIZE) };
+                    self.blocks[self.nblocks as usize] = b;
+                    self.nblocks += 1;
+                }
+                None => break,
+            }
+        }
+        // Fewer blocks than asked for: fewer bits per item, fewer hashes.
+        let got_bits = (self.nblocks as usize * DYN_BLOCK_SIZE * 8) / expected.max(1) as usize;
+        self.nhashes = bloom::bloom_optimal_hashes(got_bits.clamp(1, bits));
+        self.nblocks > 0
+    }
+
+    fn free(&mut self, pool: &mut ArenaPool) {
+        for i in 0..self.nblocks as usize {
+            pool.free(self.blocks[i]);
+        }
+        self.nblocks = 0;
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.nblocks as u64 * DYN_BLOCK_SIZE as u64
+    }
+
+    fn words(&self, h: u64) -> Option<&mut [u64]> {
+        let n = self.nblocks as usize;
+        if n == 0 {
+            return None;
+        }
+        let blk = self.blocks[((h >> 40) as usize) % n];
+        Some(unsafe { std::slice::from_raw_parts_mut(shmem::header().block_ptr(blk) as *mut u64, DYN_BLOCK_SIZE / 8) })
+    }
+
+    pub fn add(&self, h: u64) {
+        if let Some(w) = self.words(h) {
+            bloom::bloom_add(w, self.nhashes, h);
+        }
+    }
+
+    /// False only when the item was certainly never added (true when the
+    /// filter has no blocks).
+    pub fn may_contain(&self, h: u64) -> bool {
+        match self.words(h) {
+            Some(w) => bloom::bloom_may_contain(w, self.nhashes, h),
+            None => true,
+        }
+    }
+}
+
+/// A filter over every key of one static-stage generation of a UNIQUE
+/// index, so most unique checks of new keys skip the static descent. Built
+/// from the stream a build or merge writes; absent (the check descends)
+/// after a restart until the next merge.
+#[repr(C)]
+pub struct KeyFilter {
+    /// Generation the filter describes; 0 = none.
+    pub generation: u32,
+    pub bloom: SharedBloom<MAX_KEY_FILTER_BLOCKS>,
+}
+
+/// A key filter built but not yet installed in a slot; its arena blocks go
+/// back to the pool if it is dropped (e.g. the merge fails).
+pub struct PendingKeyFilter(Box<KeyFilter>);
+
+impl Drop for PendingKeyFilter {
+    fn drop(&mut self) {
+        self.0.bloom.free(&mut ArenaPool);
+    }
+}
+
+impl KeyFilter {
+    /// Fills a filter on fresh arena blocks, outside any lock: nobody sees
+    /// it until `install_key_filter`.
+    pub fn build(generation: u32, hashes: &[u64]) -> Option<PendingKeyFilter> {
+        let mut f: Box<KeyFilter> = Box::new(KeyFilter {
+            generation,
+            bloom: SharedBloom { nblocks: 0, nhashes: 0, blocks: [0; MAX_KEY_FILTER_BLOCKS] },
+        });
+        if !f.bloom.allocate(&mut ArenaPool, hashes.len() as u64, KEY_FILTER_BITS_PER_ITEM) {
+            return None;
+        }
+        for &h in hashes {
+            f.bloom.add(h);
+        }
+        Some(PendingKeyFilter(f))
+    }
+
+    /// False only when no key hashing to `h` is in static generation `gen`.
+    /// (A filter of another generation knows nothing: true.)
+    pub fn may_contain(&self, gen: u32, h: u64) -> bool {
+        self.generation != gen || self.bloom.nblocks == 0 || self.bloom.may_contain(h)
+    }
 }
 
 #[repr(C)]
@@ -38,7 +151,8 @@ pub struct DualStageState {
     pub applied_upto: u64,
     pub applied_block: u32,
     pub tree: DynTree,
-    pub bloom: BloomState,
+    pub bloom: SharedBloom<MAX_BLOOM_BLOCKS>,
+    pub key_filter: KeyFilter,
     pub bloom_skips: AtomicU64,
     pub bloom_checks: AtomicU64,
     /// Last known delta-log tail block (0 = unknown; block 0 is the metapage).
@@ -51,6 +165,8 @@ impl DualStageState {
     pub fn init_empty(&mut self) {
         self.tree = DynTree::new();
         self.bloom.nblocks = 0;
+        self.key_filter.generation = 0;
+        self.key_filter.bloom.nblocks = 0;
         self.valid = false;
         self.synced_in_recovery = false;
         self.merge_requested = false;
@@ -61,7 +177,8 @@ impl DualStageState {
     pub fn reset(&mut self, pool: &mut ArenaPool) {
         self.tree.clear(pool);
         self.tree = DynTree::new();
-        self.drop_bloom(pool);
+        self.bloom.free(pool);
+        self.drop_key_filter(pool);
         self.valid = false;
         self.synced_in_recovery = false;
         self.merge_requested = false;
@@ -74,37 +191,33 @@ impl DualStageState {
         self.tail_hint = std::sync::atomic::AtomicU32::new(0);
     }
 
-    fn drop_bloom(&mut self, pool: &mut ArenaPool) {
-        for i in 0..self.bloom.nblocks as usize {
-            pool.free(self.bloom.blocks[i]);
+    pub fn drop_key_filter(&mut self, pool: &mut ArenaPool) {
+        self.key_filter.bloom.free(pool);
+        self.key_filter.generation = 0;
+    }
+
+    /// Replaces the key filter by `f` (or drops it); caller holds the slot
+    /// lock exclusively and switches `stat` to `f`'s generation with it.
+    pub fn install_key_filter(&mut self, f: Option<PendingKeyFilter>) {
+        self.drop_key_filter(&mut ArenaPool);
+        if let Some(mut f) = f {
+            let n = f.0.bloom.nblocks as usize;
+            self.key_filter.bloom.nhashes = f.0.bloom.nhashes;
+            self.key_filter.bloom.blocks[..n].copy_from_slice(&f.0.bloom.blocks[..n]);
+            self.key_filter.bloom.nblocks = n as u32;
+            self.key_filter.generation = f.0.generation;
+            f.0.bloom.nblocks = 0; // the slot owns the blocks now
         }
-        self.bloom.nblocks = 0;
     }
 
     /// Sizes the Bloom filter for `expected` entries and fills it from the tree.
     pub fn rebuild_bloom(&mut self, desc: &IndexDesc, expected: u64) {
         let mut pool = ArenaPool;
-        self.drop_bloom(&mut pool);
+        self.bloom.free(&mut pool);
         if !desc.hashable {
             return;
         }
-        let words = bloom::bloom_words_for(expected.max(4096) as usize, BLOOM_BITS_PER_ITEM);
-        let per_block = DYN_BLOCK_SIZE / 8;
-        // A filter may take at most 1/32 of the arena, so filters sized for
-        // large expected dynamic stages cannot starve the trees themselves.
-        let cap = (shmem::header().nblocks as usize / 32).clamp(1, MAX_BLOOM_BLOCKS);
-        let want = words.div_ceil(per_block).clamp(1, cap);
-        for _ in 0..want {
-            match pool.alloc() {
-                Some(b) => {
-                    unsafe { std::ptr::write_bytes(pool.block(b), 0, DYN_BLOCK_SIZE) };
-                    self.bloom.blocks[self.bloom.nblocks as usize] = b;
-                    self.bloom.nblocks += 1;
-                }
-                None => break,
-            }
-        }
-        self.bloom.nhashes = bloom::bloom_optimal_hashes(BLOOM_BITS_PER_ITEM);
+        self.bloom.allocate(&mut pool, expected, BLOOM_BITS_PER_ITEM);
         let mut hashes = Vec::with_capacity(self.tree.nentries as usize);
         self.tree.scan_all(&ArenaPool, |k: &[u8], _t: Tid, _p: u64| {
             if let Some(h) = desc.key_hash(k) {
@@ -113,31 +226,22 @@ impl DualStageState {
             true
         });
         for h in hashes {
-            self.bloom_add(h);
+            self.bloom.add(h);
         }
-    }
-
-    fn bloom_words(&self, h: u64) -> Option<&mut [u64]> {
-        let n = self.bloom.nblocks as usize;
-        if n == 0 {
-            return None;
-        }
-        let blk = self.bloom.blocks[((h >> 40) as usize) % n];
-        Some(unsafe { std::slice::from_raw_parts_mut(shmem::header().block_ptr(blk) as *mut u64, DYN_BLOCK_SIZE / 8) })
     }
 
     pub fn bloom_add(&self, h: u64) {
-        if let Some(w) = self.bloom_words(h) {
-            bloom::bloom_add(w, self.bloom.nhashes, h);
-        }
+        self.bloom.add(h);
     }
 
     /// False only when the key is certainly not in the dynamic stage.
     pub fn bloom_may_contain(&self, h: u64) -> bool {
-        match self.bloom_words(h) {
-            Some(w) => bloom::bloom_may_contain(w, self.bloom.nhashes, h),
-            None => true,
-        }
+        self.bloom.may_contain(h)
+    }
+
+    /// Shared memory held: tree, Bloom filter and key filter.
+    pub fn shared_bytes(&self) -> u64 {
+        self.tree.bytes_used() + self.bloom.bytes() + self.key_filter.bloom.bytes()
     }
 
     pub fn insert(&mut self, desc: &IndexDesc, key: &[u8], tid: Tid, pos: u64) -> bool {
@@ -268,6 +372,8 @@ unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
 pub struct DynSnapshot {
     pub stat: StaticInfo,
     pub items: Vec<(Vec<u8>, Tid)>,
+    /// False when the key filter rules the point key out of `stat`'s stage.
+    pub static_may_contain: bool,
 }
 
 /// Copies the dynamic entries with `lower <= key (prefix) <= upper` that pass
@@ -319,6 +425,7 @@ pub unsafe fn snapshot(
                 });
             }
         }
-        return DynSnapshot { stat: st.stat, items };
+        let static_may_contain = point_hash.is_none_or(|h| st.key_filter.may_contain(st.stat.generation, h));
+        return DynSnapshot { stat: st.stat, items, static_may_contain };
     }
 }

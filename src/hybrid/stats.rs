@@ -79,7 +79,7 @@ fn index_stats(
             let st = &slot.get().dual;
             (
                 st.tree.nentries,
-                st.tree.bytes_used() + st.bloom.nblocks as u64 * pg_hybrid_core::dynamic::DYN_BLOCK_SIZE as u64,
+                st.shared_bytes(),
                 st.bloom_checks.load(std::sync::atomic::Ordering::Relaxed),
                 st.bloom_skips.load(std::sync::atomic::Ordering::Relaxed),
             )
