@@ -8,3 +8,4 @@ pub mod varint;
 pub mod bloom;
 pub mod dynamic;
 pub mod static_stage;
+pub mod elastic;
