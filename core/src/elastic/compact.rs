@@ -96,10 +96,11 @@ pub fn body_size(level: u8, hikey_len: Option<usize>, alloc: usize, narrow: bool
     HDR + hikey_len.map_or(0, |k| k + TID_BYTES) + 2 * nodes(level) + alloc * (if narrow { 1 } else { 2 } + TID_BYTES)
 }
 
-/// Most entries a body of `cap` bytes can hold (wide bits, to be safe).
+/// Most entries a body of `cap` bytes can hold with one-byte bits. A leaf
+/// whose bits need two bytes reports `Full` before reaching it and splits.
 pub fn max_entries(cap: usize, level: u8, hikey_len: Option<usize>) -> usize {
-    let fixed = body_size(level, hikey_len, 0, false);
-    cap.saturating_sub(fixed) / (2 + TID_BYTES)
+    let fixed = body_size(level, hikey_len, 0, true);
+    cap.saturating_sub(fixed) / (1 + TID_BYTES)
 }
 
 fn layout(level: u8, hk_len: Option<usize>, alloc: usize, narrow: bool) -> (usize, usize, usize, usize) {

@@ -25,3 +25,324 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// The elastic tree against a BTreeSet oracle.
+
+use super::tree::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::{Bound, RangeBounds};
+
+/// The "heap": TID -> key; pruned TIDs answer None.
+#[derive(Default)]
+struct Heap {
+    keys: BTreeMap<Tid, Vec<u8>>,
+    pruned: BTreeSet<Tid>,
+}
+
+impl KeyFetcher for Heap {
+    fn fetch(&mut self, tid: Tid, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        if self.pruned.contains(&tid) {
+            return false;
+        }
+        match self.keys.get(&tid) {
+            Some(k) => {
+                out.extend_from_slice(k);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+struct World {
+    tree: ElasticTree<MemPool>,
+    heap: Heap,
+    oracle: BTreeSet<(Vec<u8>, Tid)>,
+    next_tid: u64,
+}
+
+fn small_cfg(bound_pages: Option<u64>, body: usize) -> Config {
+    Config {
+        size_bound: bound_pages.map(|p| p * (body + PAGE_OVERHEAD) as u64),
+        tree_level: 3,
+        slack: 2,
+        ..Config::default()
+    }
+}
+
+impl World {
+    fn new(body: usize, cfg: Config) -> World {
+        World { tree: ElasticTree::create(MemPool::new(body), cfg).unwrap(), heap: Heap::default(), oracle: BTreeSet::new(), next_tid: 1 << 16 | 1 }
+    }
+
+    fn tid(&mut self) -> Tid {
+        self.next_tid += 1;
+        let t = Tid::from_u64(self.next_tid);
+        if t.offset == 0 { self.tid() } else { t }
+    }
+
+    fn insert_keys(&mut self, keys: Vec<Vec<u8>>) {
+        let mut batch: Vec<(Vec<u8>, Tid)> = keys.into_iter().map(|k| (k, self.tid())).collect();
+        batch.sort_by(|a, b| cmp_pair(&a.0, a.1, &b.0, b.1));
+        for (k, t) in &batch {
+            self.heap.keys.insert(*t, k.clone());
+            self.oracle.insert((k.clone(), *t));
+        }
+        self.tree.insert_batch(&batch, &mut self.heap).unwrap();
+    }
+
+    fn delete_where(&mut self, mut pred: impl FnMut(&[u8], Tid) -> bool) -> u64 {
+        let dead: BTreeSet<Tid> = self.oracle.iter().filter(|(k, t)| pred(k, *t)).map(|x| x.1).collect();
+        self.oracle.retain(|(_, t)| !dead.contains(t));
+        let n = self.tree.bulk_delete(&mut |t| dead.contains(&t), &mut self.heap).unwrap();
+        for t in &dead {
+            self.heap.keys.remove(t);
+            self.heap.pruned.remove(t);
+        }
+        n
+    }
+
+    fn live(&self) -> Vec<(Vec<u8>, Tid)> {
+        self.oracle.iter().filter(|x| !self.heap.pruned.contains(&x.1)).cloned().collect()
+    }
+
+    /// Everything the tree answers agrees with the oracle on live entries.
+    fn check(&mut self, probes: &[Vec<u8>]) {
+        let rep = self.tree.verify(&mut self.heap).unwrap();
+        // Pruned entries may or may not still be there; live ones must.
+        assert!(rep.entries as usize >= self.live().len() && rep.entries as usize <= self.oracle.len(), "{rep:?}");
+        assert!(self.tree.pool.max_step_pages <= MAX_STEP_PAGES);
+        let live = self.live();
+        let pr = self.heap.pruned.clone();
+        let strip = |v: Vec<ScanItem>| -> Vec<Tid> { v.into_iter().map(|i| i.tid).filter(|t| !pr.contains(t)).collect() };
+        let all = strip(self.tree.scan(Bound::Unbounded, Bound::Unbounded, Direction::Forward, &mut self.heap).unwrap());
+        assert_eq!(all, live.iter().map(|x| x.1).collect::<Vec<_>>());
+        let mut back = strip(self.tree.scan(Bound::Unbounded, Bound::Unbounded, Direction::Backward, &mut self.heap).unwrap());
+        back.reverse();
+        assert_eq!(back, all);
+        for (i, p) in probes.iter().enumerate() {
+            let want: Vec<Tid> = live.iter().filter(|x| &x.0 == p).map(|x| x.1).collect();
+            let got: Vec<Tid> = self.tree.lookup(p, &mut self.heap).unwrap().into_iter().filter(|t| !pr.contains(t)).collect();
+            assert_eq!(got, want, "lookup {p:?}");
+            let q = &probes[(i * 7 + 3) % probes.len()];
+            let (a, b) = if p <= q { (p, q) } else { (q, p) };
+            for (lo, hi) in [
+                (Bound::Included(a.as_slice()), Bound::Included(b.as_slice())),
+                (Bound::Excluded(a.as_slice()), Bound::Excluded(b.as_slice())),
+                (Bound::Included(a.as_slice()), Bound::Unbounded),
+                (Bound::Unbounded, Bound::Excluded(b.as_slice())),
+            ] {
+                let want: Vec<Tid> = live.iter().filter(|x| (lo, hi).contains(&x.0.as_slice())).map(|x| x.1).collect();
+                let fwd = strip(self.tree.scan(lo, hi, Direction::Forward, &mut self.heap).unwrap());
+                assert_eq!(fwd, want, "forward {lo:?}..{hi:?}");
+                let mut bwd = strip(self.tree.scan(lo, hi, Direction::Backward, &mut self.heap).unwrap());
+                bwd.reverse();
+                assert_eq!(bwd, want, "backward {lo:?}..{hi:?}");
+            }
+        }
+    }
+}
+
+fn rand_keys(seed: &mut u64, n: usize, f: impl Fn(u64) -> Vec<u8>) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|_| {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            f(*seed)
+        })
+        .collect()
+}
+
+fn int_key(x: u64) -> Vec<u8> {
+    let mut k = vec![crate::keys::MARK_VALUE];
+    k.extend_from_slice(&(x % 1_000_000).to_be_bytes());
+    k
+}
+
+#[test]
+fn grows_shrinks_and_reverts() {
+    let body = 512;
+    let mut w = World::new(body, small_cfg(Some(60), body));
+    let mut seed = 0x9e3779b97f4a7c15;
+    let probes = rand_keys(&mut seed.clone(), 40, int_key);
+    let mut max_pages = 0;
+    for round in 0..25 {
+        let ks = rand_keys(&mut seed, 100, int_key);
+        w.insert_keys(ks);
+        max_pages = max_pages.max(w.tree.pool.pages_in_use());
+        if round % 5 == 4 {
+            w.check(&probes);
+        }
+    }
+    let st = w.tree.stats();
+    assert_eq!(w.tree.state(), State::Shrinking);
+    assert!(st.compact_leaves > 0, "{st:?}");
+    // 2500 keys in standard leaves need ~ 2500 / 18 = 140 pages; the
+    // bound is 60 and all keys fit compact: the size stays within +10%.
+    assert!(max_pages <= 66, "peak {max_pages} pages, {st:?}");
+    w.check(&probes);
+    // Delete 80% and vacuum: the index expands back.
+    let mut n = 0u64;
+    w.delete_where(|_, _| {
+        n += 1;
+        n % 5 != 0
+    });
+    w.check(&probes);
+    w.tree.expand_some(10_000, &mut w.heap).unwrap();
+    w.delete_where(|_, _| false);
+    let st = w.tree.stats();
+    assert_eq!(st.compact_leaves, 0, "{st:?}");
+    assert_eq!(w.tree.state(), State::Normal);
+    w.check(&probes);
+}
+
+#[test]
+fn duplicates_and_variable_length_keys() {
+    let body = 384;
+    let mut w = World::new(body, small_cfg(Some(12), body));
+    let mut seed = 12345u64;
+    let words = |x: u64| -> Vec<u8> {
+        let len = (x % 7) as usize;
+        (0..len).map(|i| b"ab\0\xff"[((x >> (4 + 2 * i)) % 4) as usize]).collect()
+    };
+    let probes = rand_keys(&mut seed.clone(), 30, words);
+    for _ in 0..12 {
+        let ks = rand_keys(&mut seed, 60, words);
+        w.insert_keys(ks);
+    }
+    assert!(w.tree.stats().compact_leaves > 0);
+    w.check(&probes);
+    w.delete_where(|k, _| k.len() % 2 == 0);
+    w.check(&probes);
+}
+
+#[test]
+fn pruned_tuples_in_the_tree() {
+    let body = 512;
+    let mut w = World::new(body, small_cfg(Some(10), body));
+    let mut seed = 777u64;
+    let probes = rand_keys(&mut seed.clone(), 40, int_key);
+    for _ in 0..6 {
+        let ks = rand_keys(&mut seed, 100, int_key);
+        w.insert_keys(ks);
+    }
+    assert!(w.tree.stats().compact_leaves > 0);
+    // Prune a third of the heap without telling the index.
+    let victims: Vec<Tid> = w.oracle.iter().map(|x| x.1).filter(|t| t.to_u64() % 3 == 0).collect();
+    w.heap.pruned.extend(victims);
+    w.check(&probes);
+    // Inserts still land right, dropping dead entries they meet.
+    for _ in 0..4 {
+        let ks = rand_keys(&mut seed, 100, int_key);
+        w.insert_keys(ks);
+        w.check(&probes);
+    }
+    assert!(w.tree.stats().dead_dropped > 0);
+    // VACUUM takes the rest.
+    let pruned = w.heap.pruned.clone();
+    w.delete_where(|_, t| pruned.contains(&t));
+    w.check(&probes);
+}
+
+#[test]
+fn compact_probe_costs_one_fetch() {
+    let body = 2048;
+    let mut w = World::new(body, Config { size_bound: Some(4 * (2048 + 56) as u64), ..Config::default() });
+    let mut seed = 4242u64;
+    for _ in 0..20 {
+        let ks = rand_keys(&mut seed, 100, int_key);
+        w.insert_keys(ks);
+    }
+    assert!(w.tree.stats().standard_leaves == 0 || w.tree.stats().compact_leaves > 0);
+    let keys: Vec<Vec<u8>> = w.oracle.iter().map(|x| x.0.clone()).take(200).collect();
+    let before = w.tree.stats().key_fetches;
+    for k in &keys {
+        assert!(!w.tree.lookup(k, &mut w.heap).unwrap().is_empty());
+    }
+    let per = (w.tree.stats().key_fetches - before) as f64 / keys.len() as f64;
+    assert!(per <= 1.1, "{per} fetches per probe");
+}
+
+#[test]
+fn corrupt_pages_give_errors() {
+    let body = 512;
+    let mut w = World::new(body, small_cfg(Some(10), body));
+    let mut seed = 99u64;
+    for _ in 0..5 {
+        let ks = rand_keys(&mut seed, 80, int_key);
+        w.insert_keys(ks);
+    }
+    let pages = w.tree.pool.pages_in_use() as u32;
+    let mut rng = 1u64;
+    for trial in 0..300 {
+        let mut pool = w.tree.pool.clone();
+        let blk = (trial % (pages + 2)) as u32;
+        if let Some(b) = pool.body_mut(blk) {
+            for _ in 0..1 + trial % 6 {
+                rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let pos = (rng >> 33) as usize % b.len().min(if trial % 2 == 0 { 64 } else { b.len() });
+                b[pos] = (rng >> 20) as u8;
+            }
+        }
+        let Ok(mut t) = ElasticTree::open(pool, w.tree.meta_block(), *w.tree.config()) else { continue };
+        let _ = t.verify(&mut w.heap);
+        let _ = t.scan(Bound::Unbounded, Bound::Unbounded, Direction::Forward, &mut w.heap);
+        let _ = t.scan(Bound::Unbounded, Bound::Unbounded, Direction::Backward, &mut w.heap);
+        let _ = t.lookup(&int_key(5), &mut w.heap);
+        let ks = rand_keys(&mut seed, 30, int_key);
+        let mut batch: Vec<(Vec<u8>, Tid)> = ks.into_iter().enumerate().map(|(i, k)| (k, Tid::new(900_000 + i as u32, 1))).collect();
+        batch.sort();
+        let _ = t.insert_batch(&batch, &mut w.heap);
+        let _ = t.bulk_delete(&mut |x| x.block % 3 == 0, &mut w.heap);
+    }
+}
+
+#[test]
+fn bad_input_rejected() {
+    let mut w = World::new(512, small_cfg(None, 512));
+    let big = vec![7u8; 1000];
+    assert!(matches!(w.tree.insert(&big, Tid::new(1, 1), &mut w.heap), Err(Error::KeyTooLong(_))));
+    let unsorted = vec![(vec![2u8], Tid::new(1, 1)), (vec![1u8], Tid::new(1, 2))];
+    assert!(matches!(w.tree.insert_batch(&unsorted, &mut w.heap), Err(Error::BadInput(_))));
+    let bad = Config { shrink_pct: 50, expand_pct: 60, ..Config::default() };
+    assert!(ElasticTree::create(MemPool::new(512), bad).is_err());
+    let tiny = Config { size_bound: Some(100), ..Config::default() };
+    assert!(ElasticTree::create(MemPool::new(512), tiny).is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Random insert / delete / prune workloads crossing the bound both ways.
+    #[test]
+    fn random_workload_matches_oracle(ops in proptest::collection::vec((0u8..10, any::<u64>()), 5..40), bound in 8u64..40, short in any::<bool>()) {
+        let body = 400;
+        let mut w = World::new(body, small_cfg(Some(bound), body));
+        let keyf = move |x: u64| if short { vec![(x % 40) as u8, ((x >> 8) % 3) as u8] } else { int_key(x % 5000) };
+        let probes: Vec<Vec<u8>> = (0..20u64).map(|i| keyf(i.wrapping_mul(0x9e3779b97f4a7c15))).collect();
+        for (op, seed) in ops {
+            let mut s = seed | 1;
+            match op {
+                0..=5 => { let ks = rand_keys(&mut s, 1 + (seed % 120) as usize, keyf); w.insert_keys(ks); }
+                6 | 7 => { let m = 2 + seed % 4; w.delete_where(|_, t| t.to_u64() % m == seed % m); }
+                8 => { let victims: Vec<Tid> = w.oracle.iter().map(|x| x.1).filter(|t| (t.to_u64() ^ seed) % 11 == 0).collect(); w.heap.pruned.extend(victims); }
+                _ => { w.tree.expand_some(3, &mut w.heap).unwrap(); }
+            }
+            w.check(&probes);
+        }
+        // Shrink the data far below the bound: everything reverts.
+        let mut n = 0u64;
+        w.delete_where(|_, _| { n += 1; n % 10 != 0 });
+        w.check(&probes);
+        w.tree.expand_some(100_000, &mut w.heap).unwrap();
+        w.delete_where(|_, _| false);
+        w.check(&probes);
+        if w.tree.size_bytes() < bound * (body + PAGE_OVERHEAD) as u64 * 3 / 4 {
+            prop_assert_eq!(w.tree.stats().compact_leaves, 0);
+            prop_assert_eq!(w.tree.state(), State::Normal);
+        }
+    }
+}
