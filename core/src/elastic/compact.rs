@@ -340,24 +340,49 @@ impl<'a> CompactView<'a> {
             return Ok(Located::Equal { s, e });
         }
         if key_bit(key, d) == 1 {
-            let mut pos = n;
-            for i in j..n - 1 {
-                if self.bit(i) < d {
-                    pos = i + 1;
-                    break;
-                }
-            }
+            let pos = self.first_below(j, d).map_or(n, |i| i + 1);
             Ok(Located::Greater { j, d, pos })
         } else {
-            let mut pos = 0;
-            for i in (0..j).rev() {
-                if self.bit(i) < d {
-                    pos = i + 1;
-                    break;
-                }
-            }
+            let pos = self.last_below(j, d).map_or(0, |i| i + 1);
             Ok(Located::Less { j, d, pos })
         }
+    }
+
+    /// First i >= from with bits[i] < d. Narrow bits are compared as raw
+    /// bytes (a plain slice search the compiler vectorises); d at or below
+    /// `base` means no stored bit can be smaller.
+    #[inline]
+    fn first_below(&self, from: usize, d: u16) -> Option<usize> {
+        let nb = self.h.n.saturating_sub(1);
+        if from >= nb {
+            return None;
+        }
+        if self.h.narrow {
+            if d <= self.h.base {
+                return None;
+            }
+            let lim = (d - self.h.base).min(NARROW_DUP as u16) as u8;
+            let s = &self.b[self.h.bits_off + from..self.h.bits_off + nb];
+            return s.iter().position(|&v| v < lim).map(|p| from + p);
+        }
+        (from..nb).find(|&i| self.bit(i) < d)
+    }
+
+    /// Last i < before with bits[i] < d.
+    #[inline]
+    fn last_below(&self, before: usize, d: u16) -> Option<usize> {
+        if before == 0 {
+            return None;
+        }
+        if self.h.narrow {
+            if d <= self.h.base {
+                return None;
+            }
+            let lim = (d - self.h.base).min(NARROW_DUP as u16) as u8;
+            let s = &self.b[self.h.bits_off..self.h.bits_off + before];
+            return s.iter().rposition(|&v| v < lim);
+        }
+        (0..before).rev().find(|&i| self.bit(i) < d)
     }
 
     /// First entry >= `t`. One key fetch unless the candidate is dead; then
@@ -986,6 +1011,20 @@ mod tests {
         for (i, (k, _)) in e.iter().enumerate() {
             assert_eq!(v.search(&Target::first(k), &mut h, &mut buf).unwrap(), i);
         }
+    }
+
+    /// The example drawn in README.md, byte for byte.
+    #[test]
+    fn readme_layout() {
+        let e: Vec<(Vec<u8>, Tid)> = [165u8, 166, 170, 171, 214, 233, 235].iter().enumerate().map(|(i, &k)| (vec![k], Tid::new(i as u32, 1))).collect();
+        let mut b = vec![0u8; 256];
+        write_from_keys(&mut b, e.iter().map(|(k, t)| (k.as_slice(), *t)), Shape { capacity: 16, level: 3, slack: 2 }, None).unwrap();
+        let want_hdr = [0x12, 0x01, 0x03, 0x02, 7, 0, 16, 0, 9, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(&b[..16], &want_hdr);
+        assert_eq!(&b[16..30], &[3, 0, 1, 0, 4, 0, 0, 0, 2, 0, 0xff, 0xff, 5, 0]);
+        assert_eq!(&b[30..36], &[7, 5, 8, 2, 3, 7]);
+        assert_eq!(&b[39..51], &[0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0]);
+        assert_eq!(CompactView::parse(&b).unwrap().used_bytes(), 39 + 9 * 6);
     }
 
     #[test]

@@ -566,7 +566,7 @@ mod tests {
                     let mut c = body.clone();
                     let _ = remove_tids(&mut c, kind, |t| t.block % 2 == 0);
                     let mut c = body.clone();
-                    if v.len() > 0 { let _ = remove_at(&mut c, kind, 0); }
+                    if !v.is_empty() { let _ = remove_at(&mut c, kind, 0); }
                 }
             }
         }

@@ -188,7 +188,7 @@ fn grows_shrinks_and_reverts() {
     let mut n = 0u64;
     w.delete_where(|_, _| {
         n += 1;
-        n % 5 != 0
+        !n.is_multiple_of(5)
     });
     w.check(&probes);
     w.tree.expand_some(10_000, &mut w.heap).unwrap();
@@ -279,7 +279,7 @@ fn corrupt_pages_give_errors() {
     let mut rng = 1u64;
     for trial in 0..300 {
         let mut pool = w.tree.pool.clone();
-        let blk = (trial % (pages + 2)) as u32;
+        let blk = trial % (pages + 2);
         if let Some(b) = pool.body_mut(blk) {
             for _ in 0..1 + trial % 6 {
                 rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -335,7 +335,7 @@ proptest! {
         }
         // Shrink the data far below the bound: everything reverts.
         let mut n = 0u64;
-        w.delete_where(|_, _| { n += 1; n % 10 != 0 });
+        w.delete_where(|_, _| { n += 1; !n.is_multiple_of(10) });
         w.check(&probes);
         w.tree.expand_some(100_000, &mut w.heap).unwrap();
         w.delete_where(|_, _| false);

@@ -351,7 +351,7 @@ impl<'a> Leaf<'a> {
         }
     }
     /// Entries with keys; compact leaves fetch each key and drop the dead.
-    pub fn gather<F: KeyFetcher + ?Sized>(&self, f: &mut F) -> Result<(Vec<(Vec<u8>, Tid)>, usize)> {
+    pub fn gather<F: KeyFetcher + ?Sized>(&self, f: &mut F) -> Result<(Vec<Owned>, usize)> {
         match self {
             Leaf::Std(v) => Ok((v.entries()?.into_iter().map(|e| (e.key.to_vec(), e.tid)).collect(), 0)),
             Leaf::Compact(v) => {
@@ -371,7 +371,8 @@ impl<'a> Leaf<'a> {
     }
 }
 
-type Owned = (Vec<u8>, Tid);
+/// A key and its TID, owned.
+pub type Owned = (Vec<u8>, Tid);
 
 fn hk_ref(h: &Option<Owned>) -> Option<(&[u8], Tid)> {
     h.as_ref().map(|(k, t)| (k.as_slice(), *t))
@@ -586,12 +587,33 @@ impl<P: PagePool> ElasticTree<P> {
 
     // ------------------------------------------------------------ descent
 
-    /// Root-to-leaf path for `t` (`None`: the rightmost leaf).
+    /// Root-to-leaf path for `t` (`None`: the rightmost leaf). At every
+    /// level it moves right while `t` is at or above the page's high key
+    /// (Lehman and Yao): never needed single-threaded, but it is the rule
+    /// that keeps a concurrent reader right when it raced a split, and the
+    /// glue follows the same code path.
     fn descend(&self, t: Option<&Target>) -> Result<(Path, u32)> {
         let mut path = Vec::new();
         let mut blk = self.root;
+        let mut hops = 0u64;
         loop {
-            let (m, b) = self.pool.read(blk)?;
+            let (mut m, mut b) = self.pool.read(blk)?;
+            if let Some(t) = t {
+                loop {
+                    let hk = if m.level == 0 { Leaf::parse(b)?.high_key()? } else { SlotView::parse(b, Kind::Inner)?.high_key()?.map(|e| (e.key, e.tid)) };
+                    match hk {
+                        Some((k, tid)) if m.right != NO_BLOCK && cmp_entry(k, tid, t) != Ordering::Greater => {
+                            hops += 1;
+                            if hops > u32::MAX as u64 {
+                                return corrupt("sibling chain does not end");
+                            }
+                            blk = m.right;
+                            (m, b) = self.pool.read(blk)?;
+                        }
+                        _ => break,
+                    }
+                }
+            }
             if m.level == 0 {
                 return Ok((path, blk));
             }
@@ -1036,26 +1058,26 @@ impl<P: PagePool> ElasticTree<P> {
     }
 
     fn expand_some_inner<F: KeyFetcher + ?Sized>(&mut self, max_steps: usize, f: &mut F) -> Result<usize> {
+        if self.update_state()? == State::Shrinking {
+            return Ok(0);
+        }
         let mut steps = 0;
+        let (_, mut blk) = self.descend(Some(&Target::first(b"")))?;
+        // One pass left to right; a leaf is revisited until it is standard
+        // (a split leaves its left half, possibly still compact, in place).
         while steps < max_steps {
-            // Find the leftmost compact leaf and a key to descend to it.
-            let (_, mut blk) = self.descend(Some(&Target::first(b"")))?;
-            let mut found = None;
-            loop {
-                let (m, b) = self.pool.read(blk)?;
-                if let Leaf::Compact(v) = Leaf::parse(b)? {
-                    found = Some((blk, v.high_key().map(|(k, t)| (k.to_vec(), t))));
-                    break;
-                }
-                if m.right == NO_BLOCK {
-                    break;
-                }
-                blk = m.right;
+            let (m, b) = self.pool.read(blk)?;
+            if let Leaf::Compact(v) = Leaf::parse(b)? {
+                let hk = v.high_key().map(|(k, t)| (k.to_vec(), t));
+                let path = self.path_to(blk, hk.as_ref())?;
+                self.expand_leaf(&path, blk, f)?;
+                steps += 1;
+                continue;
             }
-            let Some((cblk, hk)) = found else { break };
-            let path = self.path_to(cblk, hk.as_ref())?;
-            self.expand_leaf(&path, cblk, f)?;
-            steps += 1;
+            if m.right == NO_BLOCK {
+                break;
+            }
+            blk = m.right;
         }
         self.update_state()?;
         Ok(steps)
