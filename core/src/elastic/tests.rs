@@ -346,3 +346,131 @@ proptest! {
         }
     }
 }
+
+/// The benchmark's goal (b) at the core level, on real 8 KB bodies: under a
+/// bound of 40% (int8) / 25% (32-byte text) of the unbounded tree's size,
+/// every key stays indexed and the size stays within the bound + 10%.
+#[test]
+fn realistic_bounds_hold() {
+    for (name, frac, keyf) in [
+        ("int8", 0.40, int_key as fn(u64) -> Vec<u8>),
+        ("text32", 0.25, (|x: u64| {
+            let mut k = vec![crate::keys::MARK_VALUE];
+            let mut y = x;
+            for _ in 0..32 {
+                k.push(b'a' + (y % 26) as u8);
+                y = y.rotate_left(5).wrapping_mul(0x2545F4914F6CDD1D);
+            }
+            k
+        }) as fn(u64) -> Vec<u8>),
+    ] {
+        let n_batches = 40;
+        let mk = |seed: u64| {
+            let mut s = seed;
+            (0..n_batches).map(|_| rand_keys(&mut s, 800, |x| keyf(x.wrapping_mul(7)))).collect::<Vec<_>>()
+        };
+        let mut free = World::new(BODY_CAP, Config::default());
+        for b in mk(5) {
+            free.insert_keys(b);
+        }
+        let full_pages = free.tree.pool.pages_in_use();
+        let bound_pages = (full_pages as f64 * frac) as u64;
+        let mut w = World::new(BODY_CAP, Config { size_bound: Some(bound_pages * (BODY_CAP + PAGE_OVERHEAD) as u64), ..Config::default() });
+        let mut peak = 0;
+        for b in mk(5) {
+            w.insert_keys(b);
+            peak = peak.max(w.tree.pool.pages_in_use());
+        }
+        let st = w.tree.stats();
+        let entries = w.tree.count_entries().unwrap();
+        eprintln!("{name}: unbounded {full_pages} pages; bound {bound_pages}, peak {peak}; {st:?}; {:.1} B/entry", st.bytes as f64 / entries as f64);
+        assert_eq!(entries as usize, w.oracle.len());
+        assert!(peak as f64 <= bound_pages as f64 * 1.1, "{name}: peak {peak} pages over bound {bound_pages} + 10%");
+        let probes: Vec<Vec<u8>> = w.oracle.iter().step_by(97).map(|x| x.0.clone()).collect();
+        w.check(&probes);
+    }
+}
+
+/// Probe cost in one leaf of 8136 bytes: standard binary search vs compact
+/// blind search + one fetch (the fetch itself is a map lookup here).
+/// `cargo test --release -p pg_hybrid_core elastic::tests::bench -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn bench_leaf_probes() {
+    use std::time::Instant;
+    let mut seed = 31337u64;
+    let mut keys = rand_keys(&mut seed, 420, |x| int_key(x % 100_000_000));
+    keys.sort();
+    keys.dedup();
+    let ents: Vec<(Vec<u8>, Tid)> = keys.iter().enumerate().map(|(i, k)| (k.clone(), Tid::new(i as u32, 1))).collect();
+    let mut std_body = vec![0u8; BODY_CAP];
+    slotted::build(&mut std_body, slotted::Kind::Leaf, ents.iter().map(|(k, t)| (k.as_slice(), *t, 0)), None).unwrap();
+    let mut more = rand_keys(&mut seed, 1100, |x| int_key(x % 100_000_000));
+    more.sort();
+    more.dedup();
+    let cents: Vec<(Vec<u8>, Tid)> = more.iter().enumerate().map(|(i, k)| (k.clone(), Tid::new(i as u32, 1))).collect();
+    let mut c_body = vec![0u8; BODY_CAP];
+    compact::write_from_keys(&mut c_body, cents.iter().map(|(k, t)| (k.as_slice(), *t)), compact::Shape { capacity: 1139, ..Default::default() }, None).unwrap();
+    let v = slotted::SlotView::parse(&std_body, slotted::Kind::Leaf).unwrap();
+    let cv = compact::CompactView::parse(&c_body).unwrap();
+    let by_tid: Vec<Vec<u8>> = cents.iter().map(|x| x.0.clone()).collect();
+    let mut fetch = |t: Tid, out: &mut Vec<u8>| {
+        out.clear();
+        out.extend_from_slice(&by_tid[t.block as usize]);
+        true
+    };
+    let rounds = 200_000;
+    let t0 = Instant::now();
+    let mut acc = 0;
+    for i in 0..rounds {
+        acc += v.lower_bound(&Target::first(&keys[i % keys.len()])).unwrap();
+    }
+    let std_ns = t0.elapsed().as_nanos() as f64 / rounds as f64;
+    let mut buf = Vec::new();
+    let t0 = Instant::now();
+    for i in 0..rounds {
+        acc += cv.search(&Target::first(&more[i % more.len()]), &mut fetch, &mut buf).unwrap();
+    }
+    let c_ns = t0.elapsed().as_nanos() as f64 / rounds as f64;
+    let miss: Vec<Vec<u8>> = rand_keys(&mut seed, 1000, |x| int_key(x % 100_000_000));
+    let t0 = Instant::now();
+    for i in 0..rounds {
+        acc += cv.search(&Target::first(&miss[i % miss.len()]), &mut fetch, &mut buf).unwrap();
+    }
+    let cm_ns = t0.elapsed().as_nanos() as f64 / rounds as f64;
+    eprintln!("standard leaf ({} entries, {} B used): {std_ns:.0} ns/probe", v.len(), v.used_bytes());
+    eprintln!("compact leaf ({} entries, {} B used, narrow {}): {c_ns:.0} ns/probe hit, {cm_ns:.0} ns/probe miss ({acc})", cv.len(), cv.used_bytes(), cv.h.narrow);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// standard -> compact -> standard is the identity on live entries and
+    /// drops exactly the pruned ones.
+    #[test]
+    fn conversions_round_trip(keys in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..12), 1..40), prune in proptest::collection::vec(any::<bool>(), 40), hk in any::<bool>()) {
+        let mut ents: Vec<(Vec<u8>, Tid)> = keys.into_iter().enumerate().map(|(i, k)| (k, Tid::new(i as u32, 1))).collect();
+        ents.sort_by(|a, b| cmp_pair(&a.0, a.1, &b.0, b.1));
+        let high = if hk { Some((vec![0xffu8; 13], Tid::new(0, 1))) } else { None };
+        let mut std_body = vec![0u8; 1024];
+        slotted::build(&mut std_body, slotted::Kind::Leaf, ents.iter().map(|(k, t)| (k.as_slice(), *t, 0)), high.as_ref().map(|(k, t)| (k.as_slice(), *t))).unwrap();
+        let mut c = vec![0u8; 1024];
+        prop_assert!(standard_to_compact(&std_body, &mut c, ents.len() * 2, 4, 4).unwrap());
+        let mut heap = Heap::default();
+        for (i, (k, t)) in ents.iter().enumerate() {
+            heap.keys.insert(*t, k.clone());
+            if prune[i] { heap.pruned.insert(*t); }
+        }
+        let cv = compact::CompactView::parse(&c).unwrap();
+        prop_assert_eq!(cv.verify_keys(&mut heap).unwrap(), heap.pruned.len());
+        let mut back = vec![0u8; 1024];
+        let dropped = compact_to_standard(&c, &mut back, &mut heap).unwrap().unwrap();
+        prop_assert_eq!(dropped, heap.pruned.len());
+        let v = slotted::SlotView::parse(&back, slotted::Kind::Leaf).unwrap();
+        v.verify().unwrap();
+        let got: Vec<(Vec<u8>, Tid)> = v.entries().unwrap().iter().map(|e| (e.key.to_vec(), e.tid)).collect();
+        let want: Vec<(Vec<u8>, Tid)> = ents.iter().filter(|x| !heap.pruned.contains(&x.1)).cloned().collect();
+        prop_assert_eq!(got, want);
+        prop_assert_eq!(v.high_key().unwrap().map(|e| (e.key.to_vec(), e.tid)), high);
+    }
+}

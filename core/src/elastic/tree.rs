@@ -259,6 +259,12 @@ pub struct Stats {
     pub height: u8,
 }
 
+impl Stats {
+    pub fn leaves(&self) -> u64 {
+        self.standard_leaves + self.compact_leaves
+    }
+}
+
 /// What `verify` saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VerifyReport {
@@ -369,6 +375,37 @@ impl<'a> Leaf<'a> {
             }
         }
     }
+}
+
+/// Standard leaf body -> compact leaf body of `capacity` (>= entries) in
+/// `out` (same size). False if it would not fit or a key is too long.
+pub fn standard_to_compact(std_body: &[u8], out: &mut [u8], capacity: usize, level: u8, slack: u8) -> Result<bool> {
+    let v = SlotView::parse(std_body, Kind::Leaf)?;
+    let ents = v.entries()?;
+    if ents.iter().any(|e| e.key.len() > compact::MAX_COMPACT_KEY) {
+        return Ok(false);
+    }
+    let hk = v.high_key()?.map(|e| (e.key, e.tid));
+    let raw = Raw::from_keys(ents.iter().map(|e| (e.key, e.tid)))?;
+    match compact::write(out, &raw, Shape { capacity: capacity.max(ents.len()), level, slack }, hk) {
+        Ok(()) => Ok(true),
+        Err(Error::NoSpace) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Compact leaf body -> standard leaf body in `out`, fetching every key;
+/// entries whose key is gone are dead and dropped. `Ok(None)` if the live
+/// entries do not fit one page (split first), else the number dropped.
+pub fn compact_to_standard<F: KeyFetcher + ?Sized>(c_body: &[u8], out: &mut [u8], f: &mut F) -> Result<Option<usize>> {
+    let leaf = Leaf::Compact(CompactView::parse(c_body)?);
+    let hk = leaf.high_key()?;
+    let (ents, dead) = leaf.gather(f)?;
+    if !SlotView::fits(out.len(), Kind::Leaf, ents.iter().map(|e| e.0.len()), hk.map(|h| h.0.len())) {
+        return Ok(None);
+    }
+    slotted::build(out, Kind::Leaf, ents.iter().map(|(k, t)| (k.as_slice(), *t, 0)), hk)?;
+    Ok(Some(dead))
 }
 
 /// A key and its TID, owned.
@@ -513,6 +550,22 @@ impl<P: PagePool> ElasticTree<P> {
         self.pool.body_cap()
     }
 
+    /// Entries in the leaves (dead ones included), by walking the leaf
+    /// level and reading each header: for bytes_per_entry.
+    pub fn count_entries(&self) -> Result<u64> {
+        let (_, mut blk) = self.descend(Some(&Target::first(b"")))?;
+        let mut n = 0u64;
+        for _ in 0..u32::MAX {
+            let (m, b) = self.pool.read(blk)?;
+            n += Leaf::parse(b)?.len() as u64;
+            if m.right == NO_BLOCK {
+                return Ok(n);
+            }
+            blk = m.right;
+        }
+        corrupt("sibling chain does not end")
+    }
+
     fn shape(&self, capacity: usize) -> Shape {
         Shape { capacity, level: self.cfg.tree_level, slack: self.cfg.slack }
     }
@@ -596,8 +649,12 @@ impl<P: PagePool> ElasticTree<P> {
         let mut path = Vec::new();
         let mut blk = self.root;
         let mut hops = 0u64;
+        let mut want_level: Option<u8> = None;
         loop {
             let (mut m, mut b) = self.pool.read(blk)?;
+            if want_level.is_some_and(|l| l != m.level) {
+                return corrupt("child level does not match parent");
+            }
             if let Some(t) = t {
                 loop {
                     let hk = if m.level == 0 { Leaf::parse(b)?.high_key()? } else { SlotView::parse(b, Kind::Inner)?.high_key()?.map(|e| (e.key, e.tid)) };
@@ -625,13 +682,9 @@ impl<P: PagePool> ElasticTree<P> {
                 Some(t) => v.child_index(t)?,
                 None => v.len().checked_sub(1).ok_or(Error::Corrupt("inner node without children"))?,
             };
-            let child = v.entry(i)?.child;
-            let (cm, _) = self.pool.read(child)?;
-            if cm.level + 1 != m.level {
-                return corrupt("child level does not match parent");
-            }
             path.push((blk, i));
-            blk = child;
+            blk = v.entry(i)?.child;
+            want_level = Some(m.level - 1);
         }
     }
 
