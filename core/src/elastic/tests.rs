@@ -277,17 +277,29 @@ fn corrupt_pages_give_errors() {
     }
     let pages = w.tree.pool.pages_in_use() as u32;
     let mut rng = 1u64;
-    for trial in 0..300 {
-        let mut pool = w.tree.pool.clone();
+    for trial in 0..600u32 {
+        // Open a healthy copy, then corrupt it under the open tree, as a
+        // torn or bit-flipped page would appear to a running backend.
+        let mut t = ElasticTree::open(w.tree.pool.clone(), w.tree.meta_block(), *w.tree.config()).unwrap();
         let blk = trial % (pages + 2);
-        if let Some(b) = pool.body_mut(blk) {
+        if let Some(b) = t.pool.body_mut(blk) {
             for _ in 0..1 + trial % 6 {
                 rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 let pos = (rng >> 33) as usize % b.len().min(if trial % 2 == 0 { 64 } else { b.len() });
                 b[pos] = (rng >> 20) as u8;
             }
         }
-        let Ok(mut t) = ElasticTree::open(pool, w.tree.meta_block(), *w.tree.config()) else { continue };
+        if trial % 3 == 0 {
+            // Links and levels live in the special area: scramble them too.
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            if let Some(m) = t.pool.meta_mut((rng >> 40) as u32 % (pages + 1)) {
+                match (rng >> 20) % 3 {
+                    0 => m.right = (rng >> 8) as u32 % (pages + 1),
+                    1 => m.left = (rng >> 8) as u32 % (pages + 1),
+                    _ => m.level = (rng >> 8) as u8 % 4,
+                }
+            }
+        }
         let _ = t.verify(&mut w.heap);
         let _ = t.scan(Bound::Unbounded, Bound::Unbounded, Direction::Forward, &mut w.heap);
         let _ = t.scan(Bound::Unbounded, Bound::Unbounded, Direction::Backward, &mut w.heap);

@@ -97,6 +97,10 @@ impl MemPool {
     pub fn new(body_cap: usize) -> Self {
         MemPool { cap: body_cap, pages: Vec::new(), free: Vec::new(), in_use: 0, steps: 0, max_step_pages: 0 }
     }
+    /// Mutable access to a page's special-area fields, for corruption tests.
+    pub fn meta_mut(&mut self, blk: u32) -> Option<&mut PageMeta> {
+        self.pages.get_mut(blk as usize).and_then(|p| p.as_mut()).map(|p| &mut p.0)
+    }
     /// Mutable access to a page body, for corruption tests.
     pub fn body_mut(&mut self, blk: u32) -> Option<&mut Vec<u8>> {
         self.pages.get_mut(blk as usize).and_then(|p| p.as_mut()).map(|p| &mut p.1)
@@ -550,12 +554,17 @@ impl<P: PagePool> ElasticTree<P> {
         self.pool.body_cap()
     }
 
+    /// Most sibling hops any walk can take; more means a link cycle.
+    fn max_hops(&self) -> u64 {
+        self.pool.pages_in_use() + 2
+    }
+
     /// Entries in the leaves (dead ones included), by walking the leaf
     /// level and reading each header: for bytes_per_entry.
     pub fn count_entries(&self) -> Result<u64> {
         let (_, mut blk) = self.descend(Some(&Target::first(b"")))?;
         let mut n = 0u64;
-        for _ in 0..u32::MAX {
+        for _ in 0..self.max_hops() {
             let (m, b) = self.pool.read(blk)?;
             n += Leaf::parse(b)?.len() as u64;
             if m.right == NO_BLOCK {
@@ -661,7 +670,7 @@ impl<P: PagePool> ElasticTree<P> {
                     match hk {
                         Some((k, tid)) if m.right != NO_BLOCK && cmp_entry(k, tid, t) != Ordering::Greater => {
                             hops += 1;
-                            if hops > u32::MAX as u64 {
+                            if hops > self.max_hops() {
                                 return corrupt("sibling chain does not end");
                             }
                             blk = m.right;
@@ -703,7 +712,7 @@ impl<P: PagePool> ElasticTree<P> {
         let (_, mut blk) = self.descend(Some(&Target::first(key)))?;
         let mut out = Vec::new();
         let mut buf = Vec::new();
-        for _ in 0..u32::MAX {
+        for _ in 0..self.max_hops() {
             let (m, b) = self.pool.read(blk)?;
             let leaf = Leaf::parse(b)?;
             match leaf {
@@ -1116,9 +1125,14 @@ impl<P: PagePool> ElasticTree<P> {
         }
         let mut steps = 0;
         let (_, mut blk) = self.descend(Some(&Target::first(b"")))?;
+        let mut hops = 0;
         // One pass left to right; a leaf is revisited until it is standard
         // (a split leaves its left half, possibly still compact, in place).
         while steps < max_steps {
+            hops += 1;
+            if hops > 2 * self.max_hops() + 2 * max_steps as u64 {
+                return corrupt("sibling chain does not end");
+            }
             let (m, b) = self.pool.read(blk)?;
             if let Leaf::Compact(v) = Leaf::parse(b)? {
                 let hk = v.high_key().map(|(k, t)| (k.to_vec(), t));
@@ -1177,7 +1191,12 @@ impl<P: PagePool> ElasticTree<P> {
         // Walk the parents of the leaves left to right.
         let (path, _) = self.descend(Some(&Target::first(b"")))?;
         let mut pblk = path.last().unwrap().0;
+        let mut hops = 0;
         loop {
+            hops += 1;
+            if hops > self.max_hops() {
+                return corrupt("sibling chain does not end");
+            }
             let mut i = 0;
             loop {
                 let (_, pb) = self.pool.read(pblk)?;
@@ -1476,6 +1495,7 @@ pub struct Cursor {
     dir: Direction,
     next: Option<u32>,
     started: bool,
+    hops: u64,
 }
 
 fn lo_target(b: &Bound<Vec<u8>>) -> Option<Target<'_>> {
@@ -1496,7 +1516,7 @@ fn hi_target(b: &Bound<Vec<u8>>) -> Option<Target<'_>> {
 
 impl Cursor {
     pub fn new(lo: Bound<&[u8]>, hi: Bound<&[u8]>, dir: Direction) -> Self {
-        Cursor { lo: lo.map(|k| k.to_vec()), hi: hi.map(|k| k.to_vec()), dir, next: None, started: false }
+        Cursor { lo: lo.map(|k| k.to_vec()), hi: hi.map(|k| k.to_vec()), dir, next: None, started: false, hops: 0 }
     }
 
     /// The next leaf's matching entries in scan order; `None` when done.
@@ -1522,7 +1542,14 @@ impl Cursor {
                 None => return Ok(None),
             }
         };
+        self.hops += 1;
+        if self.hops > tree.max_hops() {
+            return corrupt("sibling chain does not end");
+        }
         let (m, b) = tree.pool.read(blk)?;
+        if m.level != 0 {
+            return corrupt("sibling link leaves the leaf level");
+        }
         let leaf = Leaf::parse(b)?;
         let n = leaf.len();
         let hk = leaf.high_key()?;
