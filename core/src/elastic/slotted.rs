@@ -439,15 +439,23 @@ pub fn set_child(b: &mut [u8], i: usize, child: u32) -> Result<()> {
 /// half also gets a high key equal to the right half's first entry, which
 /// is counted.
 pub fn split_point(v: &SlotView) -> Result<usize> {
+    split_point_at(v, 50)
+}
+
+/// As `split_point`, with the left half taking about `left_pct`% of the
+/// bytes (nbtree splits the rightmost page 90/10 so ascending loads leave
+/// full pages behind).
+pub fn split_point_at(v: &SlotView, left_pct: usize) -> Result<usize> {
     if v.len() < 2 {
         return Err(Error::BadInput("splitting a page with fewer than two entries"));
     }
     let sizes: Vec<usize> = (0..v.len()).map(|i| v.tuple_len(i).map(|l| l + 2)).collect::<Result<_>>()?;
     let total: usize = sizes.iter().sum();
+    let goal = total * left_pct.clamp(1, 99) / 100;
     let mut acc = 0;
     for (i, s) in sizes.iter().enumerate() {
         // Left gets [0, i) plus the high key copy of entry i.
-        if i > 0 && acc + s >= total / 2 {
+        if i > 0 && acc + s >= goal {
             return Ok(i.min(v.len() - 1));
         }
         acc += s;

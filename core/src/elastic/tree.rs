@@ -27,6 +27,10 @@ pub const NO_BLOCK: u32 = u32::MAX;
 /// Most pages one step may change: GenericXLog's MAX_GENERIC_XLOG_PAGES.
 pub const MAX_STEP_PAGES: usize = 4;
 const MAX_HEIGHT: usize = 40;
+/// Fill limit of a compact page made by the shrink pass.
+pub const SHRINK_FILL_PCT: usize = 90;
+/// Left share of a rightmost-page split, as nbtree's default fillfactor.
+pub const RIGHTMOST_SPLIT_PCT: usize = 90;
 /// Bytes of PostgreSQL page around a body: 24-byte header, 32-byte special.
 pub const PAGE_OVERHEAD: usize = 56;
 
@@ -464,6 +468,8 @@ pub struct ElasticTree<P: PagePool> {
     inner_pages: u64,
     fetches: Cell<u64>,
     dead_dropped: u64,
+    /// Where the shrink pass resumes: (parent block, child index).
+    shrink_cursor: Option<(u32, usize)>,
 }
 
 fn write(blk: u32, meta: PageMeta, body: Vec<u8>) -> Change {
@@ -498,6 +504,7 @@ impl<P: PagePool> ElasticTree<P> {
             inner_pages: 0,
             fetches: Cell::new(0),
             dead_dropped: 0,
+            shrink_cursor: None,
         };
         t.update_state()?;
         Ok(t)
@@ -519,6 +526,7 @@ impl<P: PagePool> ElasticTree<P> {
             inner_pages: 0,
             fetches: Cell::new(0),
             dead_dropped: 0,
+            shrink_cursor: None,
         };
         t.recount()?;
         Ok(t)
@@ -833,7 +841,11 @@ impl<P: PagePool> ElasticTree<P> {
             }
             i += consumed;
             if full {
+                let before = self.pool.pages_in_use();
                 self.overflow(&path, blk, f)?;
+                if self.pool.pages_in_use() > before && self.state == State::Shrinking && self.over_bound() {
+                    self.shrink_some_inner(1, 8, f)?;
+                }
             }
         }
         self.update_state()?;
@@ -956,7 +968,7 @@ impl<P: PagePool> ElasticTree<P> {
         let hk = leaf.high_key()?.map(|(k, t)| (k.to_vec(), t));
         let (lbody, rbody, lform, rform, sep) = match leaf {
             Leaf::Std(v) => {
-                let sp = slotted::split_point(&v)?;
+                let sp = slotted::split_point_at(&v, self.split_pct(&meta))?;
                 let ents = v.entries()?;
                 let sep = (ents[sp].key.to_vec(), ents[sp].tid);
                 let mut l = vec![0u8; self.cap()];
@@ -976,7 +988,7 @@ impl<P: PagePool> ElasticTree<P> {
                         compact::write(&mut nb, &raw, Shape { capacity: cap, level: v.h.level, slack: v.h.slack }, hk_ref(&hk))?;
                         return self.pool.apply(vec![write(blk, meta, nb)]);
                     }
-                    let m = raw.len() / 2;
+                    let m = split_index(raw.len(), self.split_pct(&meta));
                     let mut k = Vec::new();
                     if f.fetch(raw.tids[m], &mut k) {
                         break (k, raw.tids[m]);
@@ -984,7 +996,7 @@ impl<P: PagePool> ElasticTree<P> {
                     raw.remove(m);
                     self.dead_dropped += 1;
                 };
-                let m = raw.len() / 2;
+                let m = split_index(raw.len(), self.split_pct(&meta));
                 let right = raw.split_off(m);
                 let shape = Shape { capacity: cap, level: self.cfg.tree_level, slack: self.cfg.slack };
                 let make = |s: &Self, r: &Raw, h: Option<(&[u8], Tid)>, f: &mut F| -> Result<(Vec<u8>, Form, u64)> {
@@ -1045,6 +1057,17 @@ impl<P: PagePool> ElasticTree<P> {
         Ok(())
     }
 
+    /// Share of a splitting page that stays left: 90% for the rightmost
+    /// page of a level (ascending keys, sorted bulk loads: the left page
+    /// will get no more inserts), else 50%.
+    fn split_pct(&self, meta: &PageMeta) -> usize {
+        if meta.right == NO_BLOCK {
+            RIGHTMOST_SPLIT_PCT
+        } else {
+            50
+        }
+    }
+
     /// Adds the two halves of a split of `blk` (new right page `nblk`) and
     /// the right neighbour's back link to `step`.
     fn link_split(&self, step: &mut Vec<Change>, blk: u32, meta: PageMeta, nblk: u32, lbody: Vec<u8>, rbody: Vec<u8>) -> Result<()> {
@@ -1066,7 +1089,7 @@ impl<P: PagePool> ElasticTree<P> {
         let (meta, body) = self.read_owned(blk)?;
         let v = SlotView::parse(&body, Kind::Inner)?;
         let hk = v.high_key()?.map(|e| (e.key.to_vec(), e.tid));
-        let sp = slotted::split_point(&v)?;
+        let sp = slotted::split_point_at(&v, self.split_pct(&meta))?;
         let ents = v.entries()?;
         let sep = (ents[sp].key.to_vec(), ents[sp].tid);
         let mut l = vec![0u8; self.cap()];
@@ -1209,7 +1232,8 @@ impl<P: PagePool> ElasticTree<P> {
                 removed += self.vacuum_leaf(child, dead, f)?;
                 if n >= 2 && self.underfull(child)? {
                     let j = if i + 1 < n { i } else { i - 1 };
-                    if self.merge_leaves(pblk, j, dead, f)? {
+                    let prefer = if self.state == State::Shrinking { Form::Compact } else { Form::Standard };
+                    if self.merge_leaves(pblk, j, dead, f, prefer, 75)? {
                         // The merged leaf sits at j; revisit it if it is new to us.
                         i = j;
                         continue;
@@ -1269,45 +1293,101 @@ impl<P: PagePool> ElasticTree<P> {
     }
 
     /// Merges children `j` and `j+1` of `pblk` into child j+1's page and
-    /// frees child j's: one step of left neighbour (link), freed page,
-    /// survivor, parent. Only if the union fits three quarters of a page.
-    fn merge_leaves<F: KeyFetcher + ?Sized>(&mut self, pblk: u32, j: usize, dead: &mut dyn FnMut(Tid) -> bool, f: &mut F) -> Result<bool> {
+    /// frees child j's: one step of parent, freed page, its left neighbour
+    /// (link), survivor. Only if the union fits `fill_pct`% of a page in the
+    /// `prefer`red form (a standard union falls back to compact). A compact
+    /// union is spliced from the two bit arrays and needs only the two keys
+    /// at the junction; a standard one fetches every compact key.
+    fn merge_leaves<F: KeyFetcher + ?Sized>(
+        &mut self,
+        pblk: u32,
+        j: usize,
+        dead: &mut dyn FnMut(Tid) -> bool,
+        f: &mut F,
+        prefer: Form,
+        fill_pct: usize,
+    ) -> Result<bool> {
         let (pmeta, pbody) = self.read_owned(pblk)?;
         let pv = SlotView::parse(&pbody, Kind::Inner)?;
         let (lblk, rblk) = (pv.entry(j)?.child, pv.entry(j + 1)?.child);
         let (lmeta, lbody) = self.read_owned(lblk)?;
         let (rmeta, rbody) = self.read_owned(rblk)?;
-        if lmeta.right != rblk || rmeta.left != lblk {
+        if lmeta.right != rblk || rmeta.left != lblk || lmeta.level != 0 || rmeta.level != 0 {
             return corrupt("sibling links disagree with the parent");
         }
         let (l, r) = (Leaf::parse(&lbody)?, Leaf::parse(&rbody)?);
-        let (mut ents, d1) = l.gather(f)?;
-        let (rents, d2) = r.gather(f)?;
-        ents.extend(rents);
-        ents.retain(|(_, t)| !dead(*t));
         let hk = r.high_key()?.map(|(k, t)| (k.to_vec(), t));
-        let prefer = if self.state == State::Shrinking { Form::Compact } else { Form::Standard };
-        let fits = match prefer {
-            Form::Standard => {
-                let need: usize = ents.iter().map(|e| Kind::Leaf.entry_size(e.0.len())).sum::<usize>()
-                    + hk.as_ref().map_or(0, |h| h.0.len() + slotted::TUPLE_HDR);
-                need <= self.cap() * 3 / 4
-            }
-            Form::Compact => ents.len() <= self.max_compact(hk.as_ref().map(|h| h.0.len())) * 3 / 4,
-        };
-        if !fits {
-            return Ok(false);
-        }
+        let maxc = self.max_compact(hk.as_ref().map(|h| h.0.len()));
         let capacity = match (l, r) {
             (Leaf::Compact(a), Leaf::Compact(b)) => a.h.capacity.max(b.h.capacity),
             (Leaf::Compact(a), _) | (_, Leaf::Compact(a)) => a.h.capacity,
-            _ => ents.len() * 2,
+            _ => (l.len() + r.len()) * 2,
+        }
+        .min(maxc);
+        let mut dropped = 0usize;
+        let built = if prefer == Form::Compact {
+            if l.len() + r.len() > 2 * maxc {
+                return Ok(false);
+            }
+            let (mut lraw, lkeys) = raw_of(&l, dead)?;
+            let (rraw, rkeys) = raw_of(&r, dead)?;
+            if lraw.len() + rraw.len() > maxc * fill_pct / 100 {
+                return Ok(false);
+            }
+            let mut rraw = rraw;
+            // The two keys around the junction; dead ones are dropped.
+            let mut lastk = Vec::new();
+            let mut firstk = Vec::new();
+            while let Some(&t) = lraw.tids.last() {
+                if let Some(ks) = &lkeys {
+                    lastk.clone_from(&ks[lraw.len() - 1]);
+                    break;
+                }
+                if f.fetch(t, &mut lastk) {
+                    break;
+                }
+                lraw.remove(lraw.len() - 1);
+                dropped += 1;
+            }
+            let mut skip = 0;
+            while let Some(&t) = rraw.tids.first() {
+                if let Some(ks) = &rkeys {
+                    firstk.clone_from(&ks[skip]);
+                    break;
+                }
+                if f.fetch(t, &mut firstk) {
+                    break;
+                }
+                rraw.remove(0);
+                skip += 1;
+                dropped += 1;
+            }
+            let junction = disc_bit(&lastk, &firstk);
+            lraw.append(&rraw, junction);
+            let mut b = vec![0u8; self.cap()];
+            match compact::write(&mut b, &lraw, self.shape(capacity.max(lraw.len())), hk_ref(&hk)) {
+                Ok(()) => Some((b, Form::Compact)),
+                Err(Error::NoSpace) => None,
+                Err(e) => return Err(e),
+            }
+        } else {
+            let (mut ents, d1) = l.gather(f)?;
+            let (rents, d2) = r.gather(f)?;
+            dropped += d1 + d2;
+            ents.extend(rents);
+            ents.retain(|(_, t)| !dead(*t));
+            let need: usize = ents.iter().map(|e| Kind::Leaf.entry_size(e.0.len())).sum::<usize>()
+                + hk.as_ref().map_or(0, |h| h.0.len() + slotted::TUPLE_HDR);
+            if need > self.cap() * fill_pct / 100 {
+                return Ok(false);
+            }
+            match self.leaf_body(&ents, hk_ref(&hk), Form::Standard, capacity) {
+                Ok(x) => Some(x),
+                Err(Error::NoSpace) => None,
+                Err(e) => return Err(e),
+            }
         };
-        let (nb, form) = match self.leaf_body(&ents, hk_ref(&hk), prefer, capacity) {
-            Ok(x) => x,
-            Err(Error::NoSpace) => return Ok(false),
-            Err(e) => return Err(e),
-        };
+        let Some((nb, form)) = built else { return Ok(false) };
         let mut pbody = pbody;
         slotted::set_child(&mut pbody, j, rblk)?;
         slotted::remove_at(&mut pbody, Kind::Inner, j + 1)?;
@@ -1319,12 +1399,68 @@ impl<P: PagePool> ElasticTree<P> {
         }
         step.push(write(rblk, PageMeta { left: lmeta.left, ..rmeta }, nb));
         self.pool.apply(step)?;
-        self.dead_dropped += (d1 + d2) as u64;
+        self.dead_dropped += dropped as u64;
         for (fm, d) in [(l.form(), -1i64), (r.form(), -1), (form, 1)] {
             let c = if fm == Form::Standard { &mut self.std_leaves } else { &mut self.compact_leaves };
             *c = (*c as i64 + d) as u64;
         }
         Ok(true)
+    }
+
+    /// In the shrinking state, merges neighbouring leaves under one parent
+    /// into compact pages (90% full at most), up to `max_steps` merges,
+    /// resuming where the last pass stopped. This reclaims leaves that were
+    /// standard when shrinking began and get no more inserts (ascending
+    /// keys: the paper's split-driven policy never revisits them). The
+    /// insert path runs one merge per split while over the bound, so growth
+    /// beyond it is page-neutral as long as such pairs exist.
+    /// `max_pairs` bounds the neighbour pairs examined (one header read
+    /// each, two page reads); the insert path uses 1 merge / 8 pairs per
+    /// split, a background pass may use more.
+    pub fn shrink_some<F: KeyFetcher + ?Sized>(&mut self, max_steps: usize, max_pairs: usize, f: &mut F) -> Result<usize> {
+        let mut cf = self.counting(f);
+        let r = self.shrink_some_inner(max_steps, max_pairs, &mut cf);
+        self.add_fetches(cf.count);
+        r
+    }
+
+    fn shrink_some_inner<F: KeyFetcher + ?Sized>(&mut self, max_steps: usize, max_pairs: usize, f: &mut F) -> Result<usize> {
+        if self.state != State::Shrinking || self.height < 2 {
+            return Ok(0);
+        }
+        let (mut pblk, mut j) = match self.shrink_cursor {
+            Some((b, j)) if self.pool.read(b).is_ok_and(|(m, _)| m.level == 1) => (b, j),
+            _ => (self.leftmost_parent()?, 0),
+        };
+        let mut steps = 0;
+        let mut pairs = 0;
+        while steps < max_steps && pairs < max_pairs {
+            pairs += 1;
+            let (m, b) = self.pool.read(pblk)?;
+            let pv = SlotView::parse(b, Kind::Inner)?;
+            if j + 1 >= pv.len() {
+                pblk = if m.right == NO_BLOCK { self.leftmost_parent()? } else { m.right };
+                j = 0;
+                continue;
+            }
+            let (lc, rc) = (pv.entry(j)?.child, pv.entry(j + 1)?.child);
+            let (ll, rl) = (Leaf::parse(self.pool.read(lc)?.1)?, Leaf::parse(self.pool.read(rc)?.1)?);
+            let maxc = self.max_compact(rl.high_key()?.map(|h| h.0.len()));
+            if ll.len() + rl.len() <= maxc * SHRINK_FILL_PCT / 100
+                && self.merge_leaves(pblk, j, &mut |_| false, f, Form::Compact, SHRINK_FILL_PCT)?
+            {
+                steps += 1;
+            } else {
+                j += 1;
+            }
+        }
+        self.shrink_cursor = Some((pblk, j));
+        Ok(steps)
+    }
+
+    fn leftmost_parent(&self) -> Result<u32> {
+        let (path, _) = self.descend(Some(&Target::first(b"")))?;
+        path.last().map(|p| p.0).ok_or(Error::Corrupt("no parent level"))
     }
 
     // ------------------------------------------------------------ checks
@@ -1449,6 +1585,29 @@ impl<P: PagePool> ElasticTree<P> {
         let _ = pages;
         Ok(rep)
     }
+}
+
+/// A leaf's bits and TIDs without dead entries, and the keys if it is a
+/// standard leaf (no fetch needed).
+fn raw_of(leaf: &Leaf, dead: &mut dyn FnMut(Tid) -> bool) -> Result<(Raw, Option<Vec<Vec<u8>>>)> {
+    match leaf {
+        Leaf::Std(v) => {
+            let ents: Vec<_> = v.entries()?.into_iter().filter(|e| !dead(e.tid)).collect();
+            let raw = Raw::from_keys(ents.iter().map(|e| (e.key, e.tid)))?;
+            Ok((raw, Some(ents.iter().map(|e| e.key.to_vec()).collect())))
+        }
+        Leaf::Compact(v) => {
+            let mut raw = Raw::from_view(v);
+            raw.retain_live(dead);
+            Ok((raw, None))
+        }
+    }
+}
+
+/// Index of the first entry of the right half when splitting n (>= 2)
+/// entries with `pct`% on the left.
+fn split_index(n: usize, pct: usize) -> usize {
+    (n * pct / 100).clamp(1, n - 1)
 }
 
 /// Inserts a run of sorted entries into one leaf body until it is full.
