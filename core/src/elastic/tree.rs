@@ -78,7 +78,12 @@ pub trait PagePool {
     /// A block to write in the next step (new or recycled). Its content is
     /// undefined until a step writes it.
     fn alloc(&mut self) -> Result<u32>;
-    fn read(&self, blk: u32) -> Result<(PageMeta, &[u8])>;
+    /// A readable page: on PostgreSQL a guard holding the buffer pin and
+    /// share lock, released on drop; in memory a plain slice.
+    type Page<'a>: std::ops::Deref<Target = [u8]>
+    where
+        Self: 'a;
+    fn read(&self, blk: u32) -> Result<(PageMeta, Self::Page<'_>)>;
     /// Applies the changes atomically; at most [`MAX_STEP_PAGES`] of them,
     /// on distinct blocks.
     fn apply(&mut self, step: Vec<Change>) -> Result<()>;
@@ -124,6 +129,7 @@ impl PagePool for MemPool {
         self.pages.push(Some((PageMeta::new(0), vec![0; self.cap])));
         Ok((self.pages.len() - 1) as u32)
     }
+    type Page<'a> = &'a [u8];
     fn read(&self, blk: u32) -> Result<(PageMeta, &[u8])> {
         match self.pages.get(blk as usize) {
             Some(Some((m, b))) => Ok((*m, b.as_slice())),
@@ -513,7 +519,7 @@ impl<P: PagePool> ElasticTree<P> {
     /// Opens an existing index; counts leaf forms by walking the tree.
     pub fn open(pool: P, meta_blk: u32, cfg: Config) -> Result<Self> {
         cfg.validate(pool.page_bytes())?;
-        let (root, height, state) = parse_meta(pool.read(meta_blk)?.1)?;
+        let (root, height, state) = parse_meta(&pool.read(meta_blk)?.1)?;
         let mut t = ElasticTree {
             pool,
             cfg,
@@ -574,7 +580,7 @@ impl<P: PagePool> ElasticTree<P> {
         let mut n = 0u64;
         for _ in 0..self.max_hops() {
             let (m, b) = self.pool.read(blk)?;
-            n += Leaf::parse(b)?.len() as u64;
+            n += Leaf::parse(&b)?.len() as u64;
             if m.right == NO_BLOCK {
                 return Ok(n);
             }
@@ -674,7 +680,7 @@ impl<P: PagePool> ElasticTree<P> {
             }
             if let Some(t) = t {
                 loop {
-                    let hk = if m.level == 0 { Leaf::parse(b)?.high_key()? } else { SlotView::parse(b, Kind::Inner)?.high_key()?.map(|e| (e.key, e.tid)) };
+                    let hk = if m.level == 0 { Leaf::parse(&b)?.high_key()? } else { SlotView::parse(&b, Kind::Inner)?.high_key()?.map(|e| (e.key, e.tid)) };
                     match hk {
                         Some((k, tid)) if m.right != NO_BLOCK && cmp_entry(k, tid, t) != Ordering::Greater => {
                             hops += 1;
@@ -694,7 +700,7 @@ impl<P: PagePool> ElasticTree<P> {
             if path.len() >= MAX_HEIGHT {
                 return corrupt("tree deeper than any real tree");
             }
-            let v = SlotView::parse(b, Kind::Inner)?;
+            let v = SlotView::parse(&b, Kind::Inner)?;
             let i = match t {
                 Some(t) => v.child_index(t)?,
                 None => v.len().checked_sub(1).ok_or(Error::Corrupt("inner node without children"))?,
@@ -722,7 +728,7 @@ impl<P: PagePool> ElasticTree<P> {
         let mut buf = Vec::new();
         for _ in 0..self.max_hops() {
             let (m, b) = self.pool.read(blk)?;
-            let leaf = Leaf::parse(b)?;
+            let leaf = Leaf::parse(&b)?;
             match leaf {
                 Leaf::Std(v) => {
                     let mut i = v.lower_bound(&Target::first(key))?;
@@ -1156,18 +1162,24 @@ impl<P: PagePool> ElasticTree<P> {
             if hops > 2 * self.max_hops() + 2 * max_steps as u64 {
                 return corrupt("sibling chain does not end");
             }
-            let (m, b) = self.pool.read(blk)?;
-            if let Leaf::Compact(v) = Leaf::parse(b)? {
-                let hk = v.high_key().map(|(k, t)| (k.to_vec(), t));
+            // Read guards never outlive a write: take what we need, drop it.
+            let (right, compact_hk) = {
+                let (m, b) = self.pool.read(blk)?;
+                match Leaf::parse(&b)? {
+                    Leaf::Compact(v) => (m.right, Some(v.high_key().map(|(k, t)| (k.to_vec(), t)))),
+                    Leaf::Std(_) => (m.right, None),
+                }
+            };
+            if let Some(hk) = compact_hk {
                 let path = self.path_to(blk, hk.as_ref())?;
                 self.expand_leaf(&path, blk, f)?;
                 steps += 1;
                 continue;
             }
-            if m.right == NO_BLOCK {
+            if right == NO_BLOCK {
                 break;
             }
-            blk = m.right;
+            blk = right;
         }
         self.update_state()?;
         Ok(steps)
@@ -1222,13 +1234,14 @@ impl<P: PagePool> ElasticTree<P> {
             }
             let mut i = 0;
             loop {
-                let (_, pb) = self.pool.read(pblk)?;
-                let pv = SlotView::parse(pb, Kind::Inner)?;
-                if i >= pv.len() {
-                    break;
-                }
-                let child = pv.entry(i)?.child;
-                let n = pv.len();
+                let (child, n) = {
+                    let (_, pb) = self.pool.read(pblk)?;
+                    let pv = SlotView::parse(&pb, Kind::Inner)?;
+                    if i >= pv.len() {
+                        break;
+                    }
+                    (pv.entry(i)?.child, pv.len())
+                };
                 removed += self.vacuum_leaf(child, dead, f)?;
                 if n >= 2 && self.underfull(child)? {
                     let j = if i + 1 < n { i } else { i - 1 };
@@ -1286,7 +1299,7 @@ impl<P: PagePool> ElasticTree<P> {
 
     fn underfull(&self, blk: u32) -> Result<bool> {
         let (_, b) = self.pool.read(blk)?;
-        Ok(match Leaf::parse(b)? {
+        Ok(match Leaf::parse(&b)? {
             Leaf::Std(v) => v.used_bytes() < self.cap() / 4,
             Leaf::Compact(v) => v.len() < self.max_compact(v.high_key().map(|h| h.0.len())) / 4,
         })
@@ -1436,18 +1449,31 @@ impl<P: PagePool> ElasticTree<P> {
         let mut pairs = 0;
         while steps < max_steps && pairs < max_pairs {
             pairs += 1;
-            let (m, b) = self.pool.read(pblk)?;
-            let pv = SlotView::parse(b, Kind::Inner)?;
-            if j + 1 >= pv.len() {
-                pblk = if m.right == NO_BLOCK { self.leftmost_parent()? } else { m.right };
-                j = 0;
-                continue;
-            }
-            let (lc, rc) = (pv.entry(j)?.child, pv.entry(j + 1)?.child);
-            let (ll, rl) = (Leaf::parse(self.pool.read(lc)?.1)?, Leaf::parse(self.pool.read(rc)?.1)?);
-            let maxc = self.max_compact(rl.high_key()?.map(|h| h.0.len()));
-            if ll.len() + rl.len() <= maxc * SHRINK_FILL_PCT / 100
-                && self.merge_leaves(pblk, j, &mut |_| false, f, Form::Compact, SHRINK_FILL_PCT)?
+            let pair = {
+                let (m, b) = self.pool.read(pblk)?;
+                let pv = SlotView::parse(&b, Kind::Inner)?;
+                if j + 1 >= pv.len() {
+                    Err(m.right)
+                } else {
+                    Ok((pv.entry(j)?.child, pv.entry(j + 1)?.child))
+                }
+            };
+            let (lc, rc) = match pair {
+                Ok(p) => p,
+                Err(right) => {
+                    pblk = if right == NO_BLOCK { self.leftmost_parent()? } else { right };
+                    j = 0;
+                    continue;
+                }
+            };
+            let small = {
+                let (_, lb) = self.pool.read(lc)?;
+                let (_, rb) = self.pool.read(rc)?;
+                let (ll, rl) = (Leaf::parse(&lb)?, Leaf::parse(&rb)?);
+                let maxc = self.max_compact(rl.high_key()?.map(|h| h.0.len()));
+                ll.len() + rl.len() <= maxc * SHRINK_FILL_PCT / 100
+            };
+            if small && self.merge_leaves(pblk, j, &mut |_| false, f, Form::Compact, SHRINK_FILL_PCT)?
             {
                 steps += 1;
             } else {
@@ -1518,7 +1544,7 @@ impl<P: PagePool> ElasticTree<P> {
                 };
                 let below_low = |k: &[u8], t: Tid| low.as_ref().is_some_and(|(lk, lt)| cmp_pair(k, t, lk, *lt) == Ordering::Less);
                 if level > 0 {
-                    let v = SlotView::parse(b, Kind::Inner)?;
+                    let v = SlotView::parse(&b, Kind::Inner)?;
                     v.verify()?;
                     rep.inner_pages += 1;
                     if v.is_empty() {
@@ -1537,7 +1563,7 @@ impl<P: PagePool> ElasticTree<P> {
                         next.push((e.child, lo, hi));
                     }
                 } else {
-                    let leaf = Leaf::parse(b)?;
+                    let leaf = Leaf::parse(&b)?;
                     if !hk_ok(leaf.high_key()?) {
                         return corrupt("leaf high key differs from the parent's bound");
                     }
@@ -1709,7 +1735,7 @@ impl Cursor {
         if m.level != 0 {
             return corrupt("sibling link leaves the leaf level");
         }
-        let leaf = Leaf::parse(b)?;
+        let leaf = Leaf::parse(&b)?;
         let n = leaf.len();
         let hk = leaf.high_key()?;
         let mut out = Vec::new();
