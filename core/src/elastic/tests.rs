@@ -325,14 +325,40 @@ fn bad_input_rejected() {
     assert!(ElasticTree::create(MemPool::new(512), tiny).is_err());
 }
 
+static EVENTS: std::sync::Mutex<Events> = std::sync::Mutex::new(Events {
+    leaf_splits: 0, inner_splits: 0, compactions: 0, expansions: 0, capacity_doublings: 0, capacity_halvings: 0, leaf_merges: 0,
+});
+
+fn record(e: Events) {
+    let mut g = EVENTS.lock().unwrap();
+    g.leaf_splits += e.leaf_splits;
+    g.inner_splits += e.inner_splits;
+    g.compactions += e.compactions;
+    g.expansions += e.expansions;
+    g.capacity_doublings += e.capacity_doublings;
+    g.capacity_halvings += e.capacity_halvings;
+    g.leaf_merges += e.leaf_merges;
+}
+
+/// Every elasticity path ran somewhere in the random workloads (run after
+/// them in the same test so the order is fixed).
+#[test]
+fn workloads_exercise_every_path() {
+    random_workload_matches_oracle();
+    let e = *EVENTS.lock().unwrap();
+    assert!(e.leaf_splits > 0 && e.inner_splits > 0 && e.compactions > 0 && e.expansions > 0, "{e:?}");
+    assert!(e.capacity_doublings > 0 && e.capacity_halvings > 0 && e.leaf_merges > 0, "{e:?}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
     /// Random insert / delete / prune workloads crossing the bound both ways.
     #[test]
-    fn random_workload_matches_oracle(ops in proptest::collection::vec((0u8..11, any::<u64>()), 5..40), bound in 8u64..40, short in any::<bool>()) {
+    fn random_workload_matches_oracle(ops in proptest::collection::vec((0u8..11, any::<u64>()), 5..40), bound in 8u64..40, short in any::<bool>(), max_compact in prop_oneof![Just(0usize), 20usize..40], level in 0u8..5) {
         let body = 400;
-        let mut w = World::new(body, small_cfg(Some(bound), body));
+        let cfg = Config { max_compact, tree_level: level, ..small_cfg(Some(bound), body) };
+        let mut w = World::new(body, cfg);
         let keyf = move |x: u64| if short { vec![(x % 40) as u8, ((x >> 8) % 3) as u8] } else { int_key(x % 5000) };
         let probes: Vec<Vec<u8>> = (0..20u64).map(|i| keyf(i.wrapping_mul(0x9e3779b97f4a7c15))).collect();
         for (op, seed) in ops {
@@ -346,6 +372,7 @@ proptest! {
             }
             w.check(&probes);
         }
+        record(w.tree.stats().events);
         // Shrink the data far below the bound: everything reverts.
         let mut n = 0u64;
         w.delete_where(|_, _| { n += 1; !n.is_multiple_of(10) });

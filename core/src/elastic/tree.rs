@@ -271,6 +271,22 @@ pub struct Stats {
     /// Dead entries dropped because their key could not be fetched.
     pub dead_dropped: u64,
     pub height: u8,
+    /// Events since this handle was opened.
+    pub events: Events,
+}
+
+/// What the elasticity machinery did (since the tree handle was opened).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Events {
+    pub leaf_splits: u64,
+    pub inner_splits: u64,
+    /// Standard -> compact in place (instead of a split).
+    pub compactions: u64,
+    /// Compact -> standard in place.
+    pub expansions: u64,
+    pub capacity_doublings: u64,
+    pub capacity_halvings: u64,
+    pub leaf_merges: u64,
 }
 
 impl Stats {
@@ -476,6 +492,7 @@ pub struct ElasticTree<P: PagePool> {
     dead_dropped: u64,
     /// Where the shrink pass resumes: (parent block, child index).
     shrink_cursor: Option<(u32, usize)>,
+    ev: Events,
 }
 
 fn write(blk: u32, meta: PageMeta, body: Vec<u8>) -> Change {
@@ -511,6 +528,7 @@ impl<P: PagePool> ElasticTree<P> {
             fetches: Cell::new(0),
             dead_dropped: 0,
             shrink_cursor: None,
+            ev: Events::default(),
         };
         t.update_state()?;
         Ok(t)
@@ -533,6 +551,7 @@ impl<P: PagePool> ElasticTree<P> {
             fetches: Cell::new(0),
             dead_dropped: 0,
             shrink_cursor: None,
+            ev: Events::default(),
         };
         t.recount()?;
         Ok(t)
@@ -561,6 +580,7 @@ impl<P: PagePool> ElasticTree<P> {
             key_fetches: self.fetches.get(),
             dead_dropped: self.dead_dropped,
             height: self.height,
+            events: self.ev,
         }
     }
 
@@ -843,6 +863,7 @@ impl<P: PagePool> ElasticTree<P> {
                 if converted {
                     self.std_leaves -= 1;
                     self.compact_leaves += 1;
+                    self.ev.compactions += 1;
                 }
             }
             i += consumed;
@@ -888,6 +909,7 @@ impl<P: PagePool> ElasticTree<P> {
                     self.pool.apply(vec![write(blk, meta, nb)])?;
                     self.std_leaves -= 1;
                     self.compact_leaves += 1;
+                    self.ev.compactions += 1;
                     return Ok(());
                 }
                 self.split_leaf(path, blk, Form::Standard, f)
@@ -898,6 +920,7 @@ impl<P: PagePool> ElasticTree<P> {
                 if v.len() >= v.h.capacity && v.h.capacity < maxc {
                     let mut nb = body.clone();
                     compact::set_capacity(&mut nb, (v.h.capacity * 2).min(maxc))?;
+                    self.ev.capacity_doublings += 1;
                     return self.pool.apply(vec![write(blk, meta, nb)]);
                 }
                 self.split_leaf(path, blk, Form::Compact, f)
@@ -920,6 +943,7 @@ impl<P: PagePool> ElasticTree<P> {
             self.dead_dropped += dead as u64;
             self.compact_leaves -= 1;
             self.std_leaves += 1;
+            self.ev.expansions += 1;
             return Ok(());
         }
         self.split_leaf(path, blk, Form::Standard, f)
@@ -1056,6 +1080,7 @@ impl<P: PagePool> ElasticTree<P> {
             self.inner_pages += 1;
             self.write_meta_step(step)?;
         }
+        self.ev.leaf_splits += 1;
         for (form, d) in [(old_form, -1i64), (lform, 1), (rform, 1)] {
             let c = if form == Form::Standard { &mut self.std_leaves } else { &mut self.compact_leaves };
             *c = (*c as i64 + d) as u64;
@@ -1132,6 +1157,7 @@ impl<P: PagePool> ElasticTree<P> {
             self.write_meta_step(step)?;
         }
         self.inner_pages += 1;
+        self.ev.inner_splits += 1;
         Ok(())
     }
 
@@ -1280,6 +1306,7 @@ impl<P: PagePool> ElasticTree<P> {
                     self.dead_dropped += d as u64;
                     self.compact_leaves -= 1;
                     self.std_leaves += 1;
+                    self.ev.expansions += 1;
                     changed = true;
                 }
             } else if v.len() * 2 < v.h.capacity {
@@ -1287,6 +1314,7 @@ impl<P: PagePool> ElasticTree<P> {
                 let newcap = (v.h.capacity / 2).max(v.h.alloc);
                 if newcap < v.h.capacity {
                     compact::set_capacity(&mut body, newcap)?;
+                    self.ev.capacity_halvings += 1;
                     changed = true;
                 }
             }
@@ -1413,6 +1441,7 @@ impl<P: PagePool> ElasticTree<P> {
         step.push(write(rblk, PageMeta { left: lmeta.left, ..rmeta }, nb));
         self.pool.apply(step)?;
         self.dead_dropped += dropped as u64;
+        self.ev.leaf_merges += 1;
         for (fm, d) in [(l.form(), -1i64), (r.form(), -1), (form, 1)] {
             let c = if fm == Form::Standard { &mut self.std_leaves } else { &mut self.compact_leaves };
             *c = (*c as i64 + d) as u64;
