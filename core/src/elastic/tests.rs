@@ -277,7 +277,9 @@ fn corrupt_pages_give_errors() {
     }
     let pages = w.tree.pool.pages_in_use() as u32;
     let mut rng = 1u64;
-    for trial in 0..600u32 {
+    // ELASTIC_FUZZ_TRIALS raises the count for long runs.
+    let trials: u32 = std::env::var("ELASTIC_FUZZ_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(600);
+    for trial in 0..trials {
         // Open a healthy copy, then corrupt it under the open tree, as a
         // torn or bit-flipped page would appear to a running backend.
         let mut t = ElasticTree::open(w.tree.pool.clone(), w.tree.meta_block(), *w.tree.config()).unwrap();

@@ -861,7 +861,7 @@ impl<P: PagePool> ElasticTree<P> {
             if consumed > 0 || converted || dropped > 0 {
                 self.pool.apply(vec![write(blk, meta, body)])?;
                 if converted {
-                    self.std_leaves -= 1;
+                    self.std_leaves = self.std_leaves.saturating_sub(1);
                     self.compact_leaves += 1;
                     self.ev.compactions += 1;
                 }
@@ -907,7 +907,7 @@ impl<P: PagePool> ElasticTree<P> {
             (Leaf::Std(_), State::Shrinking) => {
                 if let Some(nb) = self.std_to_compact(&leaf, leaf.len() * 2)? {
                     self.pool.apply(vec![write(blk, meta, nb)])?;
-                    self.std_leaves -= 1;
+                    self.std_leaves = self.std_leaves.saturating_sub(1);
                     self.compact_leaves += 1;
                     self.ev.compactions += 1;
                     return Ok(());
@@ -941,7 +941,7 @@ impl<P: PagePool> ElasticTree<P> {
             let nb = self.std_body(&ents, hk_ref(&hk))?;
             self.pool.apply(vec![write(blk, meta, nb)])?;
             self.dead_dropped += dead as u64;
-            self.compact_leaves -= 1;
+            self.compact_leaves = self.compact_leaves.saturating_sub(1);
             self.std_leaves += 1;
             self.ev.expansions += 1;
             return Ok(());
@@ -1076,7 +1076,7 @@ impl<P: PagePool> ElasticTree<P> {
             let mut step = vec![write(rblk, PageMeta::new(1), root)];
             self.link_split(&mut step, blk, meta, nblk, lbody, rbody)?;
             self.root = rblk;
-            self.height += 1;
+            self.height = self.height.checked_add(1).ok_or(Error::Corrupt("tree too tall"))?;
             self.inner_pages += 1;
             self.write_meta_step(step)?;
         }
@@ -1149,10 +1149,11 @@ impl<P: PagePool> ElasticTree<P> {
             let rblk = self.pool.alloc()?;
             let mut root = vec![0u8; self.cap()];
             slotted::build(&mut root, Kind::Inner, [(&b""[..], Tid::default(), blk), (&sep.0[..], sep.1, nblk)], None)?;
-            let mut step = vec![write(rblk, PageMeta::new(meta.level + 1), root)];
+            let level = meta.level.checked_add(1).ok_or(Error::Corrupt("page level out of range"))?;
+            let mut step = vec![write(rblk, PageMeta::new(level), root)];
             self.link_split(&mut step, blk, meta, nblk, l, r)?;
             self.root = rblk;
-            self.height += 1;
+            self.height = self.height.checked_add(1).ok_or(Error::Corrupt("tree too tall"))?;
             self.inner_pages += 1;
             self.write_meta_step(step)?;
         }
@@ -1251,7 +1252,7 @@ impl<P: PagePool> ElasticTree<P> {
         }
         // Walk the parents of the leaves left to right.
         let (path, _) = self.descend(Some(&Target::first(b"")))?;
-        let mut pblk = path.last().unwrap().0;
+        let mut pblk = path.last().ok_or(Error::Corrupt("tree height disagrees with the root page"))?.0;
         let mut hops = 0;
         loop {
             hops += 1;
@@ -1304,7 +1305,7 @@ impl<P: PagePool> ElasticTree<P> {
                 if SlotView::fits(self.cap(), Kind::Leaf, ents.iter().map(|e| e.0.len()), hk.as_ref().map(|h| h.0.len())) {
                     body = self.std_body(&ents, hk_ref(&hk))?;
                     self.dead_dropped += d as u64;
-                    self.compact_leaves -= 1;
+                    self.compact_leaves = self.compact_leaves.saturating_sub(1);
                     self.std_leaves += 1;
                     self.ev.expansions += 1;
                     changed = true;
