@@ -544,4 +544,14 @@ fn sorted_load_fills_pages() {
     let st = w.tree.stats();
     assert!(peak as f64 <= bound as f64 * 1.1, "peak {peak}: {st:?}");
     w.check(&[int_key(5), int_key(19_999)]);
+    // Descending: the leftmost page splits 10/90, the mirror of the above.
+    let mut w = World::new(BODY_CAP, Config { size_bound: Some(bound * (BODY_CAP + PAGE_OVERHEAD) as u64), ..Config::default() });
+    let mut peak = 0;
+    for chunk in keys.chunks(500).rev() {
+        w.insert_keys(chunk.to_vec());
+        peak = peak.max(w.tree.pool.pages_in_use());
+    }
+    let st = w.tree.stats();
+    assert!(peak as f64 <= bound as f64 * 1.1, "descending peak {peak}: {st:?}");
+    w.check(&[int_key(5), int_key(19_999)]);
 }

@@ -1090,10 +1090,13 @@ impl<P: PagePool> ElasticTree<P> {
 
     /// Share of a splitting page that stays left: 90% for the rightmost
     /// page of a level (ascending keys, sorted bulk loads: the left page
-    /// will get no more inserts), else 50%.
+    /// will get no more inserts), 10% for the leftmost (descending keys,
+    /// the mirror case), else 50%.
     fn split_pct(&self, meta: &PageMeta) -> usize {
         if meta.right == NO_BLOCK {
             RIGHTMOST_SPLIT_PCT
+        } else if meta.left == NO_BLOCK {
+            100 - RIGHTMOST_SPLIT_PCT
         } else {
             50
         }
