@@ -9,3 +9,4 @@ pub mod bloom;
 pub mod dynamic;
 pub mod static_stage;
 pub mod clock_cache;
+pub mod elastic;
