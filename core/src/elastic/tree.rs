@@ -1052,33 +1052,8 @@ impl<P: PagePool> ElasticTree<P> {
             }
         };
         let old_form = leaf.form();
-        let need = Kind::Inner.entry_size(sep.0.len());
-        if let Some(&(pblk, pidx)) = path.last() {
-            let (pmeta, pbody) = self.read_owned(pblk)?;
-            let pv = SlotView::parse(&pbody, Kind::Inner)?;
-            if pv.free_space() < need {
-                return self.split_inner(&path[..path.len() - 1], pblk);
-            }
-            let mut pbody = pbody;
-            let nblk = self.pool.alloc()?;
-            if !slotted::insert_at(&mut pbody, Kind::Inner, pidx + 1, &sep.0, sep.1, nblk)? {
-                return corrupt("parent lost its free space");
-            }
-            let mut step = vec![write(pblk, pmeta, pbody)];
-            self.link_split(&mut step, blk, meta, nblk, lbody, rbody)?;
-            self.pool.apply(step)?;
-        } else {
-            // Root leaf: a new root above the two halves, and the metapage.
-            let nblk = self.pool.alloc()?;
-            let rblk = self.pool.alloc()?;
-            let mut root = vec![0u8; self.cap()];
-            slotted::build(&mut root, Kind::Inner, [(&b""[..], Tid::default(), blk), (&sep.0[..], sep.1, nblk)], None)?;
-            let mut step = vec![write(rblk, PageMeta::new(1), root)];
-            self.link_split(&mut step, blk, meta, nblk, lbody, rbody)?;
-            self.root = rblk;
-            self.height = self.height.checked_add(1).ok_or(Error::Corrupt("tree too tall"))?;
-            self.inner_pages += 1;
-            self.write_meta_step(step)?;
+        if !self.publish_split(path, blk, meta, &sep, lbody, rbody)? {
+            return Ok(());
         }
         self.ev.leaf_splits += 1;
         for (form, d) in [(old_form, -1i64), (lform, 1), (rform, 1)] {
@@ -1100,6 +1075,45 @@ impl<P: PagePool> ElasticTree<P> {
         } else {
             50
         }
+    }
+
+    /// Writes a split of `blk` (whose ancestors are `path`) into halves
+    /// `lbody` | `rbody` around `sep` as one step: the halves, the right
+    /// neighbour's back link, and the separator in the parent — or, for the
+    /// root, a new root above the halves and the metapage. When the parent
+    /// has no room for `sep`, splits the parent instead (its own step) and
+    /// returns false; the caller's split happens on the next try.
+    fn publish_split(&mut self, path: &[(u32, usize)], blk: u32, meta: PageMeta, sep: &(Vec<u8>, Tid), lbody: Vec<u8>, rbody: Vec<u8>) -> Result<bool> {
+        if let Some(&(pblk, pidx)) = path.last() {
+            let (pmeta, mut pbody) = self.read_owned(pblk)?;
+            if SlotView::parse(&pbody, Kind::Inner)?.free_space() < Kind::Inner.entry_size(sep.0.len()) {
+                self.split_inner(&path[..path.len() - 1], pblk)?;
+                return Ok(false);
+            }
+            let nblk = self.pool.alloc()?;
+            if !slotted::insert_at(&mut pbody, Kind::Inner, pidx + 1, &sep.0, sep.1, nblk)? {
+                return corrupt("parent lost its free space");
+            }
+            let mut step = vec![write(pblk, pmeta, pbody)];
+            self.link_split(&mut step, blk, meta, nblk, lbody, rbody)?;
+            self.pool.apply(step)?;
+        } else {
+            if self.height as usize >= MAX_HEIGHT {
+                return corrupt("tree too tall");
+            }
+            let nblk = self.pool.alloc()?;
+            let rblk = self.pool.alloc()?;
+            let mut root = vec![0u8; self.cap()];
+            slotted::build(&mut root, Kind::Inner, [(&b""[..], Tid::default(), blk), (&sep.0[..], sep.1, nblk)], None)?;
+            let level = meta.level.checked_add(1).ok_or(Error::Corrupt("page level out of range"))?;
+            let mut step = vec![write(rblk, PageMeta::new(level), root)];
+            self.link_split(&mut step, blk, meta, nblk, lbody, rbody)?;
+            self.root = rblk;
+            self.height = self.height.checked_add(1).ok_or(Error::Corrupt("tree too tall"))?;
+            self.inner_pages += 1;
+            self.write_meta_step(step)?;
+        }
+        Ok(true)
     }
 
     /// Adds the two halves of a split of `blk` (new right page `nblk`) and
@@ -1130,35 +1144,8 @@ impl<P: PagePool> ElasticTree<P> {
         let mut r = vec![0u8; self.cap()];
         slotted::build(&mut l, Kind::Inner, ents[..sp].iter().map(|e| (e.key, e.tid, e.child)), Some((&sep.0, sep.1)))?;
         slotted::build(&mut r, Kind::Inner, ents[sp..].iter().map(|e| (e.key, e.tid, e.child)), hk_ref(&hk))?;
-        let need = Kind::Inner.entry_size(sep.0.len());
-        if let Some(&(gblk, gidx)) = path.last() {
-            let (gmeta, gbody) = self.read_owned(gblk)?;
-            if SlotView::parse(&gbody, Kind::Inner)?.free_space() < need {
-                return self.split_inner(&path[..path.len() - 1], gblk);
-            }
-            let mut gbody = gbody;
-            let nblk = self.pool.alloc()?;
-            if !slotted::insert_at(&mut gbody, Kind::Inner, gidx + 1, &sep.0, sep.1, nblk)? {
-                return corrupt("parent lost its free space");
-            }
-            let mut step = vec![write(gblk, gmeta, gbody)];
-            self.link_split(&mut step, blk, meta, nblk, l, r)?;
-            self.pool.apply(step)?;
-        } else {
-            if self.height as usize >= MAX_HEIGHT {
-                return corrupt("tree too tall");
-            }
-            let nblk = self.pool.alloc()?;
-            let rblk = self.pool.alloc()?;
-            let mut root = vec![0u8; self.cap()];
-            slotted::build(&mut root, Kind::Inner, [(&b""[..], Tid::default(), blk), (&sep.0[..], sep.1, nblk)], None)?;
-            let level = meta.level.checked_add(1).ok_or(Error::Corrupt("page level out of range"))?;
-            let mut step = vec![write(rblk, PageMeta::new(level), root)];
-            self.link_split(&mut step, blk, meta, nblk, l, r)?;
-            self.root = rblk;
-            self.height = self.height.checked_add(1).ok_or(Error::Corrupt("tree too tall"))?;
-            self.inner_pages += 1;
-            self.write_meta_step(step)?;
+        if !self.publish_split(path, blk, meta, &sep, l, r)? {
+            return Ok(());
         }
         self.inner_pages += 1;
         self.ev.inner_splits += 1;
