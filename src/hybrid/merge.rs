@@ -127,7 +127,7 @@ pub unsafe fn merge_locked(
     let _ = cutoff_blk;
     let ndead_delta = dead_delta.len() as u32;
     retired.extend(dead_delta);
-    let recycle_head = write_recycle_list(index, &retired, m.recycle_head);
+    let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.stat.generation);
 
     let millis = start.elapsed().as_secs_f64() * 1000.0;
     let new_stat = StaticInfo {
@@ -181,12 +181,14 @@ pub unsafe fn merge_locked(
         let _g = slot.exclusive();
         let st = &mut slot.get().dual;
         st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff);
-        st.stat = new_stat;
+        st.set_stat(new_stat);
         st.install_key_filter(key_filter);
         let expected = expected_dynamic(&desc, &new_stat, index);
         st.rebuild_bloom(&desc, expected);
     }
     drop(metab);
+    // With no reader left on the old stage its pages are free right away.
+    recycle_if_safe(index);
     MergeOutcome { merged_entries, static_entries: res.ntids, millis }
 }
 
@@ -199,14 +201,15 @@ const RECYCLE_CAP: usize = (BODY_CAP - RECYCLE_HDR) / 4;
 /// Writes `blocks` as a new segment in front of the chain `tail`; returns the
 /// new head (or `tail` when there is nothing to list). Unreferenced until the
 /// metapage points at it.
-unsafe fn write_recycle_list(index: pg_sys::Relation, blocks: &[u32], tail: u32) -> u32 {
+unsafe fn write_recycle_list(index: pg_sys::Relation, blocks: &[u32], tail: u32, retired_gen: u32) -> u32 {
     let mut next = tail;
     let chunks: Vec<&[u32]> = blocks.chunks(RECYCLE_CAP).collect();
     for (i, chunk) in chunks.iter().enumerate() {
         let b = alloc_page(index);
         let mut w = WalRecord::start(index);
         let p = w.register_new(&b);
-        page::init_page(p, PageKind::Recycle, 0, 0);
+        // The page's generation names the stage the segment retires.
+        page::init_page(p, PageKind::Recycle, 0, retired_gen);
         page::opaque_mut(p).right = next;
         let body = page::body_mut(p);
         body[..4].copy_from_slice(&(chunk.len() as u32).to_le_bytes());
@@ -225,12 +228,14 @@ unsafe fn write_recycle_list(index: pg_sys::Relation, blocks: &[u32], tail: u32)
 
 struct Segment {
     safexid: u64,
+    /// Generation of the stage whose pages these are; 0 = not recorded.
+    generation: u32,
     pages: Vec<u32>,
     blocks: Vec<u32>,
 }
 
 /// The recycle chain, newest segment first.
-pub unsafe fn recycle_segments(index: pg_sys::Relation, head: u32, head_safexid: u64) -> Vec<(u64, Vec<u32>, Vec<u32>)> {
+pub unsafe fn recycle_segments(index: pg_sys::Relation, head: u32, head_safexid: u64) -> Vec<(u64, u32, Vec<u32>, Vec<u32>)> {
     let mut segs: Vec<Segment> = Vec::new();
     let mut blk = head;
     while blk != NO_BLOCK {
@@ -247,7 +252,8 @@ pub unsafe fn recycle_segments(index: pg_sys::Relation, head: u32, head_safexid:
         }
         if first || segs.is_empty() {
             let x = u64::from_le_bytes(body[8..16].try_into().unwrap());
-            segs.push(Segment { safexid: if segs.is_empty() { head_safexid } else { x }, pages: Vec::new(), blocks: Vec::new() });
+            let generation = page::opaque(b.page()).generation;
+            segs.push(Segment { safexid: if segs.is_empty() { head_safexid } else { x }, generation, pages: Vec::new(), blocks: Vec::new() });
         }
         let seg = segs.last_mut().unwrap();
         seg.pages.push(blk);
@@ -256,7 +262,7 @@ pub unsafe fn recycle_segments(index: pg_sys::Relation, head: u32, head_safexid:
         }
         blk = page::opaque(b.page()).right;
     }
-    segs.into_iter().map(|s| (s.safexid, s.pages, s.blocks)).collect()
+    segs.into_iter().map(|s| (s.safexid, s.generation, s.pages, s.blocks)).collect()
 }
 
 /// Frees the recycle segments whose horizon every snapshot has passed (the
@@ -270,7 +276,20 @@ pub unsafe fn recycle_if_safe(index: pg_sys::Relation) -> u64 {
     }
     let segs = recycle_segments(index, m.recycle_head, m.recycle_safexid);
     let visible = |x: u64| pg_sys::GlobalVisCheckRemovableFullXid(std::ptr::null_mut(), pg_sys::FullTransactionId { value: x });
-    let Some(cut) = segs.iter().position(|s| visible(s.0)) else {
+    // No slot: no backend is reading through one (readers.rs).
+    let slot = shmem::existing_slot(index);
+    let unread = |gen: u32| {
+        gen != 0
+            && match slot {
+                Some(s) => {
+                    let _g = s.shared();
+                    s.get().dual.readers.generation_free(gen)
+                }
+                None => true,
+            }
+    };
+    // Newest first; once one segment is free, every older one is too.
+    let Some(cut) = segs.iter().position(|s| visible(s.0) || unread(s.1)) else {
         return 0;
     };
     // Unlink first: a crash after this leaks pages until VACUUM's sweep, but
@@ -278,7 +297,7 @@ pub unsafe fn recycle_if_safe(index: pg_sys::Relation) -> u64 {
     if cut == 0 {
         meta::update(index, |mm| mm.recycle_head = NO_BLOCK);
     } else {
-        let last = *segs[cut - 1].1.last().unwrap();
+        let last = *segs[cut - 1].2.last().unwrap();
         let b = Buf::read(index, last, Lock::Exclusive);
         let mut w = WalRecord::start(index);
         page::opaque_mut(w.register(&b)).right = NO_BLOCK;
@@ -286,7 +305,7 @@ pub unsafe fn recycle_if_safe(index: pg_sys::Relation) -> u64 {
     }
     let mut blocks = Vec::new();
     let mut lists = Vec::new();
-    for (_, pages, blks) in &segs[cut..] {
+    for (_, _, pages, blks) in &segs[cut..] {
         blocks.extend_from_slice(blks);
         lists.extend_from_slice(pages);
     }

@@ -10,6 +10,7 @@ pub mod insert;
 pub mod merge;
 pub mod meta;
 pub mod options;
+pub mod readers;
 pub mod scan;
 pub mod state;
 pub mod static_io;

@@ -157,6 +157,9 @@ pub struct DualStageState {
     pub bloom_checks: AtomicU64,
     /// Last known delta-log tail block (0 = unknown; block 0 is the metapage).
     pub tail_hint: std::sync::atomic::AtomicU32,
+    /// Readers of static stages (readers.rs): those of `stat.generation`,
+    /// and of older generations still being read.
+    pub readers: super::readers::ReaderCounts,
 }
 
 impl DualStageState {
@@ -171,6 +174,7 @@ impl DualStageState {
         self.synced_in_recovery = false;
         self.merge_requested = false;
         self.merge_running = false;
+        self.readers.clear();
     }
 
     /// Frees everything and marks the state as needing a rebuild.
@@ -189,6 +193,17 @@ impl DualStageState {
         self.bloom_skips = AtomicU64::new(0);
         self.bloom_checks = AtomicU64::new(0);
         self.tail_hint = std::sync::atomic::AtomicU32::new(0);
+        self.readers.clear();
+    }
+
+    /// Switches to another static stage; readers of the one left behind
+    /// keep being counted under its generation. Caller holds the slot lock
+    /// exclusively.
+    pub fn set_stat(&mut self, stat: StaticInfo) {
+        if stat.generation != self.stat.generation {
+            self.readers.retire_current(self.stat.generation);
+        }
+        self.stat = stat;
     }
 
     pub fn drop_key_filter(&mut self, pool: &mut ArenaPool) {
@@ -293,7 +308,7 @@ unsafe fn rebuild_primary(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef
     let merged = m.stat.merged_upto;
     // Entries at or past `end` were added by inserters after our read.
     st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= end && p >= merged);
-    st.stat = m.stat;
+    st.set_stat(m.stat);
     for r in &recs {
         if !st.insert(desc, &r.key, r.tid, r.pos) {
             st.tree.clear(&mut ArenaPool);
@@ -342,7 +357,7 @@ unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
         let st = &mut slot.get().dual;
         if full {
             st.tree.clear(&mut ArenaPool);
-            st.stat = m.stat;
+            st.set_stat(m.stat);
         } else if st.applied_upto != from_pos || st.stat.generation != m.stat.generation {
             continue; // another backend synced meanwhile
         }
@@ -374,6 +389,8 @@ pub struct DynSnapshot {
     pub items: Vec<(Vec<u8>, Tid)>,
     /// False when the key filter rules the point key out of `stat`'s stage.
     pub static_may_contain: bool,
+    /// Keeps `stat`'s pages from being recycled while it lives.
+    pub reader: super::readers::ReaderToken,
 }
 
 /// Copies the dynamic entries with `lower <= key (prefix) <= upper` that pass
@@ -426,6 +443,7 @@ pub unsafe fn snapshot(
             }
         }
         let static_may_contain = point_hash.is_none_or(|h| st.key_filter.may_contain(st.stat.generation, h));
-        return DynSnapshot { stat: st.stat, items, static_may_contain };
+        let reader = super::readers::ReaderToken::register(slot, st);
+        return DynSnapshot { stat: st.stat, items, static_may_contain, reader };
     }
 }

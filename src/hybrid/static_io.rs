@@ -144,7 +144,7 @@ impl LeafData {
 
 unsafe fn stale_page(rel: pg_sys::Relation, blk: u32, what: &str) -> ! {
     if pg_sys::RecoveryInProgress() {
-        crate::raise(PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE, "canceling statement due to conflict with recovery", "A merge replayed from the primary recycled index pages this query was reading; retry it (hot_standby_feedback = on avoids this).");
+        crate::raise(PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE, "canceling statement due to conflict with recovery", "A merge replayed from the primary recycled index pages this query was reading; retry the query.");
     }
     page::corrupted(&page::rel_name(rel), blk, what)
 }

@@ -167,7 +167,7 @@ pub unsafe extern "C-unwind" fn amvacuumcleanup(
 unsafe fn sweep(index: pg_sys::Relation) -> (Vec<u32>, Vec<u32>) {
     let m = meta::read(index);
     let mut listed: HashSet<u32> = HashSet::new();
-    for (_, pages, blocks) in merge::recycle_segments(index, m.recycle_head, m.recycle_safexid) {
+    for (_, _, pages, blocks) in merge::recycle_segments(index, m.recycle_head, m.recycle_safexid) {
         listed.extend(pages);
         listed.extend(blocks);
     }

@@ -153,7 +153,7 @@ unsafe fn evict() -> Option<usize> {
             return Some(i);
         }
         let gone = s.db == pg_sys::MyDatabaseId && !relation_exists(s.index_oid, s.relnode);
-        let idle = s.dual.tree.nentries == 0 && !s.dual.merge_running;
+        let idle = s.dual.tree.nentries == 0 && !s.dual.merge_running && !s.dual.readers.any();
         if gone || idle {
             let age = if gone { 0 } else { s.last_used };
             if best.map_or(true, |(a, _)| age < a) {
