@@ -120,13 +120,14 @@ def dynamic_bytes(c, idx):
         return 0
 
 
-def rebuild_indexes(c, am, reloptions="", schema="public"):
+def rebuild_indexes(c, am, reloptions="", schema="public", keep=None):
     """Recreates every index of `schema` with AM `am`, one transaction each.
 
     A PRIMARY KEY or UNIQUE constraint becomes a UNIQUE index of the AM (only
     btree can back a constraint).  An index that a foreign key depends on stays
     as it is, and so does one the AM refuses (e.g. a type without an opclass):
-    the transaction rolls back.  Returns (seconds, kept) where kept lists the
+    the transaction rolls back.  `keep` maps index names that must stay as
+    they are to the reason.  Returns (seconds, kept) where kept lists the
     indexes left unchanged, with the reason.
     """
     rows = c.execute(
@@ -139,6 +140,9 @@ def rebuild_indexes(c, am, reloptions="", schema="public"):
     kept = []
     t0 = time.time()
     for name, idef, conname, table, cur_am, fk in rows:
+        if keep and name in keep:
+            kept.append("%s (%s) stays %s: %s" % (name, table, cur_am, keep[name]))
+            continue
         if fk:
             kept.append("%s (%s): a foreign key references it, so it stays %s" % (name, table, cur_am))
             continue

@@ -6,7 +6,7 @@ TEMPLATE, a file copy instead of a two-minute reload), its indexes rebuilt
 with the side's AM (harness.rebuild_indexes: the nine primary keys become
 UNIQUE indexes, the four secondary indexes are recreated; go-tpc's postgres
 schema has no foreign keys and its transactions use no INSERT ... ON
-CONFLICT, so nothing has to stay btree), then `go-tpc tpcc run` and
+CONFLICT; only warehouse's key stays a btree PRIMARY KEY, see KEEP), then `go-tpc tpcc run` and
 `go-tpc tpcc check` (the consistency conditions, so wrong index answers show
 as a failure, not as a fast run).
 
@@ -20,6 +20,12 @@ import subprocess
 import time
 
 from harness import BenchError, index_bytes, log, rebuild_indexes
+
+# go-tpc's consistency check 3.3.2.8 selects w_ytd grouped by w_id only, which
+# PostgreSQL accepts only when w_id is the PRIMARY KEY (functional dependency);
+# warehouse has one row per warehouse, so keeping its btree key costs nothing.
+KEEP = {"warehouse_pkey": "go-tpc's check 3.3.2.8 (SELECT w_ytd ... GROUP BY w_id) needs the PRIMARY KEY constraint "
+                          "(functional dependency); one row per warehouse"}
 
 OPS = ["NEW_ORDER", "PAYMENT", "ORDER_STATUS", "DELIVERY", "STOCK_LEVEL"]
 
@@ -80,7 +86,7 @@ def run(a, cl, res):
             log("tpcc rep %d/%d: %s" % (rep + 1, a.repeat, am))
             cl.create_db("tpcc", template="tpcc_base")
             with cl.connect("tpcc") as c:
-                secs, kept = rebuild_indexes(c, am, a.reloptions)
+                secs, kept = rebuild_indexes(c, am, a.reloptions, keep=KEEP)
                 for k in kept:
                     res.note("%s: %s" % (res.sides[side], k))
                 c.execute("ANALYZE")
