@@ -203,9 +203,11 @@ class Results:
         return out
 
 
-def fmt(v):
+def fmt(v, unit=None):
     if v is None:
         return "n/a"
+    if unit == "bytes":
+        return "%.2f MB" % (v / 1e6) if abs(v) < 1e8 else "%.1f MB" % (v / 1e6)
     if abs(v) >= 1e9:
         return "%.3g G" % (v / 1e9)
     if abs(v) >= 1e6:
@@ -264,7 +266,8 @@ def write_report(a, res, facts):
         f.write("\n| case | metric | unit | %s%s | %s%s | ratio %s/%s | better |\n" % (base, span, am, span, am, base))
         f.write("|---|---|---|---:|---:|---:|---|\n")
         for case, metric, unit, better, st, ratio in tab:
-            cell = lambda s: fmt(s[0]) + (" (%s–%s)" % (fmt(s[1]), fmt(s[2])) if reps > 1 and s[3] > 1 else "")
+            cell = lambda s: fmt(s[0], unit) + (" (%s–%s)" % (fmt(s[1], unit), fmt(s[2], unit))
+                                                if reps > 1 and s[3] > 1 else "")
             f.write("| %s | %s | %s | %s | %s | %s | %s |\n" % (case, metric, unit, cell(st[0]), cell(st[1]),
                                                               "n/a" if ratio is None else "%.3f" % ratio, better))
         if res.notes:

@@ -108,7 +108,7 @@ def panels_chart(rows, out, title):
         first = ("query time (s)", [(r["case"], r) for r in rows if r["metric"] == "time_s"], 1.0)
     else:
         first = ("throughput", [(label(r), r) for r in rows if r["better"] == "higher"], 1.0)
-    lat = ("latency (ms; TPC-C: p95)", [(label(r), r) for r in rows
+    lat = ("latency p95 (ms)" if suite == "tpcc" else "mean latency (ms)", [(label(r), r) for r in rows
                             if r["unit"] == "ms" and ("p95" in r["metric"] or "avg" in r["metric"])], 1.0)
     size = ("index MB", [(label(r), r) for r in rows if r["unit"] == "bytes"], 1e6)
     panels = [p for p in (first, lat, size) if p[1]]

@@ -181,8 +181,11 @@ args=(--index-am "$index_am" --table-am "$table_am" --baseline "$baseline" --rep
 ((PH_STANDIN)) && args+=(--standin)
 mkdir -p "$DIR/work"
 chown "$PH_USER:" "$DIR/work"
+failed=()
 for s in "${run_suites[@]}"; do
     ph_log "==== suite $s"
-    "$venv/bin/python" "$PH_REPO/bench/harness.py" "$s" "${args[@]}" "${pyargs[@]}"
+    # a failed suite still writes its report; go on with the others, fail at the end
+    "$venv/bin/python" "$PH_REPO/bench/harness.py" "$s" "${args[@]}" "${pyargs[@]}" || failed+=("$s")
 done
+((${#failed[@]} == 0)) || ph_die "suite(s) failed: ${failed[*]} (reports and notes in $out)"
 ph_log "done; reports in $out"
