@@ -15,6 +15,7 @@ parameters before applying them, so a host= in --conn-params cannot point it
 at a unix socket: bench/run.sh lets the cluster listen on 127.0.0.1 for tpcc.
 """
 
+import os
 import re
 import subprocess
 import time
@@ -39,6 +40,8 @@ def gotpc(a, args, db, timeout):
     except subprocess.TimeoutExpired:
         raise BenchError("go-tpc %s did not finish within %d s" % (args[0], timeout))
     out = p.stdout.decode(errors="replace")
+    with open(os.path.join(a.work, "go-tpc-%s-%s.log" % (db, args[0])), "a") as f:
+        f.write("$ %s\n%s\n" % (" ".join(cmd), out))
     if p.returncode != 0:
         raise BenchError("go-tpc %s failed (exit %d): %s" % (args[0], p.returncode, out[-3000:]))
     return out
@@ -93,7 +96,9 @@ def run(a, cl, res):
                 c.execute("CHECKPOINT")
                 res.add("schema", "index_rebuild_s", "s", "lower", side, rep, secs)
                 res.add("schema", "index_bytes_after_build", "bytes", "lower", side, rep, index_bytes(c)[0])
-            out = gotpc(a, ["run", "--warehouses", str(wh), "-T", str(a.threads), "--time", "%ds" % seconds,
+            # without --ignore-error a go-tpc worker thread stops at its first error
+            # (e.g. a deadlock), and the rest of the run has fewer clients
+            out = gotpc(a, ["run", "--ignore-error", "--warehouses", str(wh), "-T", str(a.threads), "--time", "%ds" % seconds,
                             "--interval", "%ds" % max(seconds, 10)], "tpcc", seconds * 3 + 300)
             ops, (tpmc, tpmtotal) = parse_summary(out)
             if tpmc is None:
