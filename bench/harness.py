@@ -174,12 +174,13 @@ class Results:
         self.params = {}            # suite settings for the report (scale, clients, ...)
         self.order = []
 
-    def add(self, case, metric, unit, better, side, rep, value):
+    def add(self, case, metric, unit, better, side, rep, value, quiet=False):
         key = (case, metric)
         if key not in self.order:
             self.order.append(key)
         self.rows.append((case, metric, unit, better, side, rep, value))
-        log("  %-14s %-28s %-14s %14s %s" % (case, metric, self.sides[side],
+        if not quiet:
+            log("  %-14s %-28s %-14s %14s %s" % (case, metric, self.sides[side],
                                               "n/a" if value is None else "%.6g" % value, unit))
 
     def note(self, s):

@@ -36,7 +36,7 @@ def run(a, cl, res):
             b.run_pgbench()
         for case, metric, unit, better, slot, value in b.rows:
             side = 1 if ams[slot] == am and (slot == 0 or am != base_am) else 0
-            res.add(case, metric, unit, better, side, rep, value)
+            res.add(case, metric, unit, better, side, rep, value, quiet=True)  # bench.py logged it
         for n in b.notes:
             res.note(n)
     if probe:

@@ -47,6 +47,31 @@ def gotpc(a, args, db, timeout):
     return out
 
 
+def server_errors(a, since):
+    """{message: count} of the ERROR lines the server logged after byte `since`
+    (go-tpc counts failed transactions but does not say why)."""
+    path = os.path.join(os.path.dirname(a.host), "postgres.log")
+    kinds = {}
+    try:
+        with open(path, errors="replace") as f:
+            f.seek(since)
+            for line in f:
+                m = re.search(r"ERROR:\s+(.*)$", line)
+                if m:
+                    k = re.sub(r"\d+", "N", m.group(1).strip())[:120]
+                    kinds[k] = kinds.get(k, 0) + 1
+    except OSError:
+        pass
+    return kinds
+
+
+def log_size(a):
+    try:
+        return os.path.getsize(os.path.join(os.path.dirname(a.host), "postgres.log"))
+    except OSError:
+        return 0
+
+
 def parse_summary(out):
     """{op: {field: value}} from go-tpc's "[Summary] OP - Takes(s): 1.0, Count: ..." lines, and tpmC."""
     ops = {}
@@ -96,6 +121,7 @@ def run(a, cl, res):
                 c.execute("CHECKPOINT")
                 res.add("schema", "index_rebuild_s", "s", "lower", side, rep, secs)
                 res.add("schema", "index_bytes_after_build", "bytes", "lower", side, rep, index_bytes(c)[0])
+            log_at = log_size(a)
             # without --ignore-error a go-tpc worker thread stops at its first error
             # (e.g. a deadlock), and the rest of the run has fewer clients
             out = gotpc(a, ["run", "--ignore-error", "--warehouses", str(wh), "-T", str(a.threads), "--time", "%ds" % seconds,
@@ -116,14 +142,8 @@ def run(a, cl, res):
                 errors += e
                 res.add(op.lower(), "errors", "count", "lower", side, rep, e)
             res.add("throughput", "errors", "count", "lower", side, rep, errors)
-            kinds = {}
-            for line in out.splitlines():
-                m = re.search(r"execute (\S+) failed, err (.*)$", line)
-                if m:
-                    k = "%s: %s" % (m.group(1), m.group(2)[:160])
-                    kinds[k] = kinds.get(k, 0) + 1
-            for k, cnt in sorted(kinds.items(), key=lambda kv: -kv[1])[:4]:
-                res.note("%s rep %d: %dx %s" % (res.sides[side], rep + 1, cnt, k))
+            for k, cnt in sorted(server_errors(a, log_at).items(), key=lambda kv: -kv[1])[:4]:
+                res.note("%s rep %d: server logged %dx ERROR: %s" % (res.sides[side], rep + 1, cnt, k))
             with cl.connect("tpcc") as c:
                 res.add("schema", "index_bytes_after_run", "bytes", "lower", side, rep, index_bytes(c)[0])
             t0 = time.time()
