@@ -227,6 +227,14 @@ def machine_facts(cl):
             cpu = next(l for l in f if l.startswith("model name")).split(":", 1)[1].strip()
     except (OSError, StopIteration):
         pass
+    so = "-"
+    try:   # which build of the extension was measured (it may be reinstalled between runs)
+        pkglib = subprocess.run([os.path.join(cl.a.pgbin, "pg_config"), "--pkglibdir"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL).stdout.decode().strip() or "/usr/lib/postgresql/15/lib"
+        st = os.stat(os.path.join(pkglib, "pg_hybrid.so"))
+        so = "%d bytes, modified %s" % (st.st_size, datetime.datetime.fromtimestamp(st.st_mtime).strftime("%Y-%m-%d %H:%M:%S"))
+    except OSError:
+        pass
     commit = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL).stdout.decode().strip() or "?"
     with cl.connect() as c:
@@ -237,7 +245,7 @@ def machine_facts(cl):
             "shared_buffers": g("shared_buffers"), "pg_hybrid.shared_memory": g("pg_hybrid.shared_memory") or "-",
             "fsync": g("fsync"), "synchronous_commit": g("synchronous_commit"), "full_page_writes": g("full_page_writes"),
             "work_mem": g("work_mem"), "max_parallel_workers_per_gather": g("max_parallel_workers_per_gather"),
-            "git_commit": commit,
+            "git_commit": commit, "pg_hybrid.so": so,
         }
 
 
