@@ -1,59 +1,162 @@
 #!/usr/bin/env bash
-# bench/run.sh — benchmark an index AM against btree IN THE SAME RUN (not a test).
+# bench/run.sh — benchmark an index access method against PostgreSQL's built-in
+# btree IN THE SAME RUN, back to back, on a scratch cluster of its own.
 #
-# Starts its own scratch cluster (port bench_port of pgrx.toml; fsync/full_page_writes/
-# synchronous_commit off, autovacuum off, no parallel maintenance/query workers),
-# runs bench/bench.py (cases: unique random int8 keys; secondary with 10 TIDs per key;
-# pgbench -S -M prepared with pgbench_accounts' PK replaced by a UNIQUE index of the AM)
-# and writes <out>/<am>-<date>[-smoke].{csv,md,json,png}.  See bench/bench.py for the metrics.
+# Usage: bash bench/run.sh SUITE [options]      (as root)
+#   SUITE    probe    unique/secondary int8 keys: build, size, probes, ranges, inserts
+#            pgbench  pgbench -S -M prepared with pgbench_accounts' key in the AM
+#            ycsb     pgbench scripts over usertable: workloads A B C E, zipfian + uniform keys
+#            tpcc     go-tpc TPC-C: tpmC, latency percentiles, errors, index bytes
+#            tpch     DuckDB dbgen data + 22 queries on PostgreSQL, answers checked against DuckDB
+#            all      all of the above, one report set per suite
+# Options:
+#   --smoke               tiny sizes (the test suite's step); results go to
+#                         $PH_SCRATCH/bench_results unless --out is given
+#   --index-am AM         index AM under test: btree, hybrid_btree (default: pgrx.toml am);
+#                         later elastic_btree, griffin, tiered_btree, tiered_hash. --am is an alias
+#   --table-am AM         table AM of the AM side: heap (default); later hasis
+#   --baseline AM         built-in index AM to compare with (default btree)
+#   --repeat N            measure each side N times (alternating order); reports the
+#                         median and min–max
+#   --out DIR             where reports go (default bench/results)
+#   --shared-buffers SIZE default 1GB;  --shared-memory SIZE: pg_hybrid.shared_memory, default 256MB
+#   --clients N --threads N   load generators (default 4 clients, 2 threads)
+#   --seconds S           measured seconds per workload and side (pgbench, ycsb, tpcc)
+#   --rows N              probe: rows per case;  ycsb: usertable rows
+#   --scale N             pgbench scale
+#   --warehouses N        tpcc warehouses (default 1)
+#   --sf X                tpch scale factor (default 1; smoke 0.1)
+#   --reloptions "k = v"  WITH (...) for the AM's indexes
+#   --no-plot             skip the PNG
+# Writes <out>/<suite>-<am>-<date>[-smoke].{csv,md,png} (+ .json with machine and settings).
 #
-# Usage: bench/run.sh [--smoke] [--rows N] [--am AM] [--baseline AM]
-#                     [--shared-buffers SIZE] [--shared-memory SIZE] [--out DIR]
-#                     [--no-plot] [-- BENCH.PY ARGS...]
-#   --smoke            tiny sizes, finishes in < 1 min; output goes to $PH_SCRATCH/bench_results
-#                      unless --out is given
-#   --rows N           rows per case (default 5000000); probes stay 1M, ranges 10k
-#   --am AM            AM under test (default: pgrx.toml am, i.e. hybrid_btree);
-#                      --am btree runs btree vs btree (stand-in check of the harness)
-#   --shared-buffers   default 1GB;  --shared-memory: pg_hybrid.shared_memory, default 256MB
-#   -- ARGS            passed to bench.py, e.g. -- --cases unique --probes 200000
-#                      --reloptions "merge_ratio = 10" --pgbench-seconds 30
-# The plot needs matplotlib: created on first use in bench/.venv (python3 -m venv + pip).
+# Tools: Python packages (psycopg, duckdb + duckdb-extension-tpch 1.5.5, matplotlib) go into
+# bench/.venv, created on first use; go-tpc v1.0.9 is built from bench/tpcc (go.sum pinned)
+# into bench/.venv/bin/go-tpc.  Needs `go` (>= 1.21; /usr/local/go/bin is searched too, and
+# Debian's golang-go is installed when missing and recent enough).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
+SUITES=(probe pgbench ycsb tpcc tpch)
+# AMs the project knows about; anything else is a typo.  The planned ones fail
+# later with "not installed" until their code lands.
+KNOWN_INDEX_AMS=(btree hybrid_btree elastic_btree griffin tiered_btree tiered_hash)
+KNOWN_TABLE_AMS=(heap hasis)
+
+suite=
 smoke=0
-rows=
+index_am=$PH_AM
+table_am=heap
+baseline=btree
+repeat=1
 out=
 sb=1GB
 shm=256MB
 plot=1
-baseline=btree
-extra=()
+pyargs=()
+need_arg() { [[ $# -ge 2 && -n $2 ]] || ph_die "bench/run.sh: $1 needs a value (see --help)"; }
 while (($#)); do
     case $1 in
         --smoke) smoke=1 ;;
-        --rows) shift; rows=$1 ;;
-        --am) shift; PH_AM=$1 ;;
-        --baseline) shift; baseline=$1 ;;
-        --shared-buffers) shift; sb=$1 ;;
-        --shared-memory) shift; shm=$1 ;;
-        --out) shift; out=$1 ;;
+        --index-am | --am) need_arg "$@"; shift; index_am=$1 ;;
+        --table-am) need_arg "$@"; shift; table_am=$1 ;;
+        --baseline) need_arg "$@"; shift; baseline=$1 ;;
+        --repeat) need_arg "$@"; shift; repeat=$1 ;;
+        --out) need_arg "$@"; shift; out=$1 ;;
+        --shared-buffers) need_arg "$@"; shift; sb=$1 ;;
+        --shared-memory) need_arg "$@"; shift; shm=$1 ;;
         --no-plot) plot=0 ;;
-        --) shift; extra=("$@"); break ;;
+        --clients | --threads | --seconds | --rows | --scale | --warehouses | --sf | --reloptions)
+            need_arg "$@"; pyargs+=("$1" "$2"); shift ;;
         -h | --help) ph_usage "$0"; exit 0 ;;
-        *) ph_die "bench/run.sh: unknown option $1 (see --help)" ;;
+        -*) ph_die "bench/run.sh: unknown option $1 (see --help)" ;;
+        *)
+            [[ -z $suite ]] || ph_die "bench/run.sh: one suite per run (got '$suite' and '$1'; use 'all')"
+            suite=$1 ;;
     esac
     shift
 done
-if [[ $PH_AM == btree ]]; then PH_STANDIN=1; PH_PRELOAD=0; else PH_STANDIN=0; PH_PRELOAD=1; fi
-export PH_AM PH_STANDIN PH_PRELOAD
+
+[[ -n $suite ]] || ph_die "bench/run.sh: name a suite: ${SUITES[*]} all (see --help)"
+if [[ $suite == all ]]; then
+    run_suites=("${SUITES[@]}")
+elif [[ " ${SUITES[*]} " == *" $suite "* ]]; then
+    run_suites=("$suite")
+else
+    ph_die "bench/run.sh: unknown suite '$suite' (suites: ${SUITES[*]} all)"
+fi
+[[ " ${KNOWN_INDEX_AMS[*]} " == *" $index_am "* ]] ||
+    ph_die "bench/run.sh: unknown index AM '$index_am' (known: ${KNOWN_INDEX_AMS[*]})"
+[[ $baseline == btree ]] || ph_die "bench/run.sh: --baseline must be a built-in AM (btree), not '$baseline'"
+[[ " ${KNOWN_TABLE_AMS[*]} " == *" $table_am "* ]] ||
+    ph_die "bench/run.sh: unknown table AM '$table_am' (known: ${KNOWN_TABLE_AMS[*]})"
+[[ $repeat =~ ^[1-9][0-9]*$ ]] || ph_die "bench/run.sh: --repeat needs a positive integer, not '$repeat'"
 [[ $(id -u) == 0 ]] || ph_die "bench/run.sh must run as root (clusters run as $PH_USER via runuser)"
+ph_require_pg
+
+# The btree-only mode runs without the extension (stand-in shim), like the tests.
+if [[ $index_am == btree && $table_am == heap ]]; then PH_STANDIN=1; PH_PRELOAD=0; else PH_STANDIN=0; PH_PRELOAD=1; fi
+PH_AM=$index_am
+export PH_AM PH_STANDIN PH_PRELOAD
+if [[ $PH_STANDIN == 0 && ! -f $("$PH_PG_CONFIG" --pkglibdir)/pg_hybrid.so ]]; then
+    ph_die "pg_hybrid is not installed ($("$PH_PG_CONFIG" --pkglibdir)/pg_hybrid.so missing); run scripts/setup.sh"
+fi
 if [[ -z $out ]]; then
     if ((smoke)); then out=$PH_SCRATCH/bench_results; else out=$PH_REPO/bench/results; fi
 fi
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 
+# ------------------------------------------------------------------ tools --
+venv=$PH_REPO/bench/.venv
+PY_PKGS=("psycopg[binary]>=3.1" "duckdb==1.5.5" "duckdb-extension-tpch==1.5.5" "matplotlib>=3.5")
+ensure_venv() {
+    if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c 'import psycopg, duckdb, duckdb_extension_tpch, matplotlib' 2>/dev/null &&
+        [[ $("$venv/bin/python" -c 'import duckdb; print(duckdb.__version__)') == 1.5.5 ]]; then
+        return 0
+    fi
+    ph_log "setting up $venv (${PY_PKGS[*]})"
+    if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+        ph_log "python3 lacks venv/ensurepip; installing python3-venv"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >/dev/null 2>&1 ||
+            { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >/dev/null; } ||
+            ph_die "cannot create a Python venv: python3-venv is missing and could not be installed"
+    fi
+    [[ -x $venv/bin/python ]] || python3 -m venv "$venv" || ph_die "python3 -m venv $venv failed"
+    "$venv/bin/pip" install -q --disable-pip-version-check "${PY_PKGS[@]}" ||
+        ph_die "pip could not install ${PY_PKGS[*]} into $venv (PyPI reachable?)"
+}
+
+# go-tpc v1.0.9 needs go >= 1.18; the module in bench/tpcc says 1.21.
+go_ok() { local v; v=$("$1" env GOVERSION 2>/dev/null) || return 1; v=${v#go}; [[ $(printf '%s\n' 1.21 "$v" | sort -V | head -n1) == 1.21 ]]; }
+find_go() {
+    local g
+    for g in "$(command -v go 2>/dev/null || true)" /usr/local/go/bin/go /usr/lib/go/bin/go; do
+        [[ -n $g && -x $g ]] && go_ok "$g" && { printf '%s' "$g"; return 0; }
+    done
+    return 1
+}
+ensure_gotpc() {
+    local bin=$venv/bin/go-tpc stamp=$venv/bin/go-tpc.sum go
+    if [[ -x $bin && -f $stamp ]] && cmp -s "$stamp" "$PH_REPO/bench/tpcc/go.sum"; then return 0; fi
+    if ! go=$(find_go); then
+        ph_log "no go >= 1.21 found; trying Debian's golang-go"
+        { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q golang-go >/dev/null 2>&1; } || true
+        go=$(find_go) || ph_die "the tpcc suite needs Go >= 1.21 to build go-tpc: install it (e.g. to /usr/local/go) and re-run"
+    fi
+    ph_log "building go-tpc v1.0.9 with $go ($("$go" env GOVERSION))"
+    mkdir -p "$venv/bin"
+    # go.sum pins every module, so the checksum database is not needed for pingcap's
+    (cd "$PH_REPO/bench/tpcc" && GONOSUMDB='github.com/pingcap/*' GOFLAGS=-mod=readonly \
+        "$go" build -o "$bin" github.com/pingcap/go-tpc/cmd/go-tpc) ||
+        ph_die "building go-tpc failed (Go module proxy reachable?)"
+    cp "$PH_REPO/bench/tpcc/go.sum" "$stamp"
+}
+
+ensure_venv
+[[ " ${run_suites[*]} " == *" tpcc "* ]] && ensure_gotpc
+
+# ---------------------------------------------------------------- cluster --
 ph_trap_install
 DIR=$(ph_scratch bench)
 conf=("fsync = off" "synchronous_commit = off" "full_page_writes = off"
@@ -62,30 +165,27 @@ conf=("fsync = off" "synchronous_commit = off" "full_page_writes = off"
       "max_parallel_maintenance_workers = 0" "max_parallel_workers_per_gather = 0" "jit = off"
       "max_connections = 100")
 ((PH_PRELOAD)) && conf+=("pg_hybrid.shared_memory = '$shm'")
+# go-tpc's postgres driver (lib/pq via a postgres:// URL) cannot be pointed at a
+# unix socket, so for tpcc the cluster also listens on loopback, on its own port.
+[[ " ${run_suites[*]} " == *" tpcc "* ]] && conf+=("listen_addresses = '127.0.0.1'")
 PH_ALLOW_FSYNC_OFF=1 cluster_init "$DIR" "$PH_BENCH_PORT" "${conf[@]}"
 cluster_start "$DIR"
 ph_prepare_db "$DIR" bench
-ph_log "bench cluster $DIR (port $PH_BENCH_PORT, shared_buffers $sb), am=$PH_AM vs $baseline"
+ph_log "bench cluster $DIR (port $PH_BENCH_PORT, shared_buffers $sb): ${run_suites[*]}, $baseline vs $index_am (table AM $table_am)"
 
-args=(--am "$PH_AM" --baseline "$baseline" --out "$out")
+args=(--index-am "$index_am" --table-am "$table_am" --baseline "$baseline" --repeat "$repeat" --out "$out"
+      --host "$DIR/sock" --port "$PH_BENCH_PORT" --user "$PH_USER" --db bench --pgbin "$PH_PGBIN"
+      --gotpc "$venv/bin/go-tpc" --work "$DIR/work")
 ((smoke)) && args+=(--smoke)
-[[ -n $rows ]] && args+=(--rows "$rows")
-stem=$(PH_PGHOST=$DIR/sock PH_PGPORT=$PH_BENCH_PORT PH_DB=bench \
-    python3 "$PH_REPO/bench/bench.py" "${args[@]}" "${extra[@]}" | tee /dev/stderr | tail -n1)
-[[ -f $stem.csv ]] || ph_die "bench.py produced no results"
-
-if ((plot)); then
-    venv=$PH_REPO/bench/.venv
-    if ! "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
-        ph_log "creating $venv with matplotlib (first run only)"
-        { python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check matplotlib; } ||
-            ph_warn "could not install matplotlib into $venv; no plot (re-run, or pass --no-plot)"
-    fi
-    if "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
-        "$venv/bin/python" "$PH_REPO/bench/plot.py" "$stem.csv" "$stem.png" >/dev/null || ph_warn "plot failed"
-    fi
-fi
-echo
-cat "$stem.md"
-echo
-ph_log "results: $(ls "$stem".* | tr '\n' ' ')"
+((plot)) || args+=(--no-plot)
+((PH_STANDIN)) && args+=(--standin)
+mkdir -p "$DIR/work"
+chown "$PH_USER:" "$DIR/work"
+failed=()
+for s in "${run_suites[@]}"; do
+    ph_log "==== suite $s"
+    # a failed suite still writes its report; go on with the others, fail at the end
+    "$venv/bin/python" "$PH_REPO/bench/harness.py" "$s" "${args[@]}" "${pyargs[@]}" || failed+=("$s")
+done
+((${#failed[@]} == 0)) || ph_die "suite(s) failed: ${failed[*]} (reports and notes in $out)"
+ph_log "done; reports in $out"

@@ -12,6 +12,8 @@
 #   corrupt       tests/corrupt.sh      (damaged index pages: clean XX002 ERROR, no crash, REINDEX repairs)
 #   arena         tests/arena.sh        (8MB pg_hybrid.shared_memory: merges under arena pressure,
 #                                        background merge on/off, restart rebuilds the dynamic stages)
+#   bench         bench/smoke.sh        (every benchmark suite in --smoke size, AM vs btree; bad
+#                                        input fails cleanly; TPC-H answers checked; no timing limits)
 # The last line printed is exactly "N passed, M failed"; exit status 1 if M > 0.
 #
 # Options:
@@ -29,7 +31,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ALL_STEPS=(setup core regress differential crash standby concurrency corrupt arena)
+ALL_STEPS=(setup core regress differential crash standby concurrency corrupt arena bench)
 quick=0
 only=()
 skip=()
@@ -193,7 +195,7 @@ run_step setup step_setup
 if selected setup && [[ ${results[-1]} == *FAIL* ]]; then setup_ok=0; fi
 
 if ((setup_ok == 0)); then
-    for s in core regress differential crash standby concurrency corrupt arena; do
+    for s in core regress differential crash standby concurrency corrupt arena bench; do
         selected "$s" && record "$s" FAIL 0 "(not run: setup failed)"
     done
 else
@@ -218,6 +220,7 @@ else
     run_step concurrency bash "$PH_REPO/tests/concurrency.sh" "${qarg[@]}"
     run_step corrupt bash "$PH_REPO/tests/corrupt.sh" "${qarg[@]}"
     run_step arena bash "$PH_REPO/tests/arena.sh" "${qarg[@]}"
+    run_step bench bash "$PH_REPO/bench/smoke.sh" "${qarg[@]}"
 fi
 
 echo

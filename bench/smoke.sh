@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# bench/smoke.sh — the test suite's benchmark step (scripts/test.sh step "bench").
+#
+# 1. Bad input must fail cleanly: unknown suite, unknown index AM, a planned AM
+#    that is not installed (elastic_btree), an unknown table AM, a port in use,
+#    a cluster that cannot start (bad shared_buffers).  Each must exit non-zero
+#    with the expected message and leave no server of ours running.
+# 2. `bench/run.sh all --smoke` with the AM under test (PH_AM; btree in stand-in
+#    mode) against btree: every suite must finish (TPC-H answers checked against
+#    DuckDB inside the harness) and write its csv/md/png with both sides measured.
+# No timing thresholds.  Reports go to $PH_SCRATCH/bench_smoke.
+#
+# Usage: bench/smoke.sh [--quick]     (--quick: accepted for test.sh, same sizes)
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+ph_parse_quick "$0" "$@"
+
+out=$PH_SCRATCH/bench_smoke
+rm -rf "$out"
+mkdir -p "$out"
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+no_server_left() {   # no postmaster of the bench scratch cluster may survive a failed run
+    local pid
+    pid=$(ph_cluster_pid "$PH_SCRATCH/bench")
+    [[ -z $pid ]] || { fail "$1: bench cluster still running (pid $pid)"; return 0; }
+}
+
+# expect_fail NAME PATTERN ARGS...: run.sh ARGS must exit non-zero and print PATTERN
+expect_fail() {
+    local name=$1 pat=$2 rc=0
+    shift 2
+    bash "$PH_REPO/bench/run.sh" "$@" --out "$out/bad" >"$out/$name.log" 2>&1 || rc=$?
+    if ((rc == 0)); then
+        fail "$name: run.sh $* exited 0"
+    elif ! grep -Eq "$pat" "$out/$name.log"; then
+        fail "$name: exit $rc but no /$pat/ in the output:"
+        tail -n 5 "$out/$name.log" >&2
+    else
+        echo "ok: $name -> exit $rc: $(grep -Em1 "$pat" "$out/$name.log")"
+    fi
+    no_server_left "$name"
+}
+
+expect_fail unknown_suite "unknown suite 'nosuch'" nosuch --smoke
+expect_fail unknown_am "unknown index AM 'nosuch_am'" probe --smoke --index-am nosuch_am
+expect_fail unknown_table_am "unknown table AM" probe --smoke --table-am nosuch
+expect_fail planned_am "'elastic_btree' is not installed|pg_hybrid is not installed" probe --smoke --index-am elastic_btree
+expect_fail bad_start "could not start cluster" probe --smoke --shared-buffers nonsense
+
+# a port in use: a plain TCP listener on the bench port
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); time.sleep(120)' "$PH_BENCH_PORT" &
+listener=$!
+sleep 0.5
+expect_fail port_in_use "already in use" probe --smoke
+kill "$listener" 2>/dev/null || true
+wait "$listener" 2>/dev/null || true
+
+# the suites themselves
+rc=0
+bash "$PH_REPO/bench/run.sh" all --smoke --index-am "$PH_AM" --out "$out" || rc=$?
+((rc == 0)) || fail "bench/run.sh all --smoke --index-am $PH_AM exited $rc"
+no_server_left "all"
+for s in probe pgbench ycsb tpcc tpch; do
+    for ext in csv md png; do
+        f=$(ls "$out/$s-"*"-smoke.$ext" 2>/dev/null | head -n1 || true)
+        [[ -n $f && -s $f ]] || fail "$s: no .$ext report in $out"
+    done
+    csv=$(ls "$out/$s-"*"-smoke.csv" 2>/dev/null | head -n1 || true)
+    [[ -n $csv ]] || continue
+    # both sides measured on at least one metric
+    n=$(awk -F, 'NR > 1 && $8 != "" && $11 != "" {n++} END {print n + 0}' "$csv")
+    ((n > 0)) || fail "$s: no metric with values for both sides in $csv"
+    echo "ok: $s report $(basename "$csv"): $n metrics with both sides"
+done
+if grep -q "WRONG ANSWER" "$out"/tpch-*-smoke.md 2>/dev/null; then fail "tpch: wrong answers"; fi
+
+if ((fails)); then
+    echo "bench smoke: $fails failure(s); logs in $out" >&2
+    exit 1
+fi
+echo "bench smoke: all good; reports in $out"
