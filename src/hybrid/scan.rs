@@ -68,6 +68,9 @@ struct Cursor {
     dyn_items: Vec<(Vec<u8>, Tid)>,
     dyn_pos: isize,
     st: StaticCursor,
+    /// Registered reader of `stat`'s generation for as long as the cursor
+    /// lives, so its pages are not recycled under it (readers.rs).
+    _reader: super::readers::ReaderToken,
 }
 
 pub struct ScanState {
@@ -293,6 +296,7 @@ impl ScanState {
             dyn_items: snap.items,
             dyn_pos: 0,
             st: StaticCursor { leaf: None, ei: 0, ti: 0, done: snap.stat.root == NO_BLOCK, checked: None },
+            _reader: snap.reader,
         }
     }
 }
