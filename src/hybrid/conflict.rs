@@ -125,7 +125,7 @@ unsafe fn on_conflict_nodes(qd: *mut pg_sys::QueryDesc) -> Vec<*mut pg_sys::Modi
 /// indexes shown as btree for the length of the call.
 unsafe fn open_indexes_for_speculation(rri: *mut pg_sys::ResultRelInfo, am: pg_sys::Oid) {
     let rel = (*rri).ri_RelationDesc;
-    if !(*ri_rel(rel)).relhasindex || !(*rri).ri_IndexRelationDescs.is_null() {
+    if !(*(*rel).rd_rel).relhasindex || !(*rri).ri_IndexRelationDescs.is_null() {
         return;
     }
     let shown = unique_hybrid_indexes(rel, am, pg_sys::RowExclusiveLock as i32);
@@ -153,10 +153,6 @@ unsafe fn open_indexes_for_speculation(rri: *mut pg_sys::ResultRelInfo, am: pg_s
             (*info).ii_Am = am;
         }
     }
-}
-
-unsafe fn ri_rel(rel: pg_sys::Relation) -> *mut pg_sys::FormData_pg_class {
-    (*rel).rd_rel
 }
 
 #[pg_guard]

@@ -940,31 +940,9 @@ pub fn insert<F: KeyFetcher + ?Sized>(
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::BTreeSet;
 
-    /// A heap: TID -> key, with some TIDs pruned.
-    struct Heap {
-        keys: BTreeMap<Tid, Vec<u8>>,
-        pruned: BTreeSet<Tid>,
-        fetches: usize,
-    }
-
-    impl KeyFetcher for Heap {
-        fn fetch(&mut self, tid: Tid, out: &mut Vec<u8>) -> bool {
-            self.fetches += 1;
-            out.clear();
-            if self.pruned.contains(&tid) {
-                return false;
-            }
-            match self.keys.get(&tid) {
-                Some(k) => {
-                    out.extend_from_slice(k);
-                    true
-                }
-                None => false,
-            }
-        }
-    }
+    use crate::elastic::tests::Heap;
 
     fn sorted(mut e: Vec<(Vec<u8>, Tid)>) -> Vec<(Vec<u8>, Tid)> {
         e.sort_by(|a, b| cmp_pair(&a.0, a.1, &b.0, b.1));

@@ -33,15 +33,17 @@ use super::tree::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::{Bound, RangeBounds};
 
-/// The "heap": TID -> key; pruned TIDs answer None.
+/// The "heap": TID -> key; pruned TIDs answer None. Counts fetches.
 #[derive(Default)]
-struct Heap {
-    keys: BTreeMap<Tid, Vec<u8>>,
-    pruned: BTreeSet<Tid>,
+pub(super) struct Heap {
+    pub(super) keys: BTreeMap<Tid, Vec<u8>>,
+    pub(super) pruned: BTreeSet<Tid>,
+    pub(super) fetches: usize,
 }
 
 impl KeyFetcher for Heap {
     fn fetch(&mut self, tid: Tid, out: &mut Vec<u8>) -> bool {
+        self.fetches += 1;
         out.clear();
         if self.pruned.contains(&tid) {
             return false;
