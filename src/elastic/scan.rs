@@ -50,6 +50,10 @@ pub struct ElasticCursor {
     index: pg_sys::Relation,
     desc: Rc<IndexDesc>,
     meta_blk: u32,
+    /// Root and height as of the scan's snapshot of the metapage (NO_BLOCK:
+    /// read the tree's metapage).
+    root: u32,
+    height: u8,
     fetcher: Option<HeapFetcher>,
     /// Copy of the current leaf's body; entries are decoded on access.
     body: Vec<u8>,
@@ -92,11 +96,15 @@ pub fn prefix_successor(p: &[u8]) -> Option<Vec<u8>> {
 }
 
 impl ElasticCursor {
-    pub fn new(index: pg_sys::Relation, desc: Rc<IndexDesc>, meta_blk: u32) -> ElasticCursor {
+    pub fn new(index: pg_sys::Relation, desc: Rc<IndexDesc>, stat: &crate::hybrid::meta::StaticInfo) -> ElasticCursor {
+        let meta_blk = stat.root;
+        let known = stat.first_leaf != NO_BLOCK && stat.height > 0 && stat.height < 40;
         ElasticCursor {
             index,
             desc,
             meta_blk,
+            root: if known { stat.first_leaf } else { NO_BLOCK },
+            height: if known { stat.height as u8 } else { 0 },
             fetcher: None,
             body: Vec::new(),
             n: 0,
@@ -130,7 +138,11 @@ impl ElasticCursor {
     }
 
     unsafe fn leaf_for(&mut self, t: Option<&Target>) -> u32 {
-        let tree = ElasticTree::open_reader(BufPool::reader(self.index), self.meta_blk).unwrap_or_else(|e| core_error(self.index, e));
+        let tree = if self.root != NO_BLOCK {
+            ElasticTree::open_at(BufPool::reader(self.index), self.meta_blk, self.root, self.height)
+        } else {
+            ElasticTree::open_reader(BufPool::reader(self.index), self.meta_blk).unwrap_or_else(|e| core_error(self.index, e))
+        };
         tree.leaf_for(t).unwrap_or_else(|e| core_error(self.index, e))
     }
 

@@ -53,6 +53,8 @@ pub unsafe fn open_writer(index: pg_sys::Relation, m: &HybridMeta) -> ElasticTre
 /// What a writer leaves for the metapage and the recycle list.
 pub struct WriteOutcome {
     pub meta_blk: u32,
+    /// Root block, for readers that skip the tree's metapage.
+    pub root: u32,
     /// Entries in the leaves (dead ones not yet removed included).
     pub entries: u64,
     pub tree_pages: u64,
@@ -67,6 +69,7 @@ fn outcome(index: pg_sys::Relation, tree: ElasticTree<BufPool>, fetches: u64) ->
     let entries = tree.count_entries().unwrap_or_else(|e| unsafe { core_error(index, e) });
     WriteOutcome {
         entries,
+        root: tree.root(),
         meta_blk: tree.meta_block(),
         tree_pages: tree.pool.tree_pages,
         state: tree.state(),

@@ -109,6 +109,7 @@ pub unsafe extern "C-unwind" fn ambuild(
             m.next_generation = 2;
             m.stat.generation = 1;
             m.stat.root = out.meta_blk;
+            m.stat.first_leaf = out.root;
             m.stat.height = out.stats.height as u32;
             m.stat.keys = out.entries;
             m.stat.tids = out.entries;

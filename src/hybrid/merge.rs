@@ -240,7 +240,8 @@ unsafe fn merge_elastic(
         generation: m.stat.generation.max(1),
         root: out.meta_blk,
         height: out.stats.height as u32,
-        first_leaf: NO_BLOCK,
+        // elastic_btree: the tree's root, where readers start (README.md).
+        first_leaf: out.root,
         last_leaf: NO_BLOCK,
         compressed: 0,
         keys: tids,

@@ -291,7 +291,7 @@ impl ScanState {
         };
         let snap = state::snapshot(index, desc, self.slot, &lower, upper.as_deref(), point, &mut |k| matches(desc, &conds, k));
         let el = if crate::elastic::is_elastic(index) {
-            let mut c = crate::elastic::scan::ElasticCursor::new(index, desc.clone(), snap.stat.root);
+            let mut c = crate::elastic::scan::ElasticCursor::new(index, desc.clone(), &snap.stat);
             c.slot = Some(self.slot);
             Some(c)
         } else {

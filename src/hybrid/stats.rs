@@ -170,7 +170,7 @@ fn verify(index: pg_sys::Oid, heapallindexed: bool) {
             crate::elastic::tree::verify(rel, &desc, &m);
             if heapallindexed {
                 use crate::elastic::scan::{Dir, ElasticCursor};
-                let mut c = ElasticCursor::new(rel, desc.clone(), m.stat.root);
+                let mut c = ElasticCursor::new(rel, desc.clone(), &m.stat);
                 c.start(Dir::Fwd, &[], None);
                 while let Some((k, t)) = c.peek(Dir::Fwd) {
                     all.insert((desc.keycols(&k).to_vec(), t));

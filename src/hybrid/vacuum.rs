@@ -66,6 +66,7 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
                 mm.stat.root = out.meta_blk;
             }
             mm.stat.pages = out.tree_pages;
+            mm.stat.first_leaf = out.root;
             mm.stat.height = out.stats.height as u32;
             mm.stat.tids = out.entries;
             mm.stat.keys = out.entries;
@@ -76,6 +77,7 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
             if st.stat.generation == mm.stat.generation {
                 st.stat.root = mm.stat.root;
                 st.stat.pages = mm.stat.pages;
+                st.stat.first_leaf = mm.stat.first_leaf;
                 st.stat.height = mm.stat.height;
                 st.stat.tids = mm.stat.tids;
                 st.stat.keys = mm.stat.keys;

@@ -590,6 +590,32 @@ impl<P: PagePool> ElasticTree<P> {
         })
     }
 
+    /// A reader that starts descents at `root` without reading the
+    /// metapage. A root that has split since it was read still works: it is
+    /// the leftmost node of its level, and descents move right from it.
+    pub fn open_at(pool: P, meta_blk: u32, root: u32, height: u8) -> Self {
+        ElasticTree {
+            pool,
+            cfg: Config::default(),
+            meta_blk,
+            root,
+            height,
+            state: State::Normal,
+            std_leaves: 0,
+            compact_leaves: 0,
+            inner_pages: 0,
+            fetches: Cell::new(0),
+            dead_dropped: 0,
+            shrink_cursor: None,
+            ev: Events::default(),
+        }
+    }
+
+    /// The root block (for readers' `open_at`).
+    pub fn root(&self) -> u32 {
+        self.root
+    }
+
     /// The leaf where `t` is or would be (`None`: the rightmost leaf),
     /// moving right past concurrent splits.
     pub fn leaf_for(&self, t: Option<&Target>) -> Result<u32> {
@@ -756,6 +782,17 @@ impl<P: PagePool> ElasticTree<P> {
                         }
                         _ => break,
                     }
+                }
+            } else {
+                // The rightmost page of each level: a concurrent split (or
+                // a reader's stale root) may have put pages right of it.
+                while m.right != NO_BLOCK {
+                    hops += 1;
+                    if hops > self.max_hops() {
+                        return corrupt("sibling chain does not end");
+                    }
+                    blk = m.right;
+                    (m, b) = self.pool.read(blk)?;
                 }
             }
             if m.level == 0 {
