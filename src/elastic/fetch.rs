@@ -16,6 +16,12 @@ use pgrx::prelude::*;
 
 use crate::keys::IndexDesc;
 
+thread_local! {
+    /// Last size seen of each heap (by relfilenode), so a probe does not pay
+    /// smgrnblocks' system call.
+    static HEAP_BLOCKS: std::cell::RefCell<std::collections::HashMap<u32, u32>> = std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
 const LP_NORMAL: u32 = 1;
 const LP_REDIRECT: u32 = 2;
 
@@ -74,14 +80,19 @@ impl HeapFetcher {
             nulls: vec![true; heap_natts],
             cxt,
             last: None,
-            heap_blocks: pg_sys::RelationGetNumberOfBlocksInFork(heap, pg_sys::ForkNumber::MAIN_FORKNUM),
+            heap_blocks: HEAP_BLOCKS.with(|m| m.borrow().get(&(*heap).rd_node.relNode.to_u32()).copied().unwrap_or(0)),
             fetches: 0,
         }
     }
 
     unsafe fn read(&mut self, tid: Tid, out: &mut Vec<u8>) -> bool {
+        // The heap only grows while index entries point into it (VACUUM
+        // removes them before truncating), so the size is looked up again
+        // only when a TID is past the last size seen.
         if tid.block >= self.heap_blocks {
             self.heap_blocks = pg_sys::RelationGetNumberOfBlocksInFork(self.heap, pg_sys::ForkNumber::MAIN_FORKNUM);
+            let (node, n) = ((*self.heap).rd_node.relNode.to_u32(), self.heap_blocks);
+            HEAP_BLOCKS.with(|m| m.borrow_mut().insert(node, n));
         }
         if tid.offset == 0 || tid.block >= self.heap_blocks {
             return false;

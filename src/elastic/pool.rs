@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use pg_hybrid_core::elastic::tree::{Change, PageMeta, PagePool};
+use pg_hybrid_core::elastic::tree::{Change, PageMeta, PagePool, NO_BLOCK};
 use pg_hybrid_core::elastic::{Error, Result};
 use pgrx::pg_sys;
 
@@ -76,7 +76,9 @@ impl PagePool for BufPool {
 
     fn read(&self, blk: u32) -> Result<(PageMeta, PageGuard)> {
         unsafe {
-            if blk == 0 || blk >= nblocks(self.rel) || self.pending.contains_key(&blk) {
+            // A link past the end fails in ReadBuffer with a clear ERROR; no
+            // size check here (smgrnblocks is a system call per read).
+            if blk == 0 || blk == NO_BLOCK || self.pending.contains_key(&blk) {
                 return Err(Error::Corrupt("link to a block outside the tree"));
             }
             let buf = Buf::read(self.rel, blk, Lock::Share);
