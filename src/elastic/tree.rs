@@ -137,6 +137,25 @@ pub unsafe fn bulk_delete(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &Hyb
     (removed, outcome(index, tree, fetches))
 }
 
+/// Re-evaluates the state under the current reloptions and, while
+/// expanding, reverts compact leaves (VACUUM's cleanup pass).
+pub unsafe fn settle(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridMeta) -> WriteOutcome {
+    let mut tree = open_writer(index, m);
+    let mut f = HeapFetcher::open(index, desc.clone());
+    settle_state(index, &mut tree, &mut f);
+    while tree.state() == State::Expanding && tree.stats().compact_leaves > 0 {
+        pg_sys::vacuum_delay_point();
+        let n = tree.expand_some(EXPAND_STEPS, &mut f).unwrap_or_else(|e| core_error(index, e));
+        tree.update_state().unwrap_or_else(|e| core_error(index, e));
+        if n == 0 {
+            break;
+        }
+    }
+    let fetches = f.fetches;
+    drop(f);
+    outcome(index, tree, fetches)
+}
+
 /// The tree's counters for index_stats (walks the tree).
 pub unsafe fn stats(index: pg_sys::Relation, m: &HybridMeta) -> Option<(Stats, State, u64)> {
     if m.stat.root == NO_BLOCK {

@@ -1477,6 +1477,13 @@ impl<P: PagePool> ElasticTree<P> {
             }
             let junction = disc_bit(&lastk, &firstk);
             lraw.append(&rraw, junction);
+            // The fill limit in bytes, not entries: keys whose bits spread
+            // wide take two bytes a bit, and a merged page that the next
+            // insert overflows would only be split again (and merged again).
+            let used = compact::body_size(self.cfg.tree_level, hk.as_ref().map(|h| h.0.len()), lraw.len() + self.cfg.slack as usize, compact::fits_narrow(&lraw.bits));
+            if used > self.cap() * fill_pct / 100 {
+                return Ok(false);
+            }
             let mut b = vec![0u8; self.cap()];
             match compact::write(&mut b, &lraw, self.shape(capacity.max(lraw.len())), hk_ref(&hk)) {
                 Ok(()) => Some((b, Form::Compact)),
