@@ -177,15 +177,3 @@ pub unsafe fn verify(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridMe
     tree.count_entries().unwrap_or_else(|e| core_error(index, e))
 }
 
-/// Whether the tree is (or may be) holding compact leaves: its state is not
-/// normal. Reads two pages; for the planner (amcanreturn).
-pub unsafe fn may_have_compact_leaves(index: pg_sys::Relation) -> bool {
-    let m = crate::hybrid::meta::read(index);
-    if m.stat.root == NO_BLOCK {
-        return false;
-    }
-    match ElasticTree::open_reader(BufPool::reader(index), m.stat.root) {
-        Ok(t) => t.state() != State::Normal,
-        Err(e) => core_error(index, e),
-    }
-}
