@@ -549,22 +549,8 @@ impl<P: PagePool> ElasticTree<P> {
     /// Opens an existing index; counts leaf forms by walking the tree.
     pub fn open(pool: P, meta_blk: u32, cfg: Config) -> Result<Self> {
         cfg.validate(pool.page_bytes())?;
-        let (root, height, state) = parse_meta(&pool.read(meta_blk)?.1)?;
-        let mut t = ElasticTree {
-            pool,
-            cfg,
-            meta_blk,
-            root,
-            height,
-            state,
-            std_leaves: 0,
-            compact_leaves: 0,
-            inner_pages: 0,
-            fetches: Cell::new(0),
-            dead_dropped: 0,
-            shrink_cursor: None,
-            ev: Events::default(),
-        };
+        let mut t = Self::open_reader(pool, meta_blk)?;
+        t.cfg = cfg;
         t.recount()?;
         Ok(t)
     }
@@ -573,21 +559,9 @@ impl<P: PagePool> ElasticTree<P> {
     /// zero), so a scan or a probe costs no more than its descent.
     pub fn open_reader(pool: P, meta_blk: u32) -> Result<Self> {
         let (root, height, state) = parse_meta(&pool.read(meta_blk)?.1)?;
-        Ok(ElasticTree {
-            pool,
-            cfg: Config::default(),
-            meta_blk,
-            root,
-            height,
-            state,
-            std_leaves: 0,
-            compact_leaves: 0,
-            inner_pages: 0,
-            fetches: Cell::new(0),
-            dead_dropped: 0,
-            shrink_cursor: None,
-            ev: Events::default(),
-        })
+        let mut t = Self::open_at(pool, meta_blk, root, height);
+        t.state = state;
+        Ok(t)
     }
 
     /// A reader that starts descents at `root` without reading the
