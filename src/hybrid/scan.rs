@@ -68,6 +68,8 @@ struct Cursor {
     dyn_items: Vec<(Vec<u8>, Tid)>,
     dyn_pos: isize,
     st: StaticCursor,
+    /// elastic_btree: the tree cursor that stands in for `st`.
+    el: Option<crate::elastic::scan::ElasticCursor>,
     /// Registered reader of `stat`'s generation for as long as the cursor
     /// lives, so its pages are not recycled under it (readers.rs).
     _reader: super::readers::ReaderToken,
@@ -288,14 +290,22 @@ impl ScanState {
             }
         };
         let snap = state::snapshot(index, desc, self.slot, &lower, upper.as_deref(), point, &mut |k| matches(desc, &conds, k));
+        let el = if crate::elastic::is_elastic(index) {
+            let mut c = crate::elastic::scan::ElasticCursor::new(index, desc.clone(), &snap.stat);
+            c.slot = Some(self.slot);
+            Some(c)
+        } else {
+            None
+        };
         Cursor {
+            el,
             conds,
             lower,
             upper,
             stat: snap.stat,
             dyn_items: snap.items,
             dyn_pos: 0,
-            st: StaticCursor { leaf: None, ei: 0, ti: 0, done: snap.stat.root == NO_BLOCK, checked: None },
+            st: StaticCursor { leaf: None, ei: 0, ti: 0, done: snap.stat.root == NO_BLOCK || crate::elastic::is_elastic(index), checked: None },
             _reader: snap.reader,
         }
     }
@@ -305,6 +315,10 @@ impl Cursor {
     /// Positions at the first item of the range in `dir`.
     unsafe fn start(&mut self, index: pg_sys::Relation, desc: &IndexDesc, dir: Dir) {
         self.dyn_pos = if dir == Dir::Fwd { 0 } else { self.dyn_items.len() as isize - 1 };
+        if let Some(el) = self.el.as_mut() {
+            el.start_with(edir(dir), &self.lower, self.upper.as_deref(), desc.natts == 1);
+            return;
+        }
         if self.st.done {
             return;
         }
@@ -363,6 +377,10 @@ impl Cursor {
         };
         let _ = n;
         self.st.checked = None;
+        if let Some(el) = self.el.as_mut() {
+            el.seek_after(edir(dir), key, tid, inclusive);
+            return;
+        }
         if self.stat.root == NO_BLOCK {
             self.st.done = true;
             return;
@@ -490,16 +508,49 @@ impl Cursor {
     }
 
     /// Returns the next (key, tid) in `dir`, or None at the end of the range.
+    /// The elastic tree's next entry in range that matches the conditions.
+    unsafe fn settle_elastic(&mut self, desc: &IndexDesc, dir: Dir) -> Option<(Vec<u8>, Tid)> {
+        let el = self.el.as_mut()?;
+        loop {
+            let (k, t) = el.peek(edir(dir))?;
+            let out_of_range = match dir {
+                Dir::Fwd => self.upper.as_ref().is_some_and(|u| desc.compare_prefix(&k, u) == Ordering::Greater),
+                Dir::Bwd => !self.lower.is_empty() && desc.compare_prefix(&k, &self.lower) == Ordering::Less,
+            };
+            if out_of_range {
+                el.done = true;
+                return None;
+            }
+            if matches(desc, &self.conds, &k) {
+                return Some((k, t));
+            }
+            el.advance(edir(dir));
+        }
+    }
+
     unsafe fn next(&mut self, index: pg_sys::Relation, desc: &IndexDesc, dir: Dir) -> Option<(Vec<u8>, Tid)> {
-        self.settle(index, desc, dir);
-        let s = if self.st.done {
+        let s = if self.el.is_some() {
+            self.settle_elastic(desc, dir)
+        } else {
+            self.settle(index, desc, dir);
+            self.static_item()
+        };
+        self.merge_next(s, desc, dir)
+    }
+
+    fn static_item(&mut self) -> Option<(Vec<u8>, Tid)> {
+        if self.st.done {
             None
         } else {
             let ei = self.st.ei as usize;
             let leaf = self.st.leaf.as_mut().unwrap();
             let (k, tids) = leaf.get(ei);
-            Some((k, tids[self.st.ti as usize]))
-        };
+            Some((k.clone(), tids[self.st.ti as usize]))
+        }
+    }
+
+    /// Takes the next of the static entry `s` and the dynamic one in `dir`.
+    fn merge_next(&mut self, s: Option<(Vec<u8>, Tid)>, desc: &IndexDesc, dir: Dir) -> Option<(Vec<u8>, Tid)> {
         let d = if self.dyn_pos >= 0 && (self.dyn_pos as usize) < self.dyn_items.len() {
             let (k, t) = &self.dyn_items[self.dyn_pos as usize];
             Some((k, *t))
@@ -516,15 +567,18 @@ impl Cursor {
             }
         };
         if take_static {
-            let (k, t) = s.unwrap();
-            let out = (k.clone(), t);
+            let out = s.unwrap();
+            let t = out.1;
             // An entry present in both stages (re-inserted TID) is returned once.
             if let Some((dk, dt)) = d {
                 if dt == t && desc.compare(dk, &out.0) == Ordering::Equal {
                     self.dyn_pos += if dir == Dir::Fwd { 1 } else { -1 };
                 }
             }
-            self.step_static(dir);
+            match self.el.as_mut() {
+                Some(el) => el.advance(edir(dir)),
+                None => self.step_static(dir),
+            }
             Some(out)
         } else {
             let (k, t) = d.unwrap();
@@ -578,6 +632,13 @@ impl ScanState {
             c.start(index, &desc, dir);
             self.cur = Some(c);
         }
+    }
+}
+
+fn edir(d: Dir) -> crate::elastic::scan::Dir {
+    match d {
+        Dir::Fwd => crate::elastic::scan::Dir::Fwd,
+        Dir::Bwd => crate::elastic::scan::Dir::Bwd,
     }
 }
 

@@ -23,6 +23,13 @@ pub enum PageKind {
     Delta = 4,
     Recycle = 5,
     Free = 6,
+    /// elastic_btree tree page: metapage, inner node or leaf (the body's
+    /// format byte says which; src/elastic/README.md).
+    Elastic = 7,
+    /// elastic_btree leaf merged away: body and links kept for readers that
+    /// still hold a link to it, `first_pos` = the xid after which it may be
+    /// recycled.
+    ElasticDeleted = 8,
 }
 
 impl PageKind {
@@ -34,6 +41,8 @@ impl PageKind {
             4 => PageKind::Delta,
             5 => PageKind::Recycle,
             6 => PageKind::Free,
+            7 => PageKind::Elastic,
+            8 => PageKind::ElasticDeleted,
             _ => return None,
         })
     }
