@@ -16,6 +16,12 @@ use pgrx::prelude::*;
 
 use crate::keys::IndexDesc;
 
+thread_local! {
+    /// Last size seen of each heap (by relfilenode), so a probe does not pay
+    /// smgrnblocks' system call.
+    static HEAP_BLOCKS: std::cell::RefCell<std::collections::HashMap<u32, u32>> = std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
 const LP_NORMAL: u32 = 1;
 const LP_REDIRECT: u32 = 2;
 
@@ -74,14 +80,19 @@ impl HeapFetcher {
             nulls: vec![true; heap_natts],
             cxt,
             last: None,
-            heap_blocks: pg_sys::RelationGetNumberOfBlocksInFork(heap, pg_sys::ForkNumber::MAIN_FORKNUM),
+            heap_blocks: HEAP_BLOCKS.with(|m| m.borrow().get(&(*heap).rd_node.relNode.to_u32()).copied().unwrap_or(0)),
             fetches: 0,
         }
     }
 
     unsafe fn read(&mut self, tid: Tid, out: &mut Vec<u8>) -> bool {
+        // The heap only grows while index entries point into it (VACUUM
+        // removes them before truncating), so the size is looked up again
+        // only when a TID is past the last size seen.
         if tid.block >= self.heap_blocks {
             self.heap_blocks = pg_sys::RelationGetNumberOfBlocksInFork(self.heap, pg_sys::ForkNumber::MAIN_FORKNUM);
+            let (node, n) = ((*self.heap).rd_node.relNode.to_u32(), self.heap_blocks);
+            HEAP_BLOCKS.with(|m| m.borrow_mut().insert(node, n));
         }
         if tid.offset == 0 || tid.block >= self.heap_blocks {
             return false;
@@ -102,41 +113,87 @@ impl HeapFetcher {
             return false;
         }
         let maxoff = ((*hdr).pd_lower as usize - hdr_size) / std::mem::size_of::<pg_sys::ItemIdData>();
-        let mut off = tid.offset as usize;
-        // A redirect leads to the HOT chain's first live member; follow it
-        // once (redirects never chain).
-        for _ in 0..2 {
+        let item = |off: usize| -> Option<&pg_sys::ItemIdData> {
             if off == 0 || off > maxoff {
-                return false;
+                None
+            } else {
+                Some(&*(*hdr).pd_linp.as_ptr().add(off - 1))
             }
-            let lp = &*(*hdr).pd_linp.as_ptr().add(off - 1);
-            match lp.lp_flags() {
-                LP_NORMAL => {
-                    let mut tup: pg_sys::HeapTupleData = std::mem::zeroed();
-                    tup.t_data = (page as *mut u8).add(lp.lp_off() as usize) as pg_sys::HeapTupleHeader;
-                    tup.t_len = lp.lp_len();
-                    tup.t_tableOid = (*self.heap).rd_id;
-                    let old = pg_sys::MemoryContextSwitchTo(self.cxt);
-                    pg_sys::heap_deform_tuple(&mut tup, (*self.heap).rd_att, self.values.as_mut_ptr(), self.nulls.as_mut_ptr());
-                    let mut vals = Vec::with_capacity(self.attnums.len());
-                    let mut nulls = Vec::with_capacity(self.attnums.len());
-                    for &a in &self.attnums {
-                        if a == 0 || a > self.heap_natts {
-                            pg_sys::MemoryContextSwitchTo(old);
-                            return false;
-                        }
-                        vals.push(self.values[a - 1]);
-                        nulls.push(self.nulls[a - 1]);
-                    }
-                    self.desc.encode_tuple(vals.as_ptr(), nulls.as_ptr(), out);
-                    pg_sys::MemoryContextSwitchTo(old);
-                    return true;
-                }
-                LP_REDIRECT => off = lp.lp_off() as usize,
-                _ => return false,
+        };
+        let mut off = tid.offset as usize;
+        let Some(mut lp) = item(off) else { return false };
+        // A redirect leads to the HOT chain's first live member (redirects
+        // never chain).
+        if lp.lp_flags() == LP_REDIRECT {
+            off = lp.lp_off() as usize;
+            match item(off) {
+                Some(l) => lp = l,
+                None => return false,
             }
         }
-        false
+        if lp.lp_flags() != LP_NORMAL {
+            return false; // pruned
+        }
+        // The entry's key is that of the chain's last member: CREATE INDEX
+        // indexes the live version of a HOT chain under the root's TID, and
+        // earlier versions may have other keys ("broken" chains); HOT
+        // updates made since the index exists never change its columns.
+        let mut th = (page as *mut u8).add(lp.lp_off() as usize) as pg_sys::HeapTupleHeader;
+        let mut len = lp.lp_len();
+        for _ in 0..maxoff {
+            if ((*th).t_infomask2 as u32) & pg_sys::HEAP_HOT_UPDATED == 0 {
+                break;
+            }
+            let next = &(*th).t_ctid;
+            let next_blk = ((next.ip_blkid.bi_hi as u32) << 16) | next.ip_blkid.bi_lo as u32;
+            if next_blk != tid.block {
+                break;
+            }
+            let Some(nlp) = item(next.ip_posid as usize) else { break };
+            if nlp.lp_flags() != LP_NORMAL {
+                break;
+            }
+            let nth = (page as *mut u8).add(nlp.lp_off() as usize) as pg_sys::HeapTupleHeader;
+            // The successor must be the version this one was updated to (a
+            // pruned, aborted successor's slot may hold another tuple).
+            let prev_xmax = if ((*th).t_infomask as u32) & pg_sys::HEAP_XMAX_IS_MULTI != 0 {
+                pg_sys::HeapTupleGetUpdateXid(th)
+            } else {
+                (*th).t_choice.t_heap.t_xmax
+            };
+            if ((*nth).t_infomask2 as u32) & pg_sys::HEAP_ONLY_TUPLE == 0 || (*nth).t_choice.t_heap.t_xmin != prev_xmax {
+                break;
+            }
+            th = nth;
+            len = nlp.lp_len();
+        }
+        let mut tup: pg_sys::HeapTupleData = std::mem::zeroed();
+        tup.t_data = th;
+        tup.t_len = len;
+        tup.t_tableOid = (*self.heap).rd_id;
+        let old = pg_sys::MemoryContextSwitchTo(self.cxt);
+        pg_sys::heap_deform_tuple(&mut tup, (*self.heap).rd_att, self.values.as_mut_ptr(), self.nulls.as_mut_ptr());
+        let mut vals = Vec::with_capacity(self.attnums.len());
+        let mut nulls = Vec::with_capacity(self.attnums.len());
+        for &a in &self.attnums {
+            if a == 0 || a > self.heap_natts {
+                pg_sys::MemoryContextSwitchTo(old);
+                return false;
+            }
+            if a > ((*th).t_infomask2 as u32 & pg_sys::HEAP_NATTS_MASK) as usize {
+                // Added by ALTER TABLE after this tuple was written: its
+                // value is the column's missing-value default.
+                let mut isnull = false;
+                vals.push(pg_sys::getmissingattr((*self.heap).rd_att, a as i32, &mut isnull));
+                nulls.push(isnull);
+                continue;
+            }
+            vals.push(self.values[a - 1]);
+            nulls.push(self.nulls[a - 1]);
+        }
+        self.desc.encode_tuple(vals.as_ptr(), nulls.as_ptr(), out);
+        pg_sys::MemoryContextSwitchTo(old);
+        true
     }
 }
 

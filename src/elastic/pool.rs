@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use pg_hybrid_core::elastic::tree::{Change, PageMeta, PagePool};
+use pg_hybrid_core::elastic::tree::{Change, PageMeta, PagePool, NO_BLOCK};
 use pg_hybrid_core::elastic::{Error, Result};
 use pgrx::pg_sys;
 
@@ -39,16 +39,20 @@ pub struct BufPool {
     pub other_pages: u64,
     /// Leaves this pool marked deleted, to be listed for recycling.
     pub deleted: Vec<u32>,
+    /// CREATE INDEX: nobody else can see the index, so a freed leaf is
+    /// reused at once instead of waiting for the recycle horizon.
+    pub reuse_at_once: bool,
+    reusable: Vec<u32>,
 }
 
 impl BufPool {
     pub unsafe fn reader(rel: pg_sys::Relation) -> BufPool {
-        BufPool { rel, writable: false, pending: HashMap::new(), tree_pages: 0, other_pages: 0, deleted: Vec::new() }
+        BufPool { rel, writable: false, pending: HashMap::new(), tree_pages: 0, other_pages: 0, deleted: Vec::new(), reuse_at_once: false, reusable: Vec::new() }
     }
 
     /// A pool for the single writer (the caller holds the maintenance lock).
     pub unsafe fn writer(rel: pg_sys::Relation, tree_pages: u64, other_pages: u64) -> BufPool {
-        BufPool { rel, writable: true, pending: HashMap::new(), tree_pages, other_pages, deleted: Vec::new() }
+        BufPool { rel, writable: true, pending: HashMap::new(), tree_pages, other_pages, deleted: Vec::new(), reuse_at_once: false, reusable: Vec::new() }
     }
 }
 
@@ -66,7 +70,10 @@ impl PagePool for BufPool {
         if !self.writable {
             return Err(Error::BadInput("allocation through a read-only pool"));
         }
-        let b = unsafe { alloc_page(self.rel) };
+        let b = match self.reusable.pop() {
+            Some(blk) => unsafe { Buf::read(self.rel, blk, Lock::Exclusive) },
+            None => unsafe { alloc_page(self.rel) },
+        };
         let blk = unsafe { b.blkno() };
         self.pending.insert(blk, b);
         Ok(blk)
@@ -76,7 +83,9 @@ impl PagePool for BufPool {
 
     fn read(&self, blk: u32) -> Result<(PageMeta, PageGuard)> {
         unsafe {
-            if blk == 0 || blk >= nblocks(self.rel) || self.pending.contains_key(&blk) {
+            // A link past the end fails in ReadBuffer with a clear ERROR; no
+            // size check here (smgrnblocks is a system call per read).
+            if blk == 0 || blk == NO_BLOCK || self.pending.contains_key(&blk) {
                 return Err(Error::Corrupt("link to a block outside the tree"));
             }
             let buf = Buf::read(self.rel, blk, Lock::Share);
@@ -138,10 +147,15 @@ impl PagePool for BufPool {
                             return Err(Error::BadInput("free of a page never written"));
                         }
                         let p = w.register(b);
-                        let op = page::opaque_mut(p);
-                        op.kind = PageKind::ElasticDeleted as u8;
-                        op.first_pos = safexid;
-                        self.deleted.push(*blk);
+                        if self.reuse_at_once {
+                            page::init_page(p, PageKind::Free, 0, 0);
+                            self.reusable.push(*blk);
+                        } else {
+                            let op = page::opaque_mut(p);
+                            op.kind = PageKind::ElasticDeleted as u8;
+                            op.first_pos = safexid;
+                            self.deleted.push(*blk);
+                        }
                         added -= 1;
                     }
                 }

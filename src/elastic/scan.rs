@@ -61,6 +61,9 @@ pub struct ElasticCursor {
     /// Forward scans: position where the range ends in this leaf, when the
     /// search for the upper bound found it here.
     stop: Option<usize>,
+    /// With `stop`: the entries from the start position to it (first
+    /// position, entries), copied instead of `body`.
+    extracted: Option<(usize, Vec<pg_hybrid_core::elastic::tree::ScanItem>)>,
     pos: isize,
     blk: u32,
     left: u32,
@@ -109,6 +112,7 @@ impl ElasticCursor {
             body: Vec::new(),
             n: 0,
             stop: None,
+            extracted: None,
             pos: 0,
             blk: NO_BLOCK,
             left: NO_BLOCK,
@@ -146,9 +150,12 @@ impl ElasticCursor {
         tree.leaf_for(t).unwrap_or_else(|e| core_error(self.index, e))
     }
 
-    /// Copies leaf `blk`; returns the position of the first entry >= `t`
-    /// (0 without a target) and, with `end`, of the first entry >= `end`.
-    unsafe fn load(&mut self, blk: u32, t: Option<&Target>, end: Option<&Target>) -> (usize, usize) {
+    /// Reads leaf `blk`; returns the position of the first entry >= `t`
+    /// (0 without a target) and, with `end`, of the first entry >= `end`,
+    /// searched under the same lock. When the range ends in this leaf, only
+    /// its entries are copied (a probe copies one entry, not the page) and
+    /// `stop` is set; otherwise the whole body is copied.
+    unsafe fn load(&mut self, blk: u32, t: Option<&Target>, end: Option<&Target>) -> usize {
         let b = Buf::read(self.index, blk, Lock::Share);
         check_tree_page(self.index, blk, b.page());
         let op = *page::opaque(b.page());
@@ -156,10 +163,7 @@ impl ElasticCursor {
             page::corrupted(&page::rel_name(self.index), blk, "sibling link leaves the leaf level");
         }
         let body = std::slice::from_raw_parts((b.page() as *const u8).add(page::PAGE_HEADER_SIZE), page::BODY_CAP);
-        self.body.clear();
-        self.body.extend_from_slice(body);
-        drop(b);
-        let leaf = Leaf::parse(&self.body).unwrap_or_else(|e| core_error(self.index, e));
+        let leaf = Leaf::parse(body).unwrap_or_else(|e| core_error(self.index, e));
         self.n = leaf.len();
         self.hikey = leaf.high_key().unwrap_or_else(|e| core_error(self.index, e)).map(|(k, t)| (k.to_vec(), t));
         let mut buf = std::mem::take(&mut self.buf);
@@ -169,15 +173,39 @@ impl ElasticCursor {
             Some(t) => leaf.search(t, &mut f, &mut buf).unwrap_or_else(|e| core_error(self.index, e)),
         };
         let stop = match end {
-            None => self.n,
-            Some(e) => leaf.search(e, &mut f, &mut buf).unwrap_or_else(|e| core_error(self.index, e)),
+            None => None,
+            Some(e) => {
+                let stop = leaf.search(e, &mut f, &mut buf).unwrap_or_else(|e| core_error(self.index, e));
+                let ends_here = stop < self.n
+                    || match &self.hikey {
+                        None => true,
+                        Some((k, tid)) => pg_hybrid_core::elastic::cmp_entry(k, *tid, e) != std::cmp::Ordering::Less,
+                    };
+                ends_here.then_some(stop)
+            }
         };
         self.buf = buf;
+        self.stop = stop;
+        match stop {
+            Some(stop) => {
+                let mut items = Vec::with_capacity(stop.saturating_sub(pos));
+                for i in pos..stop.max(pos) {
+                    items.push(leaf.item(i).unwrap_or_else(|e| core_error(self.index, e)));
+                }
+                self.extracted = Some((pos, items));
+                self.body.clear();
+            }
+            None => {
+                self.extracted = None;
+                self.body.clear();
+                self.body.extend_from_slice(body);
+            }
+        }
+        drop(b);
         self.blk = blk;
         self.left = op.left;
         self.right = op.right;
-        self.stop = None;
-        (pos, stop)
+        pos
     }
 
     /// Positions before the first entry of the range in `dir`: `lower` and
@@ -206,11 +234,7 @@ impl ElasticCursor {
                     (Some(_), false) => succ.as_deref().map(Target::first),
                     (None, _) => None,
                 };
-                let (pos, stop) = self.load(blk, Some(&t), end.as_ref());
-                self.pos = pos as isize;
-                if end.is_some() && (stop < self.n || self.hikey_at_or_above(end.as_ref().unwrap())) {
-                    self.stop = Some(stop);
-                }
+                self.pos = self.load(blk, Some(&t), end.as_ref()) as isize;
             }
             Dir::Bwd => {
                 let succ = upper.and_then(prefix_successor);
@@ -218,7 +242,7 @@ impl ElasticCursor {
                     Some(s) => {
                         let t = Target::first(&s);
                         let blk = self.leaf_for(Some(&t));
-                        self.pos = self.load(blk, Some(&t), None).0 as isize - 1;
+                        self.pos = self.load(blk, Some(&t), None) as isize - 1;
                     }
                     None => {
                         let blk = self.leaf_for(None);
@@ -240,7 +264,7 @@ impl ElasticCursor {
         self.done = false;
         let t = Target::at(key, tid);
         let blk = self.leaf_for(Some(&t));
-        let p = self.load(blk, Some(&t), None).0;
+        let p = self.load(blk, Some(&t), None);
         let equal = p < self.n && self.tid_at(p) == tid;
         self.pos = match dir {
             Dir::Fwd => p as isize + (equal && !inclusive) as isize,
@@ -270,7 +294,13 @@ impl ElasticCursor {
                 continue;
             }
             let i = self.pos as usize;
-            let item = self.leaf().item(i).unwrap_or_else(|e| core_error(self.index, e));
+            let item = match &self.extracted {
+                Some((base, v)) => match i.checked_sub(*base).and_then(|j| v.get(j)) {
+                    Some(it) => pg_hybrid_core::elastic::tree::ScanItem { key: it.key.clone(), tid: it.tid },
+                    None => pgrx::error!("elastic_btree: scan position outside the copied range"),
+                },
+                None => self.leaf().item(i).unwrap_or_else(|e| core_error(self.index, e)),
+            };
             if let Some(k) = item.key {
                 return Some((k, item.tid));
             }
@@ -280,13 +310,6 @@ impl ElasticCursor {
             }
             // Pruned: dead for every snapshot.
             self.advance(dir);
-        }
-    }
-
-    fn hikey_at_or_above(&self, t: &Target) -> bool {
-        match &self.hikey {
-            None => true,
-            Some((k, tid)) => pg_hybrid_core::elastic::cmp_entry(k, *tid, t) != std::cmp::Ordering::Less,
         }
     }
 
@@ -303,8 +326,8 @@ impl ElasticCursor {
                 let hk = self.hikey.take();
                 let right = self.right;
                 let p = match &hk {
-                    Some((k, t)) => self.load(right, Some(&Target::at(k, *t)), None).0,
-                    None => self.load(right, None, None).0,
+                    Some((k, t)) => self.load(right, Some(&Target::at(k, *t)), None),
+                    None => self.load(right, None, None),
                 };
                 self.pos = p as isize;
                 true

@@ -84,8 +84,9 @@ const EXPAND_STEPS: usize = 64;
 
 /// Applies a batch sorted by (key, TID) to the leaves: the merge of the
 /// dynamic stage, and CREATE INDEX.
-pub unsafe fn apply_batch(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridMeta, batch: &[(Vec<u8>, Tid)], progress: &mut dyn FnMut(usize)) -> WriteOutcome {
+pub unsafe fn apply_batch(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridMeta, batch: &[(Vec<u8>, Tid)], building: bool, progress: &mut dyn FnMut(usize)) -> WriteOutcome {
     let mut tree = open_writer(index, m);
+    tree.pool.reuse_at_once = building;
     let mut f = HeapFetcher::open(index, desc.clone());
     tree.update_state().unwrap_or_else(|e| core_error(index, e));
     // Runs of a few thousand entries: a state change is seen between them.

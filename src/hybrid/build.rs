@@ -101,7 +101,7 @@ pub unsafe extern "C-unwind" fn ambuild(
         let batch: Vec<(Vec<u8>, Tid)> = entries.iter().map(|e| (spool.key(e).to_vec(), e.2)).collect();
         drop(entries);
         drop(spool);
-        let out = crate::elastic::tree::apply_batch(index, &desc, &m, &batch, &mut |n| {
+        let out = crate::elastic::tree::apply_batch(index, &desc, &m, &batch, true, &mut |n| {
             pg_sys::pgstat_progress_update_param(pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE as i32, n.min(batch.len()) as i64)
         });
         super::merge::list_for_recycling(index, &out.deleted);

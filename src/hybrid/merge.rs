@@ -227,7 +227,7 @@ unsafe fn merge_elastic(
     start: Instant,
 ) -> MergeOutcome {
     let merged_entries = fresh.len() as u64;
-    let out = crate::elastic::tree::apply_batch(index, desc, m, &fresh, &mut |_| {});
+    let out = crate::elastic::tree::apply_batch(index, desc, m, &fresh, false, &mut |_| {});
     drop(fresh);
     list_for_recycling(index, &out.deleted);
     let m = meta::read(index);
