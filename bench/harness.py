@@ -296,7 +296,7 @@ def write_report(a, res, facts):
                     "|---|---|---:|---:|---|\n")
             for case, check, value, limit, ok in res.targets:
                 f.write("| %s | %s | %s | %s | %s |\n" % (case, check, "n/a" if value is None else "%.3f" % value,
-                                                          limit, "PASS" if ok else "**FAIL**"))
+                                                          "%.3g" % limit, "PASS" if ok else "**FAIL**"))
         with open(stem + "-targets.csv", "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["suite", "case", "check", "value", "limit", "pass"])

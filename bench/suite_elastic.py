@@ -7,8 +7,13 @@ row number, keys random in g:
   text32  k = md5(g::text), 32 bytes, column COLLATE "C" (elastic_btree
           refuses non-C collations; the clusters' default is C.UTF-8)
 
-(a) nobound  one table of N rows; each side's index built on it in turn:
-             build time, index bytes, point probes (row fetched: sum(v)),
+Each side has its own table, filled by the same statements (same rows, same
+order, so the heaps are alike), and the two sides' queries are measured
+interleaved: a warm-up run each, then rounds in alternating order, median
+(drift on this shared VM hits both sides alike).
+
+(a) nobound  N rows; each side's index built (timed) on its table:
+             index bytes, point probes (row fetched: sum(v)),
              key-only probes (count(*), index-only where the AM can), and
              100-row range scans (ORDER BY k LIMIT 100 from a random key, v
              fetched), cost per probe / per range.
@@ -94,28 +99,40 @@ class Side:
         return None
 
 
-def explain_ms(c, sql, idx, reps):
-    """Runs EXPLAIN (ANALYZE) `reps` times; the median execution time of all
-    runs but the first (cache warm-up), the inner node type, and the result
-    of running `sql` itself once (for the count checks)."""
-    times, node = [], None
-    for _ in range(reps):
-        plan = c.execute("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + sql).fetchone()[0][0]
-        times.append(plan["Execution Time"])
-        found = []
+def explain_once(c, sql, idx):
+    """EXPLAIN (ANALYZE, TIMING OFF) once: (execution ms, node type of `idx`)."""
+    plan = c.execute("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + sql).fetchone()[0][0]
+    found = []
 
-        def walk(n):
-            if n.get("Index Name") == idx:
-                found.append(n["Node Type"])
-            for ch in n.get("Plans", []):
-                walk(ch)
-        walk(plan["Plan"])
-        if not found:
-            raise BenchError("plan does not use %s: %s" % (idx, str(plan["Plan"])[:1500]))
-        node = found[0]
-    rest = sorted(times[1:] if len(times) > 1 else times)
-    med = rest[len(rest) // 2] if len(rest) % 2 else (rest[len(rest) // 2 - 1] + rest[len(rest) // 2]) / 2
-    return med, node, c.execute(sql).fetchone()
+    def walk(n):
+        if n.get("Index Name") == idx:
+            found.append(n["Node Type"])
+        for ch in n.get("Plans", []):
+            walk(ch)
+    walk(plan["Plan"])
+    if not found:
+        raise BenchError("plan does not use %s: %s" % (idx, str(plan["Plan"])[:1500]))
+    return plan["Execution Time"], found[0]
+
+
+def paired(c, jobs, reps):
+    """jobs: [(key, sql, idx)], one per side.  Every job runs once to warm
+    the caches, then `reps` rounds in alternating order, so drift on a
+    shared machine hits both sides alike.  Returns {key: (median ms, node,
+    result row of the query run once)}."""
+    times = {k: [] for k, _, _ in jobs}
+    nodes = {}
+    for k, sql, idx in jobs:
+        nodes[k] = explain_once(c, sql, idx)[1]
+    for r in range(reps):
+        for k, sql, idx in (jobs if r % 2 == 0 else jobs[::-1]):
+            times[k].append(explain_once(c, sql, idx)[0])
+    out = {}
+    for k, sql, idx in jobs:
+        t = sorted(times[k])
+        med = t[len(t) // 2] if len(t) % 2 else (t[len(t) // 2 - 1] + t[len(t) // 2]) / 2
+        out[k] = (med, nodes[k], c.execute(sql).fetchone())
+    return out
 
 
 class Suite:
@@ -178,19 +195,18 @@ class Suite:
         self.c.execute("ANALYZE %s" % name)
 
     # --------------------------------------------------------- measuring --
-    def probe(self, side, ptab, n, reps, keyonly=False):
-        """(ns per probe, node, rows found)."""
+    def probes(self, sides, ptab, n, reps, keyonly=False):
+        """{side.idx: (ns per probe, node, rows found)}, both sides interleaved."""
         what = "count(*)" if keyonly else "count(*), sum(d.v)"
-        sql = "SELECT %s FROM %s p JOIN %s d ON d.k = p.k" % (what, ptab, side.table)
-        ms, node, row = explain_ms(self.c, sql, side.idx, reps)
-        return ms * 1e6 / max(1, n), node, row[0]
+        jobs = [(s.idx, "SELECT %s FROM %s p JOIN %s d ON d.k = p.k" % (what, ptab, s.table), s.idx) for s in sides]
+        return {k: (ms * 1e6 / max(1, n), node, row[0]) for k, (ms, node, row) in paired(self.c, jobs, reps).items()}
 
-    def ranges(self, side, rtab, n, reps):
-        """(us per 100-row range, node, rows returned in total)."""
-        sql = ("SELECT sum(x.c), sum(x.s) FROM %s r, LATERAL (SELECT count(*) AS c, sum(y.v) AS s FROM "
-               "(SELECT d.v FROM %s d WHERE d.k >= r.lo ORDER BY d.k LIMIT 100) y) x" % (rtab, side.table))
-        ms, node, row = explain_ms(self.c, sql, side.idx, reps)
-        return ms * 1e3 / max(1, n), node, int(row[0] or 0)
+    def ranges(self, sides, rtab, n, reps):
+        """{side.idx: (us per 100-row range, node, rows returned in total)}, interleaved."""
+        jobs = [(s.idx, "SELECT sum(x.c), sum(x.s) FROM %s r, LATERAL (SELECT count(*) AS c, sum(y.v) AS s FROM "
+                       "(SELECT d.v FROM %s d WHERE d.k >= r.lo ORDER BY d.k LIMIT 100) y) x" % (rtab, s.table), s.idx)
+                for s in sides]
+        return {k: (ms * 1e3 / max(1, n), node, int(row[0] or 0)) for k, (ms, node, row) in paired(self.c, jobs, reps).items()}
 
     def check(self, what, got, want):
         if got != want:
@@ -223,13 +239,13 @@ class Suite:
         n = self.probe_table(kt, "curve_probe", sz["curve_probes"], seed, sz["rows"] if residues else rows_now,
                              residues)
         self.range_table(kt, "curve_range", sz["curve_ranges"], seed / 2)
-        got = []
+        pr = self.probes(sides, "curve_probe", n, 2)
+        rg = self.ranges(sides, "curve_range", sz["curve_ranges"], 2)
         for s in sides:
             st = s.stats()
-            p_ns, _, found = self.probe(s, "curve_probe", n, 2)
-            r_us, _, rrows = self.ranges(s, "curve_range", sz["curve_ranges"], 2)
+            p_ns, _, found = pr[s.idx]
+            r_us = rg[s.idx][0]
             self.check("%s %s step %d, %s probes" % (kt[0], phase, step, s.am), found, n)
-            got.append(rrows)
             self.curve.append({
                 "keytype": kt[0], "phase": phase, "step": step, "rows": rows_now, "side": s.am,
                 "index_bytes": s.bytes(),
@@ -242,65 +258,82 @@ class Suite:
                 % (kt[0], phase, step, rows_now, s.am, self.curve[-1]["index_bytes"] / 1e6, p_ns, r_us,
                    "%s std %s compact %s" % (st.get("state"), st.get("standard_leaves"), st.get("compact_leaves"))
                    if st.get("state") else ""))
+        got = [rg[s.idx][2] for s in sides]
         if len(set(got)) > 1:
             self.check("%s %s step %d: range rows per side %s" % (kt[0], phase, step, got), got[0], got[1])
 
     # ------------------------------------------------------------- cases --
+    def pair(self, kt, tag):
+        """[(side index, Side)], the AM first: one table per side, filled alike."""
+        out = []
+        for sidx in (1, 0):
+            t = "%s_%s_%s" % (kt[0], tag, "am" if sidx else "base")
+            out.append((sidx, Side(self.c, self.a.sides[sidx][0], t, t + "_k")))
+        return out
+
     def case_nobound(self, kt):
         name = kt[0]
         res, sz = self.res, self.sz
         case = "%s nobound" % name
-        table = "%s_a" % name
-        log("%s: loading %s (%d rows)" % (case, table, sz["rows"]))
-        self.create_table(kt, table)
-        self.fill(kt, table, 1, sz["rows"])
-        self.c.execute("VACUUM ANALYZE %s" % table)
+        sides = self.pair(kt, "a")
+        log("%s: loading %s (%d rows each)" % (case, ", ".join(s.table for _, s in sides), sz["rows"]))
+        for _, s in sides:
+            self.create_table(kt, s.table)
+            self.fill(kt, s.table, 1, sz["rows"])
+            self.c.execute("VACUUM ANALYZE %s" % s.table)
         n = self.probe_table(kt, "a_probe", sz["probes"], 0.42, sz["rows"])
         self.range_table(kt, "a_range", sz["ranges"], 0.43)
         btree_bytes = []
-        counts = {}
+        only = [s for _, s in sides]
         for rep in range(self.a.repeat):
-            order = [1, 0] if rep % 2 == 0 else [0, 1]
-            for sidx in order:
-                am = self.a.sides[sidx][0]
-                s = Side(self.c, am, table, "%s_a_%s" % (name, am))
+            for sidx, s in (sides if rep % 2 == 0 else sides[::-1]):
                 self.c.execute("CHECKPOINT")
                 res.add(case, "build_s", "s", "lower", sidx, rep, self.create_index(s, kt))
-                self.c.execute("VACUUM ANALYZE %s" % table)
+                self.c.execute("VACUUM ANALYZE %s" % s.table)
+            for sidx, s in sides:
                 b = s.bytes()
                 res.add(case, "index_bytes", "bytes", "lower", sidx, rep, b)
                 if sidx == 0:
                     btree_bytes.append(b)
-                p, node, found = self.probe(s, "a_probe", n, sz["reps"])
-                res.add(case, "probe_ns", "ns/probe", "lower", sidx, rep, p)
-                self.check("%s %s probes" % (case, am), found, n)
-                res.note("%s/%s: probes (row fetched) inner node %s" % (case, res.sides[sidx], node))
-                p, node, found = self.probe(s, "a_probe", n, sz["reps"], keyonly=True)
-                res.add(case, "probe_keyonly_ns", "ns/probe", "lower", sidx, rep, p)
-                res.note("%s/%s: key-only probes inner node %s" % (case, res.sides[sidx], node))
-                r, node, rows = self.ranges(s, "a_range", sz["ranges"], sz["reps"])
-                res.add(case, "range100_us", "us/range", "lower", sidx, rep, r)
-                counts.setdefault(rows, []).append(am)
-                res.note("%s/%s: %d ranges returned %d rows (~%.1f each), inner node %s"
-                         % (case, res.sides[sidx], sz["ranges"], rows, rows / sz["ranges"], node))
                 st = s.stats()
                 if st:
                     res.note("%s/%s index_stats: %s" % (case, res.sides[sidx], compact_stats(st)))
                     if st.get("bytes_per_entry") is not None:
-                        res.add(case, "bytes_per_entry", "bytes", "lower", sidx, rep, st["bytes_per_entry"])
+                        res.add(case, "bytes_per_entry", "B/entry", "lower", sidx, rep, st["bytes_per_entry"])
                 else:
-                    res.add(case, "bytes_per_entry", "bytes", "lower", sidx, rep, b / sz["rows"])
+                    res.add(case, "bytes_per_entry", "B/entry", "lower", sidx, rep, b / sz["rows"])
+            for metric, keyonly, what in (("probe_ns", False, "probes (row fetched)"),
+                                          ("probe_keyonly_ns", True, "key-only probes")):
+                pr = self.probes(only, "a_probe", n, sz["reps"], keyonly)
+                for sidx, s in sides:
+                    v, node, found = pr[s.idx]
+                    res.add(case, metric, "ns/probe", "lower", sidx, rep, v)
+                    self.check("%s %s %s" % (case, s.am, what), found, n)
+                    res.note("%s/%s: %s inner node %s" % (case, res.sides[sidx], what, node))
+            rg = self.ranges(only, "a_range", sz["ranges"], sz["reps"])
+            for sidx, s in sides:
+                v, node, rows = rg[s.idx]
+                res.add(case, "range100_us", "us/range", "lower", sidx, rep, v)
+                res.note("%s/%s: %d ranges returned %d rows (~%.1f each), inner node %s"
+                         % (case, res.sides[sidx], sz["ranges"], rows, rows / sz["ranges"], node))
+            got = [rg[s.idx][2] for s in only]
+            if len(set(got)) > 1:
+                self.check("%s: range rows per side %s" % (case, got), got[0], got[1])
+            for sidx, s in sides:
                 if s.hybrid:
-                    res.note("%s/%s: pg_hybrid.verify %.1f s" % (case, res.sides[sidx], s.verify()))
+                    try:
+                        res.note("%s/%s: pg_hybrid.verify passed (%.1f s)" % (case, res.sides[sidx], s.verify()))
+                    except psycopg.Error as e:
+                        self.wrong.append("%s %s: pg_hybrid.verify: %s" % (case, s.am, str(e).strip()))
+                        res.note("VERIFY FAILED %s/%s: %s" % (case, res.sides[sidx], str(e).strip()))
                 self.c.execute("DROP INDEX %s" % s.idx)
-        if len(counts) > 1:
-            self.check("%s: range rows per side %s" % (case, counts), len(counts), 1)
-        self.c.execute("DROP TABLE %s, a_probe, a_range" % table)
-        tab = {(c_, m): (st, r) for c_, m, _, _, st, r in res.table() if c_ == case}
+        for _, s in sides:
+            self.c.execute("DROP TABLE %s" % s.table)
+        self.c.execute("DROP TABLE a_probe, a_range")
         for m, lim, what in (("probe_ns", A_SPEED, "probe cost / btree <= 1/0.95"),
                              ("range100_us", A_SPEED, "100-row range cost / btree <= 1/0.95"),
                              ("index_bytes", 1.10, "bytes / btree <= 1.10 (size ~ btree)")):
-            r = tab[(case, m)][1]
+            r = self.ratio(case, m)
             self.target("(a) " + name, what, r, lim, r is not None and r <= lim)
         return sorted(btree_bytes)[len(btree_bytes) // 2]
 
@@ -313,11 +346,7 @@ class Suite:
         res.params["%s size_bound" % name] = "%d bytes (%d%% of btree's %d after CREATE INDEX)%s" % (
             bound, pct, btree_bytes, "" if self.elastic else " -- NOT applied: %s has no size_bound" % self.am)
         log("%s: size_bound %d bytes (%d%% of btree's %.1f MB)" % (case_b, bound, pct, btree_bytes / 1e6))
-        sides = []
-        for sidx in (1, 0):          # the AM first, then btree, each on its own identical table
-            am = self.a.sides[sidx][0]
-            t = "%s_b_%s" % (name, "am" if sidx else "base")
-            sides.append((sidx, Side(self.c, am, t, t + "_k")))
+        sides = self.pair(kt, "b")    # the AM first, then btree, each on its own identical table
         for sidx, s in sides:
             self.create_table(kt, s.table)
             self.fill(kt, s.table, 1, sz["start"])
@@ -330,17 +359,17 @@ class Suite:
         self.sample(kt, "grow", step, sz["start"], only)
         shrinking_seen = False
         lo = sz["start"] + 1
-        ins_s = {s.am: 0.0 for s in only}
-        merge_s = {s.am: 0.0 for s in only}
+        ins_s = {s.idx: 0.0 for s in only}
+        merge_s = {s.idx: 0.0 for s in only}
         while lo <= sz["rows"]:
             hi = min(sz["rows"], lo + sz["chunk"] - 1)
             for s in only:
                 t0 = time.time()
                 self.fill(kt, s.table, lo, hi)
-                ins_s[s.am] += time.time() - t0
+                ins_s[s.idx] += time.time() - t0
                 t0 = time.time()
                 s.merge()
-                merge_s[s.am] += time.time() - t0
+                merge_s[s.idx] += time.time() - t0
             for s in only:
                 self.c.execute("ANALYZE %s" % s.table)
             step += 1
@@ -348,10 +377,10 @@ class Suite:
             shrinking_seen = shrinking_seen or any(p["state"] == "shrinking" for p in self.curve[-len(only):])
             lo = hi + 1
         for sidx, s in sides:
-            res.add(case_b, "insert_s", "s", "lower", sidx, 0, ins_s[s.am])
+            res.add(case_b, "insert_s", "s", "lower", sidx, 0, ins_s[s.idx])
             if s.hybrid:
                 res.note("%s/%s: pg_hybrid.merge() after every chunk, %.1f s in total"
-                         % (case_b, res.sides[sidx], merge_s[s.am]))
+                         % (case_b, res.sides[sidx], merge_s[s.idx]))
         self.c.execute("VACUUM ANALYZE")
         by = self.measure_end(kt, case_b, sides, sz["rows"], None, "b")
         am_side = sides[0][1]
@@ -407,20 +436,21 @@ class Suite:
         res, sz = self.res, self.sz
         n = self.probe_table(kt, "e_probe", sz["probes"], 0.44 if tag == "b" else 0.45, sz["rows"], residues)
         self.range_table(kt, "e_range", sz["ranges"], 0.46)
-        rows = {}
         by = [None, None]
+        only = [s for _, s in sides]
+        pr = self.probes(only, "e_probe", n, sz["reps"])
+        rg = self.ranges(only, "e_range", sz["ranges"], sz["reps"])
         for sidx, s in sides:
             cnt = self.c.execute("SELECT count(*) FROM %s" % s.table).fetchone()[0]
             self.check("%s %s: heap rows" % (case, s.am), cnt, nrows)
             b = s.bytes()
             by[sidx] = b
             res.add(case, "index_bytes", "bytes", "lower", sidx, 0, b)
-            p, node, found = self.probe(s, "e_probe", n, sz["reps"])
+            p, node, found = pr[s.idx]
             res.add(case, "probe_ns", "ns/probe", "lower", sidx, 0, p)
             self.check("%s %s probes" % (case, s.am), found, n)
-            r, node2, rr = self.ranges(s, "e_range", sz["ranges"], sz["reps"])
+            r, node2, rr = rg[s.idx]
             res.add(case, "range100_us", "us/range", "lower", sidx, 0, r)
-            rows[s.am] = rr
             res.note("%s/%s: probe node %s, range node %s, %d ranges returned %d rows"
                      % (case, res.sides[sidx], node, node2, sz["ranges"], rr))
             st = s.stats()
@@ -428,19 +458,20 @@ class Suite:
                 res.note("%s/%s index_stats: %s" % (case, res.sides[sidx], compact_stats(st)))
                 for k in ("bytes_per_entry", "standard_leaves", "compact_leaves", "key_fetches"):
                     if st.get(k) is not None:
-                        res.add(case, k, "bytes" if k == "bytes_per_entry" else "count", "lower", sidx, 0, st[k])
+                        res.add(case, k, "B/entry" if k == "bytes_per_entry" else "count", "lower", sidx, 0, st[k])
                 if st.get("state"):
                     res.note("%s/%s: state %s, size_bound %s" % (case, res.sides[sidx], st["state"], st.get("size_bound")))
             else:
-                res.add(case, "bytes_per_entry", "bytes", "lower", sidx, 0, b / max(1, nrows))
+                res.add(case, "bytes_per_entry", "B/entry", "lower", sidx, 0, b / max(1, nrows))
             if s.hybrid:
                 try:
                     res.note("%s/%s: pg_hybrid.verify passed (%.1f s)" % (case, res.sides[sidx], s.verify()))
                 except psycopg.Error as e:
                     self.wrong.append("%s %s: pg_hybrid.verify: %s" % (case, s.am, str(e).strip()))
                     res.note("VERIFY FAILED %s/%s: %s" % (case, res.sides[sidx], str(e).strip()))
-        if len(set(rows.values())) > 1:
-            self.check("%s: range rows per side %s" % (case, rows), 1, 0)
+        got = [rg[s.idx][2] for s in only]
+        if len(set(got)) > 1:
+            self.check("%s: range rows per side %s" % (case, got), got[0], got[1])
         return by
 
     def ratio(self, case, metric):
