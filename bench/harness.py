@@ -372,6 +372,8 @@ def main():
     check_am(cl, a.table_am, "t")
     res = Results(a.suite, [base_label, am_label])
     facts = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M")}
+    # before the suite: the .so the cluster loaded at start (it may be reinstalled during a long run)
+    facts.update(machine_facts(cl))
     t0 = time.time()
     ok = True
     try:
@@ -394,7 +396,6 @@ def main():
         ok = False
         log("FAILED: %s" % e)
         res.note("FAILED: %s" % e)
-    facts.update(machine_facts(cl))
     facts["runtime_s"] = round(time.time() - t0)
     facts["smoke"] = a.smoke
     if not res.rows:
