@@ -12,7 +12,7 @@
 use std::rc::Rc;
 
 use pg_hybrid_core::elastic::tree::{ElasticTree, Leaf, NO_BLOCK};
-use pg_hybrid_core::elastic::{KeyFetcher, Target};
+use pg_hybrid_core::elastic::{KeyFetcher, Target, TidPos};
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 
@@ -64,6 +64,12 @@ pub struct ElasticCursor {
     /// With `stop`: the entries from the start position to it (first
     /// position, entries), copied instead of `body`.
     extracted: Option<(usize, Vec<pg_hybrid_core::elastic::tree::ScanItem>)>,
+    /// Forward scans: the upper bound as a search target (key, TID side).
+    end: Option<(Vec<u8>, TidPos)>,
+    /// (block, position, key) of the last entry whose key was looked at, so
+    /// keys out of order in a leaf (a damaged page: a TID pointing at some
+    /// other row) are an ERROR, not extra rows.
+    seen: (u32, isize, Vec<u8>),
     pos: isize,
     blk: u32,
     left: u32,
@@ -113,6 +119,8 @@ impl ElasticCursor {
             n: 0,
             stop: None,
             extracted: None,
+            end: None,
+            seen: (NO_BLOCK, 0, Vec::new()),
             pos: 0,
             blk: NO_BLOCK,
             left: NO_BLOCK,
@@ -215,8 +223,13 @@ impl ElasticCursor {
     }
 
     /// `whole_key`: the bounds are complete keys (a one-column index), so
-    /// the upper bound's position can be searched as a key.
+    /// the bounds' positions can be searched as keys; `strict`: (lower,
+    /// upper) exclude the bound itself (then whole_key must be true).
     pub unsafe fn start_with(&mut self, dir: Dir, lower: &[u8], upper: Option<&[u8]>, whole_key: bool) {
+        self.start_bounded(dir, lower, upper, whole_key, (false, false))
+    }
+
+    pub unsafe fn start_bounded(&mut self, dir: Dir, lower: &[u8], upper: Option<&[u8]>, whole_key: bool, strict: (bool, bool)) {
         if self.meta_blk == NO_BLOCK {
             self.done = true;
             return;
@@ -224,19 +237,22 @@ impl ElasticCursor {
         self.done = false;
         match dir {
             Dir::Fwd => {
-                let t = Target::first(lower);
+                let t = if whole_key && strict.0 { Target::last(lower) } else { Target::first(lower) };
                 let blk = self.leaf_for(Some(&t));
-                // Where the range ends, if that is in this leaf: a probe
-                // then reads no entry past its key (one key fetch).
-                let succ = if whole_key { None } else { upper.and_then(prefix_successor) };
-                let end = match (upper, whole_key) {
-                    (Some(u), true) => Some(Target::last(u)),
-                    (Some(_), false) => succ.as_deref().map(Target::first),
+                // Where the range ends, searched in every leaf the scan
+                // reads: a probe reads no entry past its key (one key
+                // fetch), and entries before it need no key for the bound.
+                self.end = match (upper, whole_key) {
+                    (Some(u), true) => Some((u.to_vec(), if strict.1 { TidPos::First } else { TidPos::Last })),
+                    (Some(u), false) => prefix_successor(u).map(|s| (s, TidPos::First)),
                     (None, _) => None,
                 };
-                self.pos = self.load(blk, Some(&t), end.as_ref()) as isize;
+                let end = self.end.clone();
+                let end_t = end.as_ref().map(|(k, p)| Target { key: k, tid: *p });
+                self.pos = self.load(blk, Some(&t), end_t.as_ref()) as isize;
             }
             Dir::Bwd => {
+                self.end = None;
                 let succ = upper.and_then(prefix_successor);
                 match succ {
                     Some(s) => {
@@ -254,6 +270,53 @@ impl ElasticCursor {
         }
     }
 
+    /// Forward scans started with an upper bound: the TID at the position,
+    /// without reading its key. Every entry it returns lies below the upper
+    /// bound (its position was searched); a pruned entry's TID may come
+    /// back, which the heap answers with nothing.
+    pub unsafe fn peek_tid(&mut self) -> Option<Tid> {
+        if self.end.is_none() {
+            return None;
+        }
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some(stop) = self.stop {
+                if self.pos >= stop as isize {
+                    self.done = true;
+                    return None;
+                }
+            }
+            if self.pos < 0 || self.pos >= self.n as isize {
+                if !self.next_leaf(Dir::Fwd) {
+                    self.done = true;
+                    return None;
+                }
+                continue;
+            }
+            let i = self.pos as usize;
+            return Some(match &self.extracted {
+                Some((base, v)) => match i.checked_sub(*base).and_then(|j| v.get(j)) {
+                    Some(it) => it.tid,
+                    None => pgrx::error!("elastic_btree: scan position outside the copied range"),
+                },
+                None => self.tid_at(i),
+            });
+        }
+    }
+
+    /// Whether the scan knows where its range ends (forward, upper bound).
+    pub fn bounded_forward(&self) -> bool {
+        self.end.is_some()
+    }
+
+    /// The key of `tid`, read from the heap (None: pruned).
+    pub fn key_of(&mut self, tid: Tid) -> Option<Vec<u8>> {
+        let mut k = Vec::new();
+        self.fetcher().fetch(tid, &mut k).then_some(k)
+    }
+
     /// Positions at the entry after (key, tid) in `dir`, or at it when
     /// `inclusive`.
     pub unsafe fn seek_after(&mut self, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) {
@@ -262,6 +325,7 @@ impl ElasticCursor {
             return;
         }
         self.done = false;
+        self.end = None;
         let t = Target::at(key, tid);
         let blk = self.leaf_for(Some(&t));
         let p = self.load(blk, Some(&t), None);
@@ -302,15 +366,32 @@ impl ElasticCursor {
                 None => self.leaf().item(i).unwrap_or_else(|e| core_error(self.index, e)),
             };
             if let Some(k) = item.key {
+                self.check_order(i, &k);
                 return Some((k, item.tid));
             }
             let mut k = Vec::new();
             if self.fetcher().fetch(item.tid, &mut k) {
+                self.check_order(i, &k);
                 return Some((k, item.tid));
             }
             // Pruned: dead for every snapshot.
             self.advance(dir);
         }
+    }
+
+    fn check_order(&mut self, i: usize, k: &[u8]) {
+        let (blk, pos, prev) = &mut self.seen;
+        if *blk == self.blk && *pos != i as isize {
+            let o = pg_hybrid_core::keys::bytes_cmp(prev, k);
+            let bad = if (i as isize) > *pos { o == std::cmp::Ordering::Greater } else { o == std::cmp::Ordering::Less };
+            if bad {
+                unsafe { page::corrupted(&page::rel_name(self.index), self.blk, "leaf entries are out of key order (a TID or key bits are damaged)") };
+            }
+        }
+        *blk = self.blk;
+        *pos = i as isize;
+        prev.clear();
+        prev.extend_from_slice(k);
     }
 
     pub fn advance(&mut self, dir: Dir) {
@@ -325,9 +406,11 @@ impl ElasticCursor {
                 }
                 let hk = self.hikey.take();
                 let right = self.right;
+                let end = self.end.clone();
+                let end_t = end.as_ref().map(|(k, p)| Target { key: k, tid: *p });
                 let p = match &hk {
-                    Some((k, t)) => self.load(right, Some(&Target::at(k, *t)), None),
-                    None => self.load(right, None, None),
+                    Some((k, t)) => self.load(right, Some(&Target::at(k, *t)), end_t.as_ref()),
+                    None => self.load(right, None, end_t.as_ref()),
                 };
                 self.pos = p as isize;
                 true
