@@ -185,13 +185,15 @@ pub unsafe fn report_duplicate(index: pg_sys::Relation, desc: &IndexDesc, key: &
 
 /// An elastic index's delta log counts against its size bound (it is part
 /// of the relation), and pages it held stay in the file: merge before the
-/// log passes 2% of the bound.
+/// log passes 2% of the bound, but not more often than every
+/// `pg_hybrid.merge_min_entries` inserts (each merge retires pages that wait
+/// for the recycle horizon).
 unsafe fn elastic_delta_cap(index: pg_sys::Relation, key_len: usize) -> Option<u64> {
     if !crate::elastic::is_elastic(index) {
         return None;
     }
     let bound = crate::elastic::options::size_bound(index)?;
-    Some((bound / 50 / (key_len as u64 + 12)).max(1000))
+    Some((bound / 50 / (key_len as u64 + 12)).max(crate::guc::MERGE_MIN_ENTRIES.get() as u64))
 }
 
 /// Appends to the delta log and adds the entry to the dynamic stage; merges
