@@ -44,11 +44,20 @@ say() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 # id = g * 2654435761 mod 2^32: a bijection on g < 2^32, i.e. unique keys in random order
 IDEXPR="(g * 2654435761) % 4294967296"
 opts=""
-[[ $AM == hybrid_btree ]] && opts=" WITH (merge_ratio = 10)"
+tcoll=""   # collation of indexed text columns
+case $AM in
+    hybrid_btree) opts=" WITH (merge_ratio = 10)" ;;
+    elastic_btree)
+        # keys need a memcmp-able encoding: text under COLLATE "C" only;
+        # PH_SIZE_BOUND (e.g. 1MB) makes the leaves turn compact as it grows
+        tcoll=' COLLATE "C"'
+        [[ -n ${PH_SIZE_BOUND:-} ]] && opts=" WITH (size_bound = '$PH_SIZE_BOUND')"
+        ;;
+esac
 
 mk_table() {   # NAME
     cluster_sql "$DIR" "$DB" \
-        "CREATE TABLE $1 (g int8 NOT NULL, id int8 NOT NULL, v text, pad text) WITH (autovacuum_enabled = off)"
+        "CREATE TABLE $1 (g int8 NOT NULL, id int8 NOT NULL, v text$tcoll, pad text) WITH (autovacuum_enabled = off)"
 }
 mk_indexes() { # NAME
     cluster_sql "$DIR" "$DB" \
@@ -209,6 +218,15 @@ for ((it = 0; it < merge_iters; it++)); do
         fail "merge after recovery failed"
     check cm
 done
+
+# elastic_btree under a bound: the crashes above must have hit compact leaves
+if [[ $AM == elastic_btree && -n ${PH_SIZE_BOUND:-} ]]; then
+    for idx in ci_id ci_v cm_id cm_v; do
+        say "  $idx: $(cluster_sql "$DIR" "$DB" "SELECT 'state ' || state || ', ' || standard_leaves || ' standard / ' || compact_leaves || ' compact leaves, size_bound ' || size_bound FROM pg_hybrid.index_stats('$idx'::regclass)")"
+    done
+    [[ $(cluster_sql "$DIR" "$DB" "SELECT compact_leaves > 0 FROM pg_hybrid.index_stats('cm_id'::regclass)") == t ]] ||
+        fail "cm_id has no compact leaf under size_bound $PH_SIZE_BOUND: the merge crashes did not exercise compact leaves"
+fi
 
 if ((failures)); then
     echo "crash: FAIL ($failures problems; cluster log $DIR/postgres.log)"
