@@ -6,6 +6,7 @@
 
 use pgrx::prelude::*;
 
+pub mod elastic;
 pub mod guc;
 pub mod hybrid;
 pub mod keys;
@@ -29,6 +30,7 @@ pub extern "C-unwind" fn _PG_init() {
         pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_hybrid".as_ptr());
         install_shmem_hooks();
         hybrid::options::register();
+        elastic::options::register();
         hybrid::conflict::install();
         shmem::install_drop_hook();
         hybrid::wal::register();

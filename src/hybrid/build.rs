@@ -72,6 +72,10 @@ pub unsafe extern "C-unwind" fn ambuild(
         pgrx::error!("index \"{}\" already contains data", page::rel_name(index));
     }
     let desc = index_desc(index);
+    let elastic = crate::elastic::is_elastic(index);
+    if elastic {
+        crate::elastic::check_keys(index, &desc);
+    }
     let mut spool = Spool { desc: desc.clone(), bytes: Vec::new(), entries: Vec::new(), scratch: Vec::new() };
     let reltuples = pg_sys::table_index_build_scan(
         heap,
@@ -92,6 +96,33 @@ pub unsafe extern "C-unwind" fn ambuild(
     let ntuples = entries.len() as f64;
 
     pg_sys::pgstat_progress_update_param(pg_sys::PROGRESS_CREATEIDX_SUBPHASE as i32, PHASE_WRITE);
+    if elastic {
+        let m = init_empty(index);
+        let batch: Vec<(Vec<u8>, Tid)> = entries.iter().map(|e| (spool.key(e).to_vec(), e.2)).collect();
+        drop(entries);
+        drop(spool);
+        let out = crate::elastic::tree::apply_batch(index, &desc, &m, &batch, true, &mut |n| {
+            pg_sys::pgstat_progress_update_param(pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE as i32, n.min(batch.len()) as i64)
+        });
+        super::merge::list_for_recycling(index, &out.deleted);
+        meta::update(index, |m| {
+            m.next_generation = 2;
+            m.stat.generation = 1;
+            m.stat.root = out.meta_blk;
+            m.stat.first_leaf = out.root;
+            m.stat.height = out.stats.height as u32;
+            m.stat.keys = out.entries;
+            m.stat.tids = out.entries;
+            m.stat.pages = out.tree_pages;
+        });
+        if crate::shmem::available() {
+            crate::shmem::forget_index(pg_sys::MyDatabaseId, (*index).rd_id, Some(crate::shmem::slot_key(index)));
+        }
+        let r = pg_sys::palloc0(std::mem::size_of::<pg_sys::IndexBuildResult>()) as *mut pg_sys::IndexBuildResult;
+        (*r).heap_tuples = reltuples;
+        (*r).index_tuples = ntuples;
+        return r;
+    }
     let mut m = init_empty(index);
     let gen = m.next_generation;
     let mut grouped = Grouped { spool: &spool, entries: &entries, i: 0 };

@@ -42,17 +42,22 @@ pub unsafe fn install() {
     pg_sys::ExecutorStart_hook = Some(executor_start);
 }
 
-fn hybrid_am() -> pg_sys::Oid {
-    unsafe { pg_sys::get_index_am_oid(c"hybrid_btree".as_ptr(), true) }
+/// Our AMs that can be UNIQUE (hybrid_btree, elastic_btree) in this database.
+fn our_ams() -> Vec<pg_sys::Oid> {
+    [c"hybrid_btree", c"elastic_btree"]
+        .iter()
+        .map(|n| unsafe { pg_sys::get_index_am_oid(n.as_ptr(), true) })
+        .filter(|&o| o != pg_sys::InvalidOid)
+        .collect()
 }
 
-/// Unique hybrid_btree indexes of `rel`, opened with `lockmode`.
-unsafe fn unique_hybrid_indexes(rel: pg_sys::Relation, am: pg_sys::Oid, lockmode: i32) -> Vec<pg_sys::Relation> {
+/// Unique indexes of ours on `rel`, opened with `lockmode`.
+unsafe fn unique_hybrid_indexes(rel: pg_sys::Relation, ams: &[pg_sys::Oid], lockmode: i32) -> Vec<pg_sys::Relation> {
     let list = pg_sys::RelationGetIndexList(rel);
     let mut out = Vec::new();
     for i in 0..pg_sys::list_length(list) {
         let idx = pg_sys::index_open(pg_sys::list_nth_oid(list, i), lockmode);
-        if (*(*idx).rd_rel).relam == am && (*(*idx).rd_index).indisunique {
+        if ams.contains(&(*(*idx).rd_rel).relam) && (*(*idx).rd_index).indisunique {
             out.push(idx);
         } else {
             pg_sys::index_close(idx, lockmode);
@@ -73,8 +78,8 @@ unsafe extern "C-unwind" fn post_parse_analyze(
     if (*query).onConflict.is_null() || (*query).resultRelation <= 0 {
         return;
     }
-    let am = hybrid_am();
-    if am == pg_sys::InvalidOid {
+    let ams = our_ams();
+    if ams.is_empty() {
         return;
     }
     let rte = pg_sys::list_nth((*query).rtable, (*query).resultRelation - 1) as *mut pg_sys::RangeTblEntry;
@@ -88,7 +93,7 @@ unsafe extern "C-unwind" fn post_parse_analyze(
     let mut offending: Option<String> = None;
     for i in 0..pg_sys::list_length(parts) {
         let rel = pg_sys::table_open(pg_sys::list_nth_oid(parts, i), pg_sys::NoLock as i32);
-        for idx in unique_hybrid_indexes(rel, am, pg_sys::AccessShareLock as i32) {
+        for idx in unique_hybrid_indexes(rel, &ams, pg_sys::AccessShareLock as i32) {
             offending.get_or_insert_with(|| crate::storage::page::rel_name(idx));
             pg_sys::index_close(idx, pg_sys::AccessShareLock as i32);
         }
@@ -123,20 +128,23 @@ unsafe fn on_conflict_nodes(qd: *mut pg_sys::QueryDesc) -> Vec<*mut pg_sys::Modi
 /// Opens the result relation's indexes for speculative insertion (what
 /// ExecInsert would do on its first row) with its unique hybrid_btree
 /// indexes shown as btree for the length of the call.
-unsafe fn open_indexes_for_speculation(rri: *mut pg_sys::ResultRelInfo, am: pg_sys::Oid) {
+unsafe fn open_indexes_for_speculation(rri: *mut pg_sys::ResultRelInfo, ams: &[pg_sys::Oid]) {
     let rel = (*rri).ri_RelationDesc;
     if !(*(*rel).rd_rel).relhasindex || !(*rri).ri_IndexRelationDescs.is_null() {
         return;
     }
-    let shown = unique_hybrid_indexes(rel, am, pg_sys::RowExclusiveLock as i32);
+    let shown: Vec<(pg_sys::Relation, pg_sys::Oid)> = unique_hybrid_indexes(rel, ams, pg_sys::RowExclusiveLock as i32)
+        .into_iter()
+        .map(|idx| (idx, (*(*idx).rd_rel).relam))
+        .collect();
     if shown.is_empty() {
         return;
     }
-    for &idx in &shown {
+    for &(idx, _) in &shown {
         (*(*idx).rd_rel).relam = pg_sys::BTREE_AM_OID;
     }
     let restore = || {
-        for &idx in &shown {
+        for &(idx, am) in &shown {
             // A relcache rebuild in the window already put the catalog value back.
             (*(*idx).rd_rel).relam = am;
             pg_sys::index_close(idx, pg_sys::NoLock as i32);
@@ -149,8 +157,8 @@ unsafe fn open_indexes_for_speculation(rri: *mut pg_sys::ResultRelInfo, am: pg_s
     for j in 0..(*rri).ri_NumIndices as usize {
         let idx = *(*rri).ri_IndexRelationDescs.add(j);
         let info = *(*rri).ri_IndexRelationInfo.add(j);
-        if !idx.is_null() && !info.is_null() && (*(*idx).rd_rel).relam == am {
-            (*info).ii_Am = am;
+        if !idx.is_null() && !info.is_null() && ams.contains(&(*(*idx).rd_rel).relam) {
+            (*info).ii_Am = (*(*idx).rd_rel).relam;
         }
     }
 }
@@ -170,13 +178,13 @@ unsafe extern "C-unwind" fn executor_start(qd: *mut pg_sys::QueryDesc, eflags: s
     if nodes.is_empty() {
         return;
     }
-    let am = hybrid_am();
-    if am == pg_sys::InvalidOid {
+    let ams = our_ams();
+    if ams.is_empty() {
         return;
     }
     for mt in nodes {
         for i in 0..(*mt).mt_nrels as usize {
-            open_indexes_for_speculation((*mt).resultRelInfo.add(i), am);
+            open_indexes_for_speculation((*mt).resultRelInfo.add(i), &ams);
         }
     }
 }

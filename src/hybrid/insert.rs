@@ -92,6 +92,22 @@ pub unsafe fn tids_for_key(index: pg_sys::Relation, desc: &IndexDesc, slot: Slot
     if stat.root == NO_BLOCK || !snap.static_may_contain {
         return out;
     }
+    if crate::elastic::is_elastic(index) {
+        use crate::elastic::scan::{Dir, ElasticCursor};
+        let mut c = ElasticCursor::new(index, crate::keys::index_desc(index), &stat);
+        c.start(Dir::Fwd, &keycols, Some(&keycols));
+        while let Some((k, t)) = c.peek(Dir::Fwd) {
+            if desc.compare_prefix(&k, &keycols) != Ordering::Equal {
+                break;
+            }
+            if !out.contains(&t) {
+                out.push(t);
+            }
+            c.advance(Dir::Fwd);
+        }
+        merge::add_key_fetches(slot, c.key_fetches());
+        return out;
+    }
     let mut cmp = |k: &[u8]| desc.compare_prefix(k, &keycols);
     let mut blk = static_io::descend(index, &stat, &mut cmp, false);
     // Equal keys start at the leaf's seek position and may run on into

@@ -85,6 +85,9 @@ pub unsafe fn merge_locked(
         return MergeOutcome { merged_entries, static_entries: m.stat.tids, millis: 0.0 };
     }
 
+    if crate::elastic::is_elastic(index) {
+        return merge_elastic(index, &desc, slot, &m, fresh, cutoff, start);
+    }
     let gen = m.next_generation;
     meta::update(index, |mm| mm.next_generation = gen + 1);
 
@@ -144,8 +147,29 @@ pub unsafe fn merge_locked(
         merged_upto: cutoff,
         vacuum_epoch: m.stat.vacuum_epoch,
     };
-    // The switch: metapage first, then the shared state, so the lock order
-    // (buffer, then slot LWLock) matches inserters.
+    switch(index, &desc, slot, &m, new_stat, new_head, recycle_head, ndead_delta, millis, key_filter, cutoff);
+    // With no reader left on the old stage its pages are free right away.
+    recycle_if_safe(index);
+    MergeOutcome { merged_entries, static_entries: res.ntids, millis }
+}
+
+/// The switch of a merge: the metapage (new stage, delta head, recycle
+/// list) in one WAL record, then the shared state. Metapage first, so the
+/// lock order (buffer, then slot LWLock) matches inserters.
+#[allow(clippy::too_many_arguments)]
+unsafe fn switch(
+    index: pg_sys::Relation,
+    desc: &crate::keys::IndexDesc,
+    slot: SlotRef,
+    m: &meta::HybridMeta,
+    new_stat: StaticInfo,
+    new_head: u32,
+    recycle_head: u32,
+    ndead_delta: u32,
+    millis: f64,
+    key_filter: Option<super::state::PendingKeyFilter>,
+    cutoff: u64,
+) {
     // The previous newest recycle segment keeps its own horizon from now on,
     // stamped in the same WAL record, so it can be freed before ours.
     let old_head = if recycle_head != m.recycle_head && m.recycle_head != NO_BLOCK {
@@ -183,13 +207,83 @@ pub unsafe fn merge_locked(
         st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff);
         st.set_stat(new_stat);
         st.install_key_filter(key_filter);
-        let expected = expected_dynamic(&desc, &new_stat, index);
-        st.rebuild_bloom(&desc, expected);
+        let expected = expected_dynamic(desc, &new_stat, index);
+        st.rebuild_bloom(desc, expected);
     }
     drop(metab);
-    // With no reader left on the old stage its pages are free right away.
+}
+
+/// The merge of an elastic_btree index: the sorted dynamic stage goes into
+/// the tree's leaves in place (steps of at most four pages), leaves merged
+/// away and fully merged delta pages are listed for recycling, and the
+/// switch moves `merged_upto` (README.md of src/elastic).
+unsafe fn merge_elastic(
+    index: pg_sys::Relation,
+    desc: &std::rc::Rc<crate::keys::IndexDesc>,
+    slot: SlotRef,
+    m: &meta::HybridMeta,
+    fresh: Vec<(Vec<u8>, Tid)>,
+    cutoff: u64,
+    start: Instant,
+) -> MergeOutcome {
+    let merged_entries = fresh.len() as u64;
+    let out = crate::elastic::tree::apply_batch(index, desc, m, &fresh, false, &mut |_| {});
+    drop(fresh);
+    list_for_recycling(index, &out.deleted);
+    let m = meta::read(index);
+    let (dead_delta, new_head) = delta::pages_below(index, m.delta_head, cutoff);
+    let ndead_delta = dead_delta.len() as u32;
+    let recycle_head = write_recycle_list(index, &dead_delta, m.recycle_head, 0);
+    let millis = start.elapsed().as_secs_f64() * 1000.0;
+    let tids = out.entries;
+    let new_stat = StaticInfo {
+        generation: m.stat.generation.max(1),
+        root: out.meta_blk,
+        height: out.stats.height as u32,
+        // elastic_btree: the tree's root, where readers start (README.md).
+        first_leaf: out.root,
+        last_leaf: NO_BLOCK,
+        compressed: 0,
+        keys: tids,
+        tids,
+        pages: out.tree_pages,
+        body_bytes: 0,
+        merged_upto: cutoff,
+        vacuum_epoch: m.stat.vacuum_epoch,
+    };
+    add_key_fetches(slot, out.key_fetches);
+    switch(index, desc, slot, &m, new_stat, new_head, recycle_head, ndead_delta, millis, None, cutoff);
     recycle_if_safe(index);
-    MergeOutcome { merged_entries, static_entries: res.ntids, millis }
+    MergeOutcome { merged_entries, static_entries: tids, millis }
+}
+
+pub fn add_key_fetches(slot: SlotRef, n: u64) {
+    slot.get().dual.key_fetches.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Lists `blocks` (leaves an elastic tree marked deleted) on a new recycle
+/// segment of their own, with today's horizon; freed once no snapshot can
+/// still be on them. Caller holds the maintenance lock exclusively.
+pub unsafe fn list_for_recycling(index: pg_sys::Relation, blocks: &[u32]) {
+    if blocks.is_empty() {
+        return;
+    }
+    let m = meta::read(index);
+    let head = write_recycle_list(index, blocks, m.recycle_head, 0);
+    let old_head = if m.recycle_head != NO_BLOCK { Some(Buf::read(index, m.recycle_head, Lock::Exclusive)) } else { None };
+    let metab = Buf::read(index, meta::META_BLOCK, Lock::Exclusive);
+    let mut mm = meta::load(index, &metab);
+    let old_safexid = mm.recycle_safexid;
+    mm.recycle_head = head;
+    mm.recycle_safexid = pg_sys::ReadNextFullTransactionId().value;
+    let mut w = WalRecord::start(index);
+    if let Some(ob) = &old_head {
+        let op = w.register(ob);
+        page::check_page(index, m.recycle_head, op, &[PageKind::Recycle]);
+        page::body_mut(op)[8..16].copy_from_slice(&old_safexid.to_le_bytes());
+    }
+    meta::store(w.register(&metab), &mm);
+    w.finish();
 }
 
 /// Recycle page body: `n u32 | segment_first u32 | safexid u64 | n blocks`.
@@ -302,6 +396,12 @@ pub unsafe fn recycle_if_safe(index: pg_sys::Relation) -> u64 {
         let mut w = WalRecord::start(index);
         page::opaque_mut(w.register(&b)).right = NO_BLOCK;
         w.finish();
+    }
+    if crate::elastic::is_elastic(index) {
+        // Deleted leaves of the tree: standby queries as old as the newest
+        // horizon freed here may still hold links to them.
+        let newest = segs[cut..].iter().map(|s| s.0).max().unwrap_or(0);
+        super::wal::log_recycle_conflict(index, newest);
     }
     let mut blocks = Vec::new();
     let mut lists = Vec::new();

@@ -68,6 +68,12 @@ struct Cursor {
     dyn_items: Vec<(Vec<u8>, Tid)>,
     dyn_pos: isize,
     st: StaticCursor,
+    /// elastic_btree: the tree cursor that stands in for `st`.
+    el: Option<crate::elastic::scan::ElasticCursor>,
+    /// elastic_btree: the bounds say everything the conditions say, so
+    /// forward items past the dynamic stage can come without keys (compact
+    /// leaves then read no key per entry). Some((lower strict, upper strict)).
+    keyless: Option<(bool, bool)>,
     /// Registered reader of `stat`'s generation for as long as the cursor
     /// lives, so its pages are not recycled under it (readers.rs).
     _reader: super::readers::ReaderToken,
@@ -88,6 +94,8 @@ pub struct ScanState {
     started: bool,
     mark: Option<(isize, Option<(Vec<u8>, Tid)>, bool)>,
     tuple_cxt: pg_sys::MemoryContext,
+    /// Items must carry their keys (index-only scans).
+    want_keys: bool,
 }
 
 fn logical_cmp(desc: &IndexDesc, c: &Cond, s: &ck::ColumnSlice) -> Ordering {
@@ -136,6 +144,38 @@ fn matches(desc: &IndexDesc, conds: &[Cond], key: &[u8]) -> bool {
             }
         }
     })
+}
+
+/// For a one-column index: Some((lower strict, upper strict)) when the
+/// conditions are exactly a lower and an upper bound (or one equality) on
+/// the column, so an entry between the bounds' positions matches without
+/// looking at its key. NULLs sort outside any two bounds.
+fn implied_bounds(desc: &IndexDesc, conds: &[Cond]) -> Option<(bool, bool)> {
+    if desc.natts != 1 || conds.iter().any(|c| c.col != 0 || !matches!(c.kind, CondKind::Cmp(_))) {
+        return None;
+    }
+    let strat = |c: &Cond| match c.kind {
+        CondKind::Cmp(s) => s,
+        _ => 0,
+    };
+    if conds.len() == 1 && strat(&conds[0]) == 3 {
+        return Some((false, false));
+    }
+    if conds.len() != 2 {
+        return None;
+    }
+    let desc_col = desc.cols[0].order.desc;
+    // Physical lower / upper strategies (a DESC column flips them).
+    let (lo, lo_strict, hi_strict) = if desc_col { ([1u16, 2], 1u16, 5u16) } else { ([4u16, 5], 5u16, 1u16) };
+    let (a, b) = (strat(&conds[0]), strat(&conds[1]));
+    let (l, u) = if lo.contains(&a) && !lo.contains(&b) && b != 3 {
+        (a, b)
+    } else if lo.contains(&b) && !lo.contains(&a) && a != 3 {
+        (b, a)
+    } else {
+        return None;
+    };
+    Some((l == lo_strict, u == hi_strict))
 }
 
 /// Physical lower and upper bound prefixes implied by the conditions.
@@ -288,14 +328,24 @@ impl ScanState {
             }
         };
         let snap = state::snapshot(index, desc, self.slot, &lower, upper.as_deref(), point, &mut |k| matches(desc, &conds, k));
+        let el = if crate::elastic::is_elastic(index) {
+            let mut c = crate::elastic::scan::ElasticCursor::new(index, desc.clone(), &snap.stat);
+            c.slot = Some(self.slot);
+            Some(c)
+        } else {
+            None
+        };
+        let keyless = if el.is_some() && !self.want_keys { implied_bounds(desc, &conds) } else { None };
         Cursor {
+            keyless,
+            el,
             conds,
             lower,
             upper,
             stat: snap.stat,
             dyn_items: snap.items,
             dyn_pos: 0,
-            st: StaticCursor { leaf: None, ei: 0, ti: 0, done: snap.stat.root == NO_BLOCK, checked: None },
+            st: StaticCursor { leaf: None, ei: 0, ti: 0, done: snap.stat.root == NO_BLOCK || crate::elastic::is_elastic(index), checked: None },
             _reader: snap.reader,
         }
     }
@@ -305,6 +355,13 @@ impl Cursor {
     /// Positions at the first item of the range in `dir`.
     unsafe fn start(&mut self, index: pg_sys::Relation, desc: &IndexDesc, dir: Dir) {
         self.dyn_pos = if dir == Dir::Fwd { 0 } else { self.dyn_items.len() as isize - 1 };
+        if let Some(el) = self.el.as_mut() {
+            match self.keyless {
+                Some(strict) => el.start_bounded(edir(dir), &self.lower, self.upper.as_deref(), true, strict),
+                None => el.start_with(edir(dir), &self.lower, self.upper.as_deref(), desc.natts == 1),
+            }
+            return;
+        }
         if self.st.done {
             return;
         }
@@ -363,6 +420,10 @@ impl Cursor {
         };
         let _ = n;
         self.st.checked = None;
+        if let Some(el) = self.el.as_mut() {
+            el.seek_after(edir(dir), key, tid, inclusive);
+            return;
+        }
         if self.stat.root == NO_BLOCK {
             self.st.done = true;
             return;
@@ -490,16 +551,76 @@ impl Cursor {
     }
 
     /// Returns the next (key, tid) in `dir`, or None at the end of the range.
+    /// The key of the last item returned, for a re-seek: items returned
+    /// without keys (`keyless`) have theirs read from the heap now. The
+    /// item was returned to this scan, so its tuple cannot have been pruned
+    /// unless it was dead to the scan's snapshot too.
+    unsafe fn key_for_seek(&mut self, index: pg_sys::Relation, key: Vec<u8>, tid: Tid) -> Vec<u8> {
+        if !key.is_empty() {
+            return key;
+        }
+        match self.el.as_mut().and_then(|el| el.key_of(tid)) {
+            Some(k) => k,
+            None => crate::raise(
+                PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+                format!("elastic_btree index \"{}\": the scan position's heap tuple was pruned", crate::storage::page::rel_name(index)),
+                "Run the statement again.",
+            ),
+        }
+    }
+
+    /// The elastic tree's next entry in range that matches the conditions.
+    unsafe fn settle_elastic(&mut self, desc: &IndexDesc, dir: Dir) -> Option<(Vec<u8>, Tid)> {
+        let el = self.el.as_mut()?;
+        loop {
+            let (k, t) = el.peek(edir(dir))?;
+            let out_of_range = match dir {
+                Dir::Fwd => self.upper.as_ref().is_some_and(|u| desc.compare_prefix(&k, u) == Ordering::Greater),
+                Dir::Bwd => !self.lower.is_empty() && desc.compare_prefix(&k, &self.lower) == Ordering::Less,
+            };
+            if out_of_range {
+                el.done = true;
+                return None;
+            }
+            if matches(desc, &self.conds, &k) {
+                return Some((k, t));
+            }
+            el.advance(edir(dir));
+        }
+    }
+
     unsafe fn next(&mut self, index: pg_sys::Relation, desc: &IndexDesc, dir: Dir) -> Option<(Vec<u8>, Tid)> {
-        self.settle(index, desc, dir);
-        let s = if self.st.done {
+        if self.keyless.is_some() && dir == Dir::Fwd && self.dyn_pos as usize >= self.dyn_items.len() {
+            if let Some(el) = self.el.as_mut().filter(|e| e.bounded_forward()) {
+                // Past the dynamic entries: the tree's entries in the
+                // searched range, in order, without keys.
+                let t = el.peek_tid()?;
+                el.advance(edir(dir));
+                return Some((Vec::new(), t));
+            }
+        }
+        let s = if self.el.is_some() {
+            self.settle_elastic(desc, dir)
+        } else {
+            self.settle(index, desc, dir);
+            self.static_item()
+        };
+        self.merge_next(s, desc, dir)
+    }
+
+    fn static_item(&mut self) -> Option<(Vec<u8>, Tid)> {
+        if self.st.done {
             None
         } else {
             let ei = self.st.ei as usize;
             let leaf = self.st.leaf.as_mut().unwrap();
             let (k, tids) = leaf.get(ei);
-            Some((k, tids[self.st.ti as usize]))
-        };
+            Some((k.clone(), tids[self.st.ti as usize]))
+        }
+    }
+
+    /// Takes the next of the static entry `s` and the dynamic one in `dir`.
+    fn merge_next(&mut self, s: Option<(Vec<u8>, Tid)>, desc: &IndexDesc, dir: Dir) -> Option<(Vec<u8>, Tid)> {
         let d = if self.dyn_pos >= 0 && (self.dyn_pos as usize) < self.dyn_items.len() {
             let (k, t) = &self.dyn_items[self.dyn_pos as usize];
             Some((k, *t))
@@ -516,15 +637,18 @@ impl Cursor {
             }
         };
         if take_static {
-            let (k, t) = s.unwrap();
-            let out = (k.clone(), t);
+            let out = s.unwrap();
+            let t = out.1;
             // An entry present in both stages (re-inserted TID) is returned once.
             if let Some((dk, dt)) = d {
                 if dt == t && desc.compare(dk, &out.0) == Ordering::Equal {
                     self.dyn_pos += if dir == Dir::Fwd { 1 } else { -1 };
                 }
             }
-            self.step_static(dir);
+            match self.el.as_mut() {
+                Some(el) => el.advance(edir(dir)),
+                None => self.step_static(dir),
+            }
             Some(out)
         } else {
             let (k, t) = d.unwrap();
@@ -556,6 +680,7 @@ impl ScanState {
         } else if dir != self.dir {
             self.dir = dir;
             if let (Some(c), Some((k, t))) = (self.cur.as_mut(), self.last.clone()) {
+                let k = c.key_for_seek(index, k, t);
                 c.seek_after(index, &self.desc.clone(), dir, &k, t, false);
             }
         }
@@ -578,6 +703,13 @@ impl ScanState {
             c.start(index, &desc, dir);
             self.cur = Some(c);
         }
+    }
+}
+
+fn edir(d: Dir) -> crate::elastic::scan::Dir {
+    match d {
+        Dir::Fwd => crate::elastic::scan::Dir::Fwd,
+        Dir::Bwd => crate::elastic::scan::Dir::Bwd,
     }
 }
 
@@ -613,6 +745,7 @@ pub unsafe extern "C-unwind" fn ambeginscan(index: pg_sys::Relation, nkeys: i32,
         started: false,
         mark: None,
         tuple_cxt,
+        want_keys: true,
     });
     (*scan).opaque = Box::into_raw(st) as *mut std::ffi::c_void;
     (*scan).xs_itupdesc = (*index).rd_att;
@@ -649,6 +782,7 @@ pub unsafe extern "C-unwind" fn amgettuple(scan: pg_sys::IndexScanDesc, directio
     let st = state(scan);
     let dir = if direction == pg_sys::ScanDirection::BackwardScanDirection { Dir::Bwd } else { Dir::Fwd };
     let index = (*scan).indexRelation;
+    st.want_keys = (*scan).xs_want_itup;
     let Some((key, tid)) = st.next_item(index, dir) else { return false };
     (*scan).xs_heaptid = tid_to_item(tid);
     (*scan).xs_recheck = false;
@@ -671,6 +805,7 @@ pub unsafe extern "C-unwind" fn amgetbitmap(scan: pg_sys::IndexScanDesc, tbm: *m
     let index = (*scan).indexRelation;
     st.cur = None;
     st.started = false;
+    st.want_keys = false;
     let mut n = 0i64;
     let mut batch: Vec<pg_sys::ItemPointerData> = Vec::with_capacity(256);
     while let Some((_, tid)) = st.next_item(index, Dir::Fwd) {
@@ -721,6 +856,7 @@ pub unsafe extern "C-unwind" fn amrestrpos(scan: pg_sys::IndexScanDesc) {
         Some((k, t)) if !exhausted => {
             st.sub = sub;
             let mut c = st.open_cursor(index, sub as usize);
+            let k = c.key_for_seek(index, k, t);
             c.seek_after(index, &st.desc.clone(), st.dir, &k, t, false);
             st.cur = Some(c);
             st.started = true;
@@ -734,6 +870,12 @@ pub unsafe extern "C-unwind" fn amrestrpos(scan: pg_sys::IndexScanDesc) {
 
 #[pg_guard]
 pub unsafe extern "C-unwind" fn amcanreturn(index: pg_sys::Relation, attno: i32) -> bool {
+    // Compact leaves hold no keys: an index-only scan would read the heap
+    // for every entry to learn its key. While an elastic index has (or is
+    // making) compact leaves, plans go through the heap instead.
+    if crate::elastic::is_elastic(index) && crate::elastic::tree::may_have_compact_leaves(index) {
+        return false;
+    }
     let desc = index_desc(index);
     attno >= 1 && (attno as usize) <= desc.natts && desc.cols[attno as usize - 1].returnable
 }

@@ -160,6 +160,8 @@ pub struct DualStageState {
     /// Readers of static stages (readers.rs): those of `stat.generation`,
     /// and of older generations still being read.
     pub readers: super::readers::ReaderCounts,
+    /// elastic_btree: heap reads made to learn keys of compact leaves.
+    pub key_fetches: AtomicU64,
 }
 
 impl DualStageState {
@@ -194,6 +196,7 @@ impl DualStageState {
         self.bloom_checks = AtomicU64::new(0);
         self.tail_hint = std::sync::atomic::AtomicU32::new(0);
         self.readers.clear();
+        self.key_fetches = AtomicU64::new(0);
     }
 
     /// Switches to another static stage; readers of the one left behind

@@ -17,9 +17,14 @@ use crate::shmem::{self, ArenaPool};
 use crate::storage::buffer::{nblocks, Buf, Lock};
 use crate::storage::page::{self, PageKind, BLCKSZ, NO_BLOCK};
 
+/// Whether `rel` is a hybrid_btree or elastic_btree index (both run on
+/// this module's machinery).
 pub unsafe fn is_hybrid_index(rel: pg_sys::Relation) -> bool {
-    let am = pg_sys::get_index_am_oid(c"hybrid_btree".as_ptr(), true);
-    am != pg_sys::InvalidOid && (*(*rel).rd_rel).relam == am
+    let relam = (*(*rel).rd_rel).relam;
+    [c"hybrid_btree", c"elastic_btree"].iter().any(|n| {
+        let am = pg_sys::get_index_am_oid(n.as_ptr(), true);
+        am != pg_sys::InvalidOid && relam == am
+    })
 }
 
 /// Opens `oid` as a hybrid_btree index or raises a clear ERROR.
@@ -32,7 +37,7 @@ pub unsafe fn open_hybrid_index(oid: pg_sys::Oid, lockmode: i32) -> pg_sys::Rela
     if (*(*rel).rd_rel).relkind as u8 != pg_sys::RELKIND_INDEX || !is_hybrid_index(rel) {
         let name = page::rel_name(rel);
         pg_sys::relation_close(rel, lockmode);
-        crate::raise(PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE, format!("\"{name}\" is not a hybrid_btree index"), "Pass an index created with USING hybrid_btree.");
+        crate::raise(PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE, format!("\"{name}\" is not a hybrid_btree or elastic_btree index"), "Pass an index created with USING hybrid_btree or USING elastic_btree.");
     }
     rel
 }
@@ -43,9 +48,11 @@ CREATE FUNCTION pg_hybrid.index_stats(index regclass) RETURNS TABLE (
     static_entries bigint, static_keys bigint, static_pages bigint,
     static_bytes bigint, relation_bytes bigint, delta_pages bigint,
     generation bigint, merges bigint, last_merge_ms double precision,
-    bloom_checks bigint, bloom_skips bigint, bytes_per_entry double precision)
+    bloom_checks bigint, bloom_skips bigint, bytes_per_entry double precision,
+    standard_leaves bigint, compact_leaves bigint, state text, size_bound bigint,
+    key_fetches bigint)
     LANGUAGE c STRICT VOLATILE AS 'MODULE_PATHNAME', 'index_stats_wrapper';
-COMMENT ON FUNCTION pg_hybrid.index_stats(regclass) IS 'sizes and counters of both stages of a hybrid_btree index';
+COMMENT ON FUNCTION pg_hybrid.index_stats(regclass) IS 'sizes and counters of both stages of a hybrid_btree or elastic_btree index (leaf forms, state, bound and key fetches: elastic_btree only)';
 ")]
 fn index_stats(
     index: pg_sys::Oid,
@@ -66,6 +73,11 @@ fn index_stats(
         name!(bloom_checks, i64),
         name!(bloom_skips, i64),
         name!(bytes_per_entry, f64),
+        name!(standard_leaves, Option<i64>),
+        name!(compact_leaves, Option<i64>),
+        name!(state, Option<String>),
+        name!(size_bound, Option<i64>),
+        name!(key_fetches, Option<i64>),
     ),
 > {
     unsafe {
@@ -74,7 +86,7 @@ fn index_stats(
         let slot = shmem::slot_for(rel);
         ensure_synced(rel, &desc, slot);
         let m = meta::read(rel);
-        let (dyn_entries, dyn_bytes, checks, skips) = {
+        let (dyn_entries, dyn_bytes, checks, skips, fetches) = {
             let _g = slot.shared();
             let st = &slot.get().dual;
             (
@@ -82,7 +94,20 @@ fn index_stats(
                 st.shared_bytes(),
                 st.bloom_checks.load(std::sync::atomic::Ordering::Relaxed),
                 st.bloom_skips.load(std::sync::atomic::Ordering::Relaxed),
+                st.key_fetches.load(std::sync::atomic::Ordering::Relaxed),
             )
+        };
+        let elastic = crate::elastic::is_elastic(rel);
+        let (std_leaves, compact_leaves, state, bound, key_fetches) = if elastic {
+            let _ml = if pg_sys::RecoveryInProgress() { None } else { Some(MaintenanceLock::share(rel)) };
+            let m = meta::read(rel);
+            let (sl, cl, state) = match crate::elastic::tree::stats(rel, &m) {
+                Some((s, state, _)) => (s.standard_leaves as i64, s.compact_leaves as i64, state.name().to_string()),
+                None => (0, 0, "normal".to_string()),
+            };
+            (Some(sl), Some(cl), Some(state), crate::elastic::options::size_bound(rel).map(|b| b as i64), Some(fetches as i64))
+        } else {
+            (None, None, None, None, None)
         };
         let rel_bytes = nblocks(rel) as u64 * BLCKSZ as u64;
         let entries = m.stat.tids + dyn_entries;
@@ -103,6 +128,11 @@ fn index_stats(
             checks as i64,
             skips as i64,
             bpe,
+            std_leaves,
+            compact_leaves,
+            state,
+            bound,
+            key_fetches,
         ))
     }
 }
@@ -135,7 +165,24 @@ fn verify(index: pg_sys::Oid, heapallindexed: bool) {
         let _ml = if in_recovery { None } else { Some(MaintenanceLock::share(rel)) };
         let m = meta::read(rel);
         let mut all: HashSet<(Vec<u8>, Tid)> = HashSet::new();
-        let nstatic = verify_static(rel, &desc, &m, &name, heapallindexed.then_some(&mut all));
+        if crate::elastic::is_elastic(rel) {
+            // Both leaf forms, keys of compact leaves read from the heap.
+            crate::elastic::tree::verify(rel, &desc, &m);
+            if heapallindexed {
+                use crate::elastic::scan::{Dir, ElasticCursor};
+                let mut c = ElasticCursor::new(rel, desc.clone(), &m.stat);
+                c.start(Dir::Fwd, &[], None);
+                while let Some((k, t)) = c.peek(Dir::Fwd) {
+                    all.insert((desc.keycols(&k).to_vec(), t));
+                    c.advance(Dir::Fwd);
+                }
+            }
+        }
+        let nstatic = if crate::elastic::is_elastic(rel) {
+            m.stat.tids
+        } else {
+            verify_static(rel, &desc, &m, &name, heapallindexed.then_some(&mut all))
+        };
         if nstatic != m.stat.tids {
             fail(&name, format!("static stage holds {nstatic} TIDs, metapage says {}", m.stat.tids));
         }

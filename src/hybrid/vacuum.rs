@@ -49,7 +49,42 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
     let mut removed_static = 0u64;
     let mut kept_static = 0u64;
     let mut need_merge = false;
-    let mut blk = if m.stat.root == NO_BLOCK { NO_BLOCK } else { m.stat.first_leaf };
+    let elastic = crate::elastic::is_elastic(index);
+    if elastic {
+        // The tree: dead TIDs out, underfull leaves merged, compact leaves
+        // reverted while the index is under its expand threshold.
+        let desc = crate::keys::index_desc(index);
+        let (removed, out) = crate::elastic::tree::bulk_delete(index, &desc, &m, &mut dead);
+        merge::list_for_recycling(index, &out.deleted);
+        removed_static = removed.max(m.stat.tids.saturating_sub(out.entries));
+        kept_static = out.entries;
+        if let Some(slot) = shmem::existing_slot(index) {
+            merge::add_key_fetches(slot, out.key_fetches);
+        }
+        let mm = meta::update(index, |mm| {
+            if mm.stat.root != NO_BLOCK || out.tree_pages > 0 {
+                mm.stat.root = out.meta_blk;
+            }
+            mm.stat.pages = out.tree_pages;
+            mm.stat.first_leaf = out.root;
+            mm.stat.height = out.stats.height as u32;
+            mm.stat.tids = out.entries;
+            mm.stat.keys = out.entries;
+        });
+        if let Some(slot) = shmem::existing_slot(index) {
+            let _g = slot.exclusive();
+            let st = &mut slot.get().dual;
+            if st.stat.generation == mm.stat.generation {
+                st.stat.root = mm.stat.root;
+                st.stat.pages = mm.stat.pages;
+                st.stat.first_leaf = mm.stat.first_leaf;
+                st.stat.height = mm.stat.height;
+                st.stat.tids = mm.stat.tids;
+                st.stat.keys = mm.stat.keys;
+            }
+        }
+    }
+    let mut blk = if m.stat.root == NO_BLOCK || elastic { NO_BLOCK } else { m.stat.first_leaf };
     while blk != NO_BLOCK {
         pg_sys::vacuum_delay_point();
         let b = Buf::read(index, blk, Lock::Cleanup);
@@ -192,6 +227,13 @@ unsafe fn sweep(index: pg_sys::Relation) -> (Vec<u32>, Vec<u32>) {
             }
             PageKind::Recycle => {
                 if !listed.contains(&blk) {
+                    orphans.push(blk);
+                }
+            }
+            // A leaf deleted by an operation that failed before listing it.
+            PageKind::ElasticDeleted => {
+                let x = page::opaque(p).first_pos;
+                if !listed.contains(&blk) && pg_sys::GlobalVisCheckRemovableFullXid(std::ptr::null_mut(), pg_sys::FullTransactionId { value: x }) {
                     orphans.push(blk);
                 }
             }

@@ -13,6 +13,10 @@ use crate::storage::page;
 /// see https://wiki.postgresql.org/wiki/CustomWALResourceManagers).
 pub const RM_PG_HYBRID_ID: u8 = 196;
 const XLOG_DELTA_APPEND: u8 = 0x10;
+/// Pages of an elastic_btree index are about to be reused: standby queries
+/// whose snapshots are older than the pages' horizon may still be on them
+/// and are cancelled, as nbtree's REUSE_PAGE record does.
+const XLOG_RECYCLE_CONFLICT: u8 = 0x20;
 
 static mut RMGR: pg_sys::RmgrData = pg_sys::RmgrData {
     rm_name: c"pg_hybrid".as_ptr(),
@@ -65,12 +69,46 @@ pub unsafe fn log_append(rel: pg_sys::Relation, buf: pg_sys::Buffer, rec: &[u8])
     pg_sys::CritSectionCount -= 1;
 }
 
+/// Logs that pages deleted before `safexid` are being recycled.
+pub unsafe fn log_recycle_conflict(rel: pg_sys::Relation, safexid: u64) {
+    if !crate::storage::wal::relation_needs_wal(rel) || pg_sys::wal_level < pg_sys::WalLevel::WAL_LEVEL_REPLICA as i32 {
+        return;
+    }
+    let mut data = [0u8; 20];
+    let node = (*rel).rd_node;
+    data[0..4].copy_from_slice(&node.spcNode.to_u32().to_le_bytes());
+    data[4..8].copy_from_slice(&node.dbNode.to_u32().to_le_bytes());
+    data[8..12].copy_from_slice(&node.relNode.to_u32().to_le_bytes());
+    data[12..20].copy_from_slice(&safexid.to_le_bytes());
+    pg_sys::XLogBeginInsert();
+    pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
+    pg_sys::XLogInsert(RM_PG_HYBRID_ID, XLOG_RECYCLE_CONFLICT);
+}
+
+unsafe fn redo_recycle_conflict(record: *mut pg_sys::XLogReaderState) {
+    let r = &*(*record).record;
+    if r.main_data_len < 20 {
+        pgrx::error!("pg_hybrid redo: recycle conflict record too short");
+    }
+    let d = std::slice::from_raw_parts(r.main_data as *const u8, 20);
+    let u = |i: usize| u32::from_le_bytes(d[i..i + 4].try_into().unwrap());
+    if pg_sys::standbyState >= pg_sys::HotStandbyState::STANDBY_SNAPSHOT_PENDING {
+        let node = pg_sys::RelFileNode { spcNode: pg_sys::Oid::from(u(0)), dbNode: pg_sys::Oid::from(u(4)), relNode: pg_sys::Oid::from(u(8)) };
+        let fxid = pg_sys::FullTransactionId { value: u64::from_le_bytes(d[12..20].try_into().unwrap()) };
+        pg_sys::ResolveRecoveryConflictWithSnapshotFullXid(fxid, node);
+    }
+}
+
 unsafe fn info(record: *mut pg_sys::XLogReaderState) -> u8 {
     (*(*record).record).header.xl_info & !(pg_sys::XLR_INFO_MASK as u8)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
+    if info(record) == XLOG_RECYCLE_CONFLICT {
+        redo_recycle_conflict(record);
+        return;
+    }
     if info(record) != XLOG_DELTA_APPEND {
         pgrx::error!("pg_hybrid redo: unknown WAL record type {:#x}", info(record));
     }
@@ -106,8 +144,11 @@ unsafe extern "C-unwind" fn desc(out: pg_sys::StringInfo, record: *mut pg_sys::X
 
 #[pg_guard]
 unsafe extern "C-unwind" fn identify(info: u8) -> *const std::os::raw::c_char {
-    if info & !(pg_sys::XLR_INFO_MASK as u8) == XLOG_DELTA_APPEND {
+    let i = info & !(pg_sys::XLR_INFO_MASK as u8);
+    if i == XLOG_DELTA_APPEND {
         c"DELTA_APPEND".as_ptr()
+    } else if i == XLOG_RECYCLE_CONFLICT {
+        c"RECYCLE_CONFLICT".as_ptr()
     } else {
         std::ptr::null()
     }

@@ -23,6 +23,13 @@ pub enum PageKind {
     Delta = 4,
     Recycle = 5,
     Free = 6,
+    /// elastic_btree tree page: metapage, inner node or leaf (the body's
+    /// format byte says which; src/elastic/README.md).
+    Elastic = 7,
+    /// elastic_btree leaf merged away: body and links kept for readers that
+    /// still hold a link to it, `first_pos` = the xid after which it may be
+    /// recycled.
+    ElasticDeleted = 8,
 }
 
 impl PageKind {
@@ -34,6 +41,8 @@ impl PageKind {
             4 => PageKind::Delta,
             5 => PageKind::Recycle,
             6 => PageKind::Free,
+            7 => PageKind::Elastic,
+            8 => PageKind::ElasticDeleted,
             _ => return None,
         })
     }
@@ -117,32 +126,34 @@ pub unsafe fn check_page(
     page: pg_sys::Page,
     expect: &[PageKind],
 ) -> PageKind {
-    let relname = rel_name(rel);
+    // The name only when there is something to report: this runs on every page read.
+    let relname = || rel_name(rel);
     if pg_sys::PageIsNew(page) {
-        corrupted(&relname, blkno, "page is uninitialized");
+        corrupted(&relname(), blkno, "page is uninitialized");
     }
     let hdr = page as *const pg_sys::PageHeaderData;
     if (*hdr).pd_special as usize != BLCKSZ - SPECIAL_SIZE {
-        corrupted(&relname, blkno, "special area has the wrong size; not a pg_hybrid page");
+        corrupted(&relname(), blkno, "special area has the wrong size; not a pg_hybrid page");
     }
     let op = opaque(page);
     if op.magic != PAGE_MAGIC {
-        corrupted(&relname, blkno, &format!("bad magic {:#010x}", op.magic));
+        corrupted(&relname(), blkno, &format!("bad magic {:#010x}", op.magic));
     }
     if op.version != PAGE_VERSION {
         crate::raise(PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED, format!(
-                "index \"{relname}\" block {blkno} has pg_hybrid page version {}, this build reads version {PAGE_VERSION}",
+                "index \"{}\" block {blkno} has pg_hybrid page version {}, this build reads version {PAGE_VERSION}",
+                relname(),
                 op.version
             ), "REINDEX the index with this version of pg_hybrid.");
     }
     let Some(kind) = PageKind::from_u8(op.kind) else {
-        corrupted(&relname, blkno, &format!("unknown page kind {}", op.kind));
+        corrupted(&relname(), blkno, &format!("unknown page kind {}", op.kind));
     };
     if op.body_len as usize > BODY_CAP {
-        corrupted(&relname, blkno, "body length exceeds page");
+        corrupted(&relname(), blkno, "body length exceeds page");
     }
     if !expect.is_empty() && !expect.contains(&kind) {
-        corrupted(&relname, blkno, &format!("unexpected page kind {kind:?}, wanted {expect:?}"));
+        corrupted(&relname(), blkno, &format!("unexpected page kind {kind:?}, wanted {expect:?}"));
     }
     kind
 }

@@ -386,6 +386,18 @@ impl<'a> Leaf<'a> {
             }
         }
     }
+    /// The TID of entry `i`, without copying a key.
+    pub fn item_tid(&self, i: usize) -> Result<Tid> {
+        match self {
+            Leaf::Std(v) => Ok(v.entry(i)?.tid),
+            Leaf::Compact(v) => {
+                if i >= v.len() {
+                    return corrupt("compact index out of range");
+                }
+                Ok(v.tid(i))
+            }
+        }
+    }
     /// Entries with keys; compact leaves fetch each key and drop the dead.
     pub fn gather<F: KeyFetcher + ?Sized>(&self, f: &mut F) -> Result<(Vec<Owned>, usize)> {
         match self {
@@ -557,6 +569,64 @@ impl<P: PagePool> ElasticTree<P> {
         Ok(t)
     }
 
+    /// Opens an index for reading only: no leaf-form recount (counters stay
+    /// zero), so a scan or a probe costs no more than its descent.
+    pub fn open_reader(pool: P, meta_blk: u32) -> Result<Self> {
+        let (root, height, state) = parse_meta(&pool.read(meta_blk)?.1)?;
+        Ok(ElasticTree {
+            pool,
+            cfg: Config::default(),
+            meta_blk,
+            root,
+            height,
+            state,
+            std_leaves: 0,
+            compact_leaves: 0,
+            inner_pages: 0,
+            fetches: Cell::new(0),
+            dead_dropped: 0,
+            shrink_cursor: None,
+            ev: Events::default(),
+        })
+    }
+
+    /// A reader that starts descents at `root` without reading the
+    /// metapage. A root that has split since it was read still works: it is
+    /// the leftmost node of its level, and descents move right from it.
+    pub fn open_at(pool: P, meta_blk: u32, root: u32, height: u8) -> Self {
+        ElasticTree {
+            pool,
+            cfg: Config::default(),
+            meta_blk,
+            root,
+            height,
+            state: State::Normal,
+            std_leaves: 0,
+            compact_leaves: 0,
+            inner_pages: 0,
+            fetches: Cell::new(0),
+            dead_dropped: 0,
+            shrink_cursor: None,
+            ev: Events::default(),
+        }
+    }
+
+    /// The root block (for readers' `open_at`).
+    pub fn root(&self) -> u32 {
+        self.root
+    }
+
+    /// The leaf where `t` is or would be (`None`: the rightmost leaf),
+    /// moving right past concurrent splits.
+    pub fn leaf_for(&self, t: Option<&Target>) -> Result<u32> {
+        Ok(self.descend(t)?.1)
+    }
+
+    /// Fetches made through this handle so far.
+    pub fn key_fetches(&self) -> u64 {
+        self.fetches.get()
+    }
+
     pub fn config(&self) -> &Config {
         &self.cfg
     }
@@ -712,6 +782,17 @@ impl<P: PagePool> ElasticTree<P> {
                         }
                         _ => break,
                     }
+                }
+            } else {
+                // The rightmost page of each level: a concurrent split (or
+                // a reader's stale root) may have put pages right of it.
+                while m.right != NO_BLOCK {
+                    hops += 1;
+                    if hops > self.max_hops() {
+                        return corrupt("sibling chain does not end");
+                    }
+                    blk = m.right;
+                    (m, b) = self.pool.read(blk)?;
                 }
             }
             if m.level == 0 {

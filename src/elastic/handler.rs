@@ -1,0 +1,33 @@
+//! The IndexAmRoutine of elastic_btree: hybrid_btree's callbacks (which
+//! branch on `is_elastic`) with elastic's reloptions.
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+#[no_mangle]
+pub extern "C" fn pg_finfo_elastic_btree_handler() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+#[no_mangle]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn elastic_btree_handler(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    let d = crate::hybrid::handler::hybrid_btree_handler(fcinfo);
+    let r = d.cast_mut_ptr::<pg_sys::IndexAmRoutine>();
+    (*r).amoptions = Some(super::options::amoptions);
+    d
+}
+
+pgrx::extension_sql!(
+    r#"
+CREATE FUNCTION elastic_btree_handler(internal) RETURNS index_am_handler
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'elastic_btree_handler';
+CREATE ACCESS METHOD elastic_btree TYPE INDEX HANDLER elastic_btree_handler;
+COMMENT ON ACCESS METHOD elastic_btree IS 'B+tree whose leaves turn into compact SeqTree leaves under a size bound, behind a dynamic stage in shared memory';
+"#,
+    name = "elastic_btree_am",
+    requires = ["preload_check"]
+);
+
+pgrx::extension_sql_file!("opclasses.sql", name = "elastic_btree_opclasses", requires = ["elastic_btree_am"]);

@@ -1,0 +1,438 @@
+//! A position in the elastic tree for hybrid's scan machinery
+//! (hybrid/scan.rs merges it with the dynamic stage's entries).
+//!
+//! The cursor copies one leaf at a time (TIDs, and keys of standard
+//! leaves; keys of compact entries are read from the heap when the scan
+//! first looks at them) and holds no lock between calls. Moving on follows
+//! README.md, "Readers and concurrent writers": forward, the next leaf is
+//! searched from the previous leaf's high key, so entries a merge moved
+//! there from a leaf already returned are skipped; backward, nbtree's walk
+//! left re-finds the page whose right link is the one we came from.
+
+use std::rc::Rc;
+
+use pg_hybrid_core::elastic::tree::{ElasticTree, Leaf, NO_BLOCK};
+use pg_hybrid_core::elastic::{KeyFetcher, Target, TidPos};
+use pg_hybrid_core::tid::Tid;
+use pgrx::pg_sys;
+
+use super::fetch::HeapFetcher;
+use super::pool::{check_tree_page, BufPool};
+use super::tree::core_error;
+use crate::keys::IndexDesc;
+use crate::storage::buffer::{Buf, Lock};
+use crate::storage::page::{self, PageKind};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Dir {
+    Fwd,
+    Bwd,
+}
+
+/// Creates the heap fetcher on its first use: probes that stay in
+/// standard leaves never open the heap.
+struct LazyFetcher<'a> {
+    index: pg_sys::Relation,
+    desc: &'a Rc<IndexDesc>,
+    f: &'a mut Option<HeapFetcher>,
+}
+
+impl KeyFetcher for LazyFetcher<'_> {
+    fn fetch(&mut self, tid: Tid, out: &mut Vec<u8>) -> bool {
+        if self.f.is_none() {
+            *self.f = Some(unsafe { HeapFetcher::open(self.index, self.desc.clone()) });
+        }
+        self.f.as_mut().unwrap().fetch(tid, out)
+    }
+}
+
+pub struct ElasticCursor {
+    index: pg_sys::Relation,
+    desc: Rc<IndexDesc>,
+    meta_blk: u32,
+    /// Root and height as of the scan's snapshot of the metapage (NO_BLOCK:
+    /// read the tree's metapage).
+    root: u32,
+    height: u8,
+    fetcher: Option<HeapFetcher>,
+    /// Copy of the current leaf's body; entries are decoded on access.
+    body: Vec<u8>,
+    n: usize,
+    /// Forward scans: position where the range ends in this leaf, when the
+    /// search for the upper bound found it here.
+    stop: Option<usize>,
+    /// With `stop`: the entries from the start position to it (first
+    /// position, entries), copied instead of `body`.
+    extracted: Option<(usize, Vec<pg_hybrid_core::elastic::tree::ScanItem>)>,
+    /// Forward scans: the upper bound as a search target (key, TID side).
+    end: Option<(Vec<u8>, TidPos)>,
+    pos: isize,
+    blk: u32,
+    left: u32,
+    right: u32,
+    hikey: Option<(Vec<u8>, Tid)>,
+    pub done: bool,
+    buf: Vec<u8>,
+    /// Where to count the key fetches when the cursor ends.
+    pub slot: Option<crate::shmem::SlotRef>,
+}
+
+impl Drop for ElasticCursor {
+    fn drop(&mut self) {
+        if let (Some(s), false) = (self.slot, std::thread::panicking()) {
+            crate::hybrid::merge::add_key_fetches(s, self.key_fetches());
+        }
+    }
+}
+
+/// The smallest byte string greater than every string starting with `p`
+/// (None: there is none).
+pub fn prefix_successor(p: &[u8]) -> Option<Vec<u8>> {
+    let mut s = p.to_vec();
+    while let Some(&last) = s.last() {
+        if last == 0xFF {
+            s.pop();
+        } else {
+            *s.last_mut().unwrap() += 1;
+            return Some(s);
+        }
+    }
+    None
+}
+
+impl ElasticCursor {
+    pub fn new(index: pg_sys::Relation, desc: Rc<IndexDesc>, stat: &crate::hybrid::meta::StaticInfo) -> ElasticCursor {
+        let meta_blk = stat.root;
+        let known = stat.first_leaf != NO_BLOCK && stat.height > 0 && stat.height < 40;
+        ElasticCursor {
+            index,
+            desc,
+            meta_blk,
+            root: if known { stat.first_leaf } else { NO_BLOCK },
+            height: if known { stat.height as u8 } else { 0 },
+            fetcher: None,
+            body: Vec::new(),
+            n: 0,
+            stop: None,
+            extracted: None,
+            end: None,
+            pos: 0,
+            blk: NO_BLOCK,
+            left: NO_BLOCK,
+            right: NO_BLOCK,
+            hikey: None,
+            done: meta_blk == NO_BLOCK,
+            buf: Vec::new(),
+            slot: None,
+        }
+    }
+
+    fn fetcher(&mut self) -> LazyFetcher<'_> {
+        LazyFetcher { index: self.index, desc: &self.desc, f: &mut self.fetcher }
+    }
+
+    fn leaf(&self) -> Leaf<'_> {
+        Leaf::parse(&self.body).unwrap_or_else(|e| unsafe { core_error(self.index, e) })
+    }
+
+    fn tid_at(&self, i: usize) -> Tid {
+        self.leaf().item_tid(i).unwrap_or_else(|e| unsafe { core_error(self.index, e) })
+    }
+
+    /// Heap reads made for keys so far.
+    pub fn key_fetches(&self) -> u64 {
+        self.fetcher.as_ref().map(|f| f.fetches).unwrap_or(0)
+    }
+
+    unsafe fn leaf_for(&mut self, t: Option<&Target>) -> u32 {
+        let tree = if self.root != NO_BLOCK {
+            ElasticTree::open_at(BufPool::reader(self.index), self.meta_blk, self.root, self.height)
+        } else {
+            ElasticTree::open_reader(BufPool::reader(self.index), self.meta_blk).unwrap_or_else(|e| core_error(self.index, e))
+        };
+        tree.leaf_for(t).unwrap_or_else(|e| core_error(self.index, e))
+    }
+
+    /// Reads leaf `blk`; returns the position of the first entry >= `t`
+    /// (0 without a target) and, with `end`, of the first entry >= `end`,
+    /// searched under the same lock. When the range ends in this leaf, only
+    /// its entries are copied (a probe copies one entry, not the page) and
+    /// `stop` is set; otherwise the whole body is copied.
+    unsafe fn load(&mut self, blk: u32, t: Option<&Target>, end: Option<&Target>) -> usize {
+        let b = Buf::read(self.index, blk, Lock::Share);
+        check_tree_page(self.index, blk, b.page());
+        let op = *page::opaque(b.page());
+        if op.level != 0 {
+            page::corrupted(&page::rel_name(self.index), blk, "sibling link leaves the leaf level");
+        }
+        let body = std::slice::from_raw_parts((b.page() as *const u8).add(page::PAGE_HEADER_SIZE), page::BODY_CAP);
+        let leaf = Leaf::parse(body).unwrap_or_else(|e| core_error(self.index, e));
+        self.n = leaf.len();
+        self.hikey = leaf.high_key().unwrap_or_else(|e| core_error(self.index, e)).map(|(k, t)| (k.to_vec(), t));
+        let mut buf = std::mem::take(&mut self.buf);
+        let mut f = LazyFetcher { index: self.index, desc: &self.desc, f: &mut self.fetcher };
+        let pos = match t {
+            None => 0,
+            Some(t) => leaf.search(t, &mut f, &mut buf).unwrap_or_else(|e| core_error(self.index, e)),
+        };
+        let stop = match end {
+            None => None,
+            Some(e) => {
+                let stop = leaf.search(e, &mut f, &mut buf).unwrap_or_else(|e| core_error(self.index, e));
+                let ends_here = stop < self.n
+                    || match &self.hikey {
+                        None => true,
+                        Some((k, tid)) => pg_hybrid_core::elastic::cmp_entry(k, *tid, e) != std::cmp::Ordering::Less,
+                    };
+                ends_here.then_some(stop)
+            }
+        };
+        self.buf = buf;
+        self.stop = stop;
+        match stop {
+            Some(stop) => {
+                let mut items = Vec::with_capacity(stop.saturating_sub(pos));
+                for i in pos..stop.max(pos) {
+                    items.push(leaf.item(i).unwrap_or_else(|e| core_error(self.index, e)));
+                }
+                self.extracted = Some((pos, items));
+                self.body.clear();
+            }
+            None => {
+                self.extracted = None;
+                self.body.clear();
+                self.body.extend_from_slice(body);
+            }
+        }
+        drop(b);
+        self.blk = blk;
+        self.left = op.left;
+        self.right = op.right;
+        pos
+    }
+
+    /// Positions before the first entry of the range in `dir`: `lower` and
+    /// `upper` are key prefixes (inclusive, as hybrid's scan computes them).
+    pub unsafe fn start(&mut self, dir: Dir, lower: &[u8], upper: Option<&[u8]>) {
+        self.start_with(dir, lower, upper, false)
+    }
+
+    /// `whole_key`: the bounds are complete keys (a one-column index), so
+    /// the bounds' positions can be searched as keys; `strict`: (lower,
+    /// upper) exclude the bound itself (then whole_key must be true).
+    pub unsafe fn start_with(&mut self, dir: Dir, lower: &[u8], upper: Option<&[u8]>, whole_key: bool) {
+        self.start_bounded(dir, lower, upper, whole_key, (false, false))
+    }
+
+    pub unsafe fn start_bounded(&mut self, dir: Dir, lower: &[u8], upper: Option<&[u8]>, whole_key: bool, strict: (bool, bool)) {
+        if self.meta_blk == NO_BLOCK {
+            self.done = true;
+            return;
+        }
+        self.done = false;
+        match dir {
+            Dir::Fwd => {
+                let t = if whole_key && strict.0 { Target::last(lower) } else { Target::first(lower) };
+                let blk = self.leaf_for(Some(&t));
+                // Where the range ends, searched in every leaf the scan
+                // reads: a probe reads no entry past its key (one key
+                // fetch), and entries before it need no key for the bound.
+                self.end = match (upper, whole_key) {
+                    (Some(u), true) => Some((u.to_vec(), if strict.1 { TidPos::First } else { TidPos::Last })),
+                    (Some(u), false) => prefix_successor(u).map(|s| (s, TidPos::First)),
+                    (None, _) => None,
+                };
+                let end = self.end.clone();
+                let end_t = end.as_ref().map(|(k, p)| Target { key: k, tid: *p });
+                self.pos = self.load(blk, Some(&t), end_t.as_ref()) as isize;
+            }
+            Dir::Bwd => {
+                self.end = None;
+                let succ = upper.and_then(prefix_successor);
+                match succ {
+                    Some(s) => {
+                        let t = Target::first(&s);
+                        let blk = self.leaf_for(Some(&t));
+                        self.pos = self.load(blk, Some(&t), None) as isize - 1;
+                    }
+                    None => {
+                        let blk = self.leaf_for(None);
+                        self.load(blk, None, None);
+                        self.pos = self.n as isize - 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Forward scans started with an upper bound: the TID at the position,
+    /// without reading its key. Every entry it returns lies below the upper
+    /// bound (its position was searched); a pruned entry's TID may come
+    /// back, which the heap answers with nothing.
+    pub unsafe fn peek_tid(&mut self) -> Option<Tid> {
+        if self.end.is_none() {
+            return None;
+        }
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some(stop) = self.stop {
+                if self.pos >= stop as isize {
+                    self.done = true;
+                    return None;
+                }
+            }
+            if self.pos < 0 || self.pos >= self.n as isize {
+                if !self.next_leaf(Dir::Fwd) {
+                    self.done = true;
+                    return None;
+                }
+                continue;
+            }
+            let i = self.pos as usize;
+            return Some(match &self.extracted {
+                Some((base, v)) => match i.checked_sub(*base).and_then(|j| v.get(j)) {
+                    Some(it) => it.tid,
+                    None => pgrx::error!("elastic_btree: scan position outside the copied range"),
+                },
+                None => self.tid_at(i),
+            });
+        }
+    }
+
+    /// Whether the scan knows where its range ends (forward, upper bound).
+    pub fn bounded_forward(&self) -> bool {
+        self.end.is_some()
+    }
+
+    /// The key of `tid`, read from the heap (None: pruned).
+    pub fn key_of(&mut self, tid: Tid) -> Option<Vec<u8>> {
+        let mut k = Vec::new();
+        self.fetcher().fetch(tid, &mut k).then_some(k)
+    }
+
+    /// Positions at the entry after (key, tid) in `dir`, or at it when
+    /// `inclusive`.
+    pub unsafe fn seek_after(&mut self, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) {
+        if self.meta_blk == NO_BLOCK {
+            self.done = true;
+            return;
+        }
+        self.done = false;
+        self.end = None;
+        let t = Target::at(key, tid);
+        let blk = self.leaf_for(Some(&t));
+        let p = self.load(blk, Some(&t), None);
+        let equal = p < self.n && self.tid_at(p) == tid;
+        self.pos = match dir {
+            Dir::Fwd => p as isize + (equal && !inclusive) as isize,
+            Dir::Bwd => p as isize - 1 + (equal && inclusive) as isize,
+        };
+    }
+
+    /// The entry at the position (moving in `dir` past dead entries and
+    /// leaf ends), or None at the end of the tree or of a range whose end
+    /// was found by search. The caller checks range and conditions.
+    pub unsafe fn peek(&mut self, dir: Dir) -> Option<(Vec<u8>, Tid)> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if let (Some(stop), Dir::Fwd) = (self.stop, dir) {
+                if self.pos >= stop as isize {
+                    self.done = true;
+                    return None;
+                }
+            }
+            if self.pos < 0 || self.pos >= self.n as isize {
+                if !self.next_leaf(dir) {
+                    self.done = true;
+                    return None;
+                }
+                continue;
+            }
+            let i = self.pos as usize;
+            let item = match &self.extracted {
+                Some((base, v)) => match i.checked_sub(*base).and_then(|j| v.get(j)) {
+                    Some(it) => pg_hybrid_core::elastic::tree::ScanItem { key: it.key.clone(), tid: it.tid },
+                    None => pgrx::error!("elastic_btree: scan position outside the copied range"),
+                },
+                None => self.leaf().item(i).unwrap_or_else(|e| core_error(self.index, e)),
+            };
+            if let Some(k) = item.key {
+                return Some((k, item.tid));
+            }
+            let mut k = Vec::new();
+            if self.fetcher().fetch(item.tid, &mut k) {
+                return Some((k, item.tid));
+            }
+            // Pruned: dead for every snapshot.
+            self.advance(dir);
+        }
+    }
+
+    pub fn advance(&mut self, dir: Dir) {
+        self.pos += if dir == Dir::Fwd { 1 } else { -1 };
+    }
+
+    unsafe fn next_leaf(&mut self, dir: Dir) -> bool {
+        match dir {
+            Dir::Fwd => {
+                if self.right == NO_BLOCK {
+                    return false;
+                }
+                let hk = self.hikey.take();
+                let right = self.right;
+                let end = self.end.clone();
+                let end_t = end.as_ref().map(|(k, p)| Target { key: k, tid: *p });
+                let p = match &hk {
+                    Some((k, t)) => self.load(right, Some(&Target::at(k, *t)), end_t.as_ref()),
+                    None => self.load(right, None, end_t.as_ref()),
+                };
+                self.pos = p as isize;
+                true
+            }
+            Dir::Bwd => {
+                if self.left == NO_BLOCK {
+                    return false;
+                }
+                let came_from = self.blk;
+                let blk = self.walk_left(self.left, came_from);
+                self.load(blk, None, None);
+                self.pos = self.n as isize - 1;
+                true
+            }
+        }
+    }
+
+    /// The page left of `came_from`, starting at its old left link `cand`.
+    unsafe fn walk_left(&mut self, mut cand: u32, came_from: u32) -> u32 {
+        let limit = crate::storage::buffer::nblocks(self.index) as u64 + 2;
+        for _ in 0..limit {
+            let (kind, right) = {
+                let b = Buf::read(self.index, cand, Lock::Share);
+                let k = check_tree_page(self.index, cand, b.page());
+                (k, page::opaque(b.page()).right)
+            };
+            // A deleted page's content is what it held when it was merged
+            // into its right neighbour: if that is where we came from, we
+            // read it before the merge, so this content is what is missing.
+            if kind == PageKind::ElasticDeleted || right == came_from {
+                return cand;
+            }
+            // Our page was merged away after we read it: its left
+            // neighbour now links past it, and is the one we want.
+            let from_deleted = {
+                let b = Buf::read(self.index, came_from, Lock::Share);
+                check_tree_page(self.index, came_from, b.page()) == PageKind::ElasticDeleted
+            };
+            if from_deleted || right == NO_BLOCK {
+                return cand;
+            }
+            // The left page split after we left it: move right.
+            cand = right;
+        }
+        page::corrupted(&page::rel_name(self.index), cand, "left walk does not find the page it came from");
+    }
+}
