@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/convert.sh [--quick] [--clients N] [--seconds S] — leaf conversions
+# tests/convert.sh [--quick] [--clients N] [--seconds S] [--grow-only] — leaf conversions
 # (standard -> compact and back) under concurrent readers.
 #
 # Table cv: S "stable" rows (k = 10, 20, ..., 10*S, grp 0) that no one ever
@@ -25,14 +25,19 @@
 # pg_hybrid.verify(.., true) passes; for elastic_btree with a bound, the
 # writer must have seen compact leaves appear and later decrease (both
 # conversion directions happened under the readers).
+# --grow-only: the writer never deletes (no pruned tuples anywhere): it only
+# inserts and merges, cycle after cycle; this isolates conversions to compact
+# leaves (and leaf splits) under readers from the pruned-tuple paths.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 clients=4
 seconds=40
+grow_only=0
 while (($#)); do
     case $1 in
         --quick) seconds=20 ;;
+        --grow-only) grow_only=1 ;;
         --clients) shift; clients=$1 ;;
         --seconds) shift; seconds=$1 ;;
         -h | --help) ph_usage "$0"; exit 0 ;;
@@ -113,6 +118,8 @@ STOP=$DIR/stop
 rm -f "$STOP"
 STATS="SELECT 'cv_k', state, compact_leaves, standard_leaves, relation_bytes FROM pg_hybrid.index_stats('cv_k'::regclass) UNION ALL SELECT 'cv_gk', state, compact_leaves, standard_leaves, relation_bytes FROM pg_hybrid.index_stats('cv_gk'::regclass)"
 ((elastic)) || STATS="SELECT 'cv_k', '-', 0, 0, relation_bytes FROM pg_hybrid.index_stats('cv_k'::regclass)"
+# "mark PHASE EPOCH" lines let the checks tell in which phase a wrong answer came
+mark() { echo "mark $1 $(date +%s.%N)"; }
 writer() {
     local cycle=0 batch seed err
     while [[ ! -e $STOP ]]; do
@@ -120,6 +127,7 @@ writer() {
         for batch in 1 2 3 4 5 6; do
             [[ -e $STOP ]] && break
             seed=$((cycle * 100 + batch))
+            mark "insert+merge"
             if ! err=$(cluster_sql "$DIR" "$DB" \
                 "INSERT INTO cv SELECT 10 * (1 + (h % $S)) + 1 + (h / $S) % 9, 1, 'c$seed' FROM (SELECT (g * 2654435761 + $seed * 40503) % 4294967296 AS h FROM generate_series(1, $((S * 2 / 3))) g) x" \
                 "SELECT pg_hybrid.merge('cv_k'::regclass)" "SELECT pg_hybrid.merge('cv_gk'::regclass)" \
@@ -131,8 +139,11 @@ writer() {
             fi
         done
         [[ -e $STOP ]] && break
-        if ! err=$(cluster_sql "$DIR" "$DB" \
-            "DELETE FROM cv WHERE grp = 1 AND k % 10 <> 3" "VACUUM cv" \
+        ((grow_only)) && continue
+        mark "delete(pruned-not-vacuumed)"
+        cluster_sql "$DIR" "$DB" "DELETE FROM cv WHERE grp = 1 AND k % 10 <> 3" >/dev/null 2>&1 || true
+        mark "vacuum+merge"
+        if ! err=$(cluster_sql "$DIR" "$DB" "VACUUM cv" \
             "SELECT pg_hybrid.merge('cv_k'::regclass)" "SELECT pg_hybrid.merge('cv_gk'::regclass)" "VACUUM cv" \
             "$STATS" 2>&1); then
             [[ -e $STOP ]] && break
@@ -140,8 +151,12 @@ writer() {
         else
             sed "s/^/stats shrink $cycle|/" <<<"$err"
         fi
-        cluster_sql "$DIR" "$DB" "DELETE FROM cv WHERE grp = 1" "VACUUM cv" "$STATS" 2>&1 | sed "s/^/stats empty $cycle|/" || true
+        mark "delete(pruned-not-vacuumed)"
+        cluster_sql "$DIR" "$DB" "DELETE FROM cv WHERE grp = 1" >/dev/null 2>&1 || true
+        mark "vacuum"
+        cluster_sql "$DIR" "$DB" "VACUUM cv" "$STATS" 2>&1 | sed "s/^/stats empty $cycle|/" || true
     done
+    mark end
 }
 writer >"$DIR/writer.log" 2>&1 &
 WPID=$!
@@ -178,8 +193,13 @@ grep '^stats' "$DIR/writer.log" | sed 's/^/  /' | tail -n 40
 say "== checks"
 nbad=$(cluster_sql "$DIR" "$DB" "SELECT count(*) FROM bad")
 if [[ $nbad != 0 ]]; then
-    fail "$nbad reader answers were wrong; first ones:"
+    fail "$nbad reader answers were wrong; first ones (at|kind|a|b|got|expected):"
     cluster_sql "$DIR" "$DB" "SELECT * FROM bad ORDER BY at LIMIT 20" >&2
+    # in which writer phase did they come?
+    cluster_sql "$DIR" "$DB" "SELECT extract(epoch FROM at) FROM bad ORDER BY at" >"$DIR/bad_times"
+    awk 'NR == FNR { if ($1 == "mark") { n++; t[n] = $3; ph[n] = $2 } next }
+         { i = 0; for (j = 1; j <= n; j++) if (t[j] <= $1) i = j; c[i ? ph[i] : "before the writer"]++ }
+         END { for (p in c) printf "  wrong answers during %s: %d\n", p, c[p] }' "$DIR/writer.log" "$DIR/bad_times" >&2
 fi
 ntx=$(awk '/^number of transactions actually processed/ {print $6}' "$DIR/pgbench.out")
 echo "  reader transactions checked: ${ntx:-?}, wrong answers: $nbad"
@@ -190,7 +210,7 @@ ph_index_vs_seq "$DIR" "$DB" cv cv_k "k >= 0" || fail "cv_k disagrees with seqsc
 ph_index_vs_seq "$DIR" "$DB" cv cv_gk "grp >= 0" || fail "cv_gk disagrees with seqscan"
 ph_verify "$DIR" "$DB" cv_k || fail "verify(cv_k)"
 ph_verify "$DIR" "$DB" cv_gk || fail "verify(cv_gk)"
-if ((elastic)); then
+if ((elastic && !grow_only)); then
     # both directions must have happened while the readers ran: compact leaves
     # appeared, and later there were fewer of them than at some earlier point
     read -r maxc lastdrop states < <(grep '^stats' "$DIR/writer.log" | awk -F'|' '$2 == "cv_k" {
