@@ -38,7 +38,10 @@ if ((quick)); then
     rows=30000
     late=1000
 fi
-[[ $PH_AM == hybrid_btree ]] || { echo "SKIP: corrupt.sh damages hybrid_btree's own page format (am=$PH_AM)"; exit 77; }
+# elastic_btree shares hybrid_btree's metapage and delta log; its tree leaves
+# (kind 7) are damaged instead of static leaves, compact ones (body format
+# 0x12) under a size_bound small enough to make most leaves compact.
+[[ $PH_AM == hybrid_btree || $PH_AM == elastic_btree ]] || { echo "SKIP: corrupt.sh damages pg_hybrid's own page formats (am=$PH_AM)"; exit 77; }
 
 ph_trap_install
 DIR=$(ph_scratch corrupt)
@@ -58,7 +61,7 @@ NEXT=$((rows + 1))   # next id to insert
 cluster_sql "$DIR" "$DB" \
     "CREATE TABLE cr (id int8 NOT NULL, v text) WITH (autovacuum_enabled = off)" \
     "INSERT INTO cr SELECT g, 'v' || g FROM generate_series(1, $rows) g" \
-    "CREATE INDEX $IDX ON cr USING hybrid_btree (id)" >/dev/null
+    "CREATE INDEX $IDX ON cr USING $PH_AM (id) $( [[ $PH_AM == elastic_btree ]] && echo "WITH (size_bound = '160kB')")" >/dev/null
 
 # add_rows N: N more rows after CREATE INDEX / REINDEX (they go to the delta log;
 # N stays below pg_hybrid.merge_min_entries, so no merge moves them away)
@@ -102,7 +105,7 @@ elif cmd == "list":
         magic, ver, kind, level, gen, left, right, blen, fpos = struct.unpack_from("<IHBBIIIIQ", pg, BLCKSZ - 32)
         if magic != MAGIC:
             kind = 0
-        print(b, kind, level, gen, blen)
+        print(b, kind, level, gen, blen, pg[24])
 else:
     blk = int(sys.argv[3])
     with open(path, "r+b") as f:
@@ -167,7 +170,14 @@ restart_with() {
 index_file() { printf '%s/data/%s' "$DIR" "$(cluster_sql "$DIR" "$DB" "SELECT pg_relation_filepath('$IDX')")"; }
 
 # current_leaves FILE GEN: static leaves of generation GEN, in block order
-current_leaves() { pagetool list "$1" | awk -v g="$2" '$2 == 2 && $3 == 0 && $4 == g {print $1}'; }
+current_leaves() {
+    if [[ $PH_AM == elastic_btree ]]; then
+        # compact leaves of the tree: kind 7, level 0, body format 0x12 (18)
+        pagetool list "$1" | awk '$2 == 7 && $3 == 0 && $6 == 18 {print $1}'
+    else
+        pagetool list "$1" | awk -v g="$2" '$2 == 2 && $3 == 0 && $4 == g {print $1}'
+    fi
+}
 
 EXPECT=""   # seqscan result before the damage
 prepare_case() {  # NAME: fresh delta pages, expected result, file facts

@@ -66,6 +66,10 @@ pub struct ElasticCursor {
     extracted: Option<(usize, Vec<pg_hybrid_core::elastic::tree::ScanItem>)>,
     /// Forward scans: the upper bound as a search target (key, TID side).
     end: Option<(Vec<u8>, TidPos)>,
+    /// (block, position, key) of the last entry whose key was looked at, so
+    /// keys out of order in a leaf (a damaged page: a TID pointing at some
+    /// other row) are an ERROR, not extra rows.
+    seen: (u32, isize, Vec<u8>),
     pos: isize,
     blk: u32,
     left: u32,
@@ -116,6 +120,7 @@ impl ElasticCursor {
             stop: None,
             extracted: None,
             end: None,
+            seen: (NO_BLOCK, 0, Vec::new()),
             pos: 0,
             blk: NO_BLOCK,
             left: NO_BLOCK,
@@ -361,15 +366,32 @@ impl ElasticCursor {
                 None => self.leaf().item(i).unwrap_or_else(|e| core_error(self.index, e)),
             };
             if let Some(k) = item.key {
+                self.check_order(i, &k);
                 return Some((k, item.tid));
             }
             let mut k = Vec::new();
             if self.fetcher().fetch(item.tid, &mut k) {
+                self.check_order(i, &k);
                 return Some((k, item.tid));
             }
             // Pruned: dead for every snapshot.
             self.advance(dir);
         }
+    }
+
+    fn check_order(&mut self, i: usize, k: &[u8]) {
+        let (blk, pos, prev) = &mut self.seen;
+        if *blk == self.blk && *pos != i as isize {
+            let o = pg_hybrid_core::keys::bytes_cmp(prev, k);
+            let bad = if (i as isize) > *pos { o == std::cmp::Ordering::Greater } else { o == std::cmp::Ordering::Less };
+            if bad {
+                unsafe { page::corrupted(&page::rel_name(self.index), self.blk, "leaf entries are out of key order (a TID or key bits are damaged)") };
+            }
+        }
+        *blk = self.blk;
+        *pos = i as isize;
+        prev.clear();
+        prev.extend_from_slice(k);
     }
 
     pub fn advance(&mut self, dir: Dir) {

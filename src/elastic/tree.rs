@@ -111,6 +111,21 @@ unsafe fn settle_state(index: pg_sys::Relation, tree: &mut ElasticTree<BufPool>,
     }
 }
 
+/// Re-evaluates the state and, while expanding, reverts every compact leaf,
+/// not just a pass's worth: VACUUM visits them all anyway (the paper
+/// reverts leaves it visits).
+unsafe fn expand_all(index: pg_sys::Relation, tree: &mut ElasticTree<BufPool>, f: &mut HeapFetcher) {
+    settle_state(index, tree, f);
+    while tree.state() == State::Expanding && tree.stats().compact_leaves > 0 {
+        pg_sys::vacuum_delay_point();
+        let n = tree.expand_some(EXPAND_STEPS, f).unwrap_or_else(|e| core_error(index, e));
+        tree.update_state().unwrap_or_else(|e| core_error(index, e));
+        if n == 0 {
+            break;
+        }
+    }
+}
+
 /// VACUUM: removes dead TIDs (and entries whose tuples were pruned), merges
 /// underfull leaves, and reverts compact leaves while expanding.
 pub unsafe fn bulk_delete(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridMeta, dead: &mut dyn FnMut(Tid) -> bool) -> (u64, WriteOutcome) {
@@ -121,20 +136,21 @@ pub unsafe fn bulk_delete(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &Hyb
     let mut tree = open_writer(index, m);
     let mut f = HeapFetcher::open(index, desc.clone());
     let removed = tree.bulk_delete(dead, &mut f).unwrap_or_else(|e| core_error(index, e));
-    settle_state(index, &mut tree, &mut f);
-    // Revert every compact leaf while expanding, not just a pass's worth:
-    // VACUUM visits them all anyway (paper: revert on visit).
-    while tree.state() == State::Expanding && tree.stats().compact_leaves > 0 {
-        pg_sys::vacuum_delay_point();
-        let n = tree.expand_some(EXPAND_STEPS, &mut f).unwrap_or_else(|e| core_error(index, e));
-        tree.update_state().unwrap_or_else(|e| core_error(index, e));
-        if n == 0 {
-            break;
-        }
-    }
+    expand_all(index, &mut tree, &mut f);
     let fetches = f.fetches;
     drop(f);
     (removed, outcome(index, tree, fetches))
+}
+
+/// Re-evaluates the state under the current reloptions and, while
+/// expanding, reverts compact leaves (VACUUM's cleanup pass).
+pub unsafe fn settle(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridMeta) -> WriteOutcome {
+    let mut tree = open_writer(index, m);
+    let mut f = HeapFetcher::open(index, desc.clone());
+    expand_all(index, &mut tree, &mut f);
+    let fetches = f.fetches;
+    drop(f);
+    outcome(index, tree, fetches)
 }
 
 /// The tree's counters for index_stats (walks the tree).
@@ -158,15 +174,3 @@ pub unsafe fn verify(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridMe
     tree.count_entries().unwrap_or_else(|e| core_error(index, e))
 }
 
-/// Whether the tree is (or may be) holding compact leaves: its state is not
-/// normal. Reads two pages; for the planner (amcanreturn).
-pub unsafe fn may_have_compact_leaves(index: pg_sys::Relation) -> bool {
-    let m = crate::hybrid::meta::read(index);
-    if m.stat.root == NO_BLOCK {
-        return false;
-    }
-    match ElasticTree::open_reader(BufPool::reader(index), m.stat.root) {
-        Ok(t) => t.state() != State::Normal,
-        Err(e) => core_error(index, e),
-    }
-}

@@ -190,16 +190,7 @@ unsafe fn switch(
     mm.last_merge_us = (millis * 1000.0) as u64;
     let delta_pages = mm.delta_pages;
     mm.delta_pages = delta_pages.saturating_sub(ndead_delta).max(1);
-    {
-        let mut w = WalRecord::start(index);
-        if let Some(ob) = &old_head {
-            let op = w.register(ob);
-            page::check_page(index, m.recycle_head, op, &[PageKind::Recycle]);
-            page::body_mut(op)[8..16].copy_from_slice(&old_safexid.to_le_bytes());
-        }
-        meta::store(w.register(&metab), &mm);
-        w.finish();
-    }
+    store_meta_and_old_horizon(index, &metab, &mm, old_head.as_ref().map(|b| (b, m.recycle_head)), old_safexid);
     drop(old_head);
     {
         let _g = slot.exclusive();
@@ -276,13 +267,20 @@ pub unsafe fn list_for_recycling(index: pg_sys::Relation, blocks: &[u32]) {
     let old_safexid = mm.recycle_safexid;
     mm.recycle_head = head;
     mm.recycle_safexid = pg_sys::ReadNextFullTransactionId().value;
+    store_meta_and_old_horizon(index, &metab, &mm, old_head.as_ref().map(|b| (b, m.recycle_head)), old_safexid);
+}
+
+/// One WAL record: the metapage `mm`, and the horizon `old_safexid` stamped
+/// on the first page of the segment that was newest until now (its own
+/// horizon from now on; the metapage holds the newest segment's).
+unsafe fn store_meta_and_old_horizon(index: pg_sys::Relation, metab: &Buf, mm: &meta::HybridMeta, old_head: Option<(&Buf, u32)>, old_safexid: u64) {
     let mut w = WalRecord::start(index);
-    if let Some(ob) = &old_head {
+    if let Some((ob, blk)) = old_head {
         let op = w.register(ob);
-        page::check_page(index, m.recycle_head, op, &[PageKind::Recycle]);
+        page::check_page(index, blk, op, &[PageKind::Recycle]);
         page::body_mut(op)[8..16].copy_from_slice(&old_safexid.to_le_bytes());
     }
-    meta::store(w.register(&metab), &mm);
+    meta::store(w.register(metab), mm);
     w.finish();
 }
 

@@ -871,9 +871,10 @@ pub unsafe extern "C-unwind" fn amrestrpos(scan: pg_sys::IndexScanDesc) {
 #[pg_guard]
 pub unsafe extern "C-unwind" fn amcanreturn(index: pg_sys::Relation, attno: i32) -> bool {
     // Compact leaves hold no keys: an index-only scan would read the heap
-    // for every entry to learn its key. While an elastic index has (or is
-    // making) compact leaves, plans go through the heap instead.
-    if crate::elastic::is_elastic(index) && crate::elastic::tree::may_have_compact_leaves(index) {
+    // for every entry to learn its key. An elastic index with a size bound
+    // (one that makes compact leaves) is planned through the heap instead;
+    // decided from the reloptions, so planning reads no page.
+    if crate::elastic::is_elastic(index) && crate::elastic::options::size_bound(index).is_some() {
         return false;
     }
     let desc = index_desc(index);

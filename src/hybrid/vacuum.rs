@@ -55,34 +55,9 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
         // reverted while the index is under its expand threshold.
         let desc = crate::keys::index_desc(index);
         let (removed, out) = crate::elastic::tree::bulk_delete(index, &desc, &m, &mut dead);
-        merge::list_for_recycling(index, &out.deleted);
         removed_static = removed.max(m.stat.tids.saturating_sub(out.entries));
         kept_static = out.entries;
-        if let Some(slot) = shmem::existing_slot(index) {
-            merge::add_key_fetches(slot, out.key_fetches);
-        }
-        let mm = meta::update(index, |mm| {
-            if mm.stat.root != NO_BLOCK || out.tree_pages > 0 {
-                mm.stat.root = out.meta_blk;
-            }
-            mm.stat.pages = out.tree_pages;
-            mm.stat.first_leaf = out.root;
-            mm.stat.height = out.stats.height as u32;
-            mm.stat.tids = out.entries;
-            mm.stat.keys = out.entries;
-        });
-        if let Some(slot) = shmem::existing_slot(index) {
-            let _g = slot.exclusive();
-            let st = &mut slot.get().dual;
-            if st.stat.generation == mm.stat.generation {
-                st.stat.root = mm.stat.root;
-                st.stat.pages = mm.stat.pages;
-                st.stat.first_leaf = mm.stat.first_leaf;
-                st.stat.height = mm.stat.height;
-                st.stat.tids = mm.stat.tids;
-                st.stat.keys = mm.stat.keys;
-            }
-        }
+        record_elastic_outcome(index, &out);
     }
     let mut blk = if m.stat.root == NO_BLOCK || elastic { NO_BLOCK } else { m.stat.first_leaf };
     while blk != NO_BLOCK {
@@ -178,6 +153,17 @@ pub unsafe extern "C-unwind" fn amvacuumcleanup(
     let stats = new_stats(stats);
     let _ml = MaintenanceLock::exclusive(index);
     merge::recycle_if_safe(index);
+    if crate::elastic::is_elastic(index) && !pg_sys::RecoveryInProgress() {
+        // PostgreSQL skips ambulkdelete when the heap had nothing to
+        // remove; a bound changed by ALTER INDEX (or a size that fell)
+        // still takes effect here: state re-evaluated, leaves reverted.
+        let m = meta::read(index);
+        if m.stat.root != NO_BLOCK {
+            let desc = crate::keys::index_desc(index);
+            let out = crate::elastic::tree::settle(index, &desc, &m);
+            record_elastic_outcome(index, &out);
+        }
+    }
     let (free, orphans) = sweep(index);
     if !orphans.is_empty() {
         free_pages(index, &orphans);
@@ -195,6 +181,35 @@ pub unsafe extern "C-unwind" fn amvacuumcleanup(
     (*stats).num_pages = nblocks(index);
     (*stats).pages_free = (free.len() + orphans.len()) as u32;
     stats
+}
+
+/// After a change to an elastic tree by VACUUM: deleted leaves listed for
+/// recycling, the tree's root, size and count in the metapage and the slot.
+unsafe fn record_elastic_outcome(index: pg_sys::Relation, out: &crate::elastic::tree::WriteOutcome) {
+    merge::list_for_recycling(index, &out.deleted);
+    if let Some(slot) = shmem::existing_slot(index) {
+        merge::add_key_fetches(slot, out.key_fetches);
+    }
+    let mm = meta::update(index, |mm| {
+        mm.stat.root = out.meta_blk;
+        mm.stat.pages = out.tree_pages;
+        mm.stat.first_leaf = out.root;
+        mm.stat.height = out.stats.height as u32;
+        mm.stat.tids = out.entries;
+        mm.stat.keys = out.entries;
+    });
+    if let Some(slot) = shmem::existing_slot(index) {
+        let _g = slot.exclusive();
+        let st = &mut slot.get().dual;
+        if st.stat.generation == mm.stat.generation {
+            st.stat.root = mm.stat.root;
+            st.stat.pages = mm.stat.pages;
+            st.stat.first_leaf = mm.stat.first_leaf;
+            st.stat.height = mm.stat.height;
+            st.stat.tids = mm.stat.tids;
+            st.stat.keys = mm.stat.keys;
+        }
+    }
 }
 
 /// Reads every page: returns free pages, and static or recycle pages that no

@@ -654,6 +654,11 @@ impl Default for Shape {
     }
 }
 
+/// Whether a leaf with these bits is stored NARROW (one byte a bit).
+pub fn fits_narrow(bits: &[u16]) -> bool {
+    choose_base(bits).0
+}
+
 fn choose_base(bits: &[u16]) -> (bool, u16) {
     let (mut lo, mut hi) = (DUP, 0u16);
     for &b in bits {

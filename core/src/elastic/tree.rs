@@ -549,22 +549,8 @@ impl<P: PagePool> ElasticTree<P> {
     /// Opens an existing index; counts leaf forms by walking the tree.
     pub fn open(pool: P, meta_blk: u32, cfg: Config) -> Result<Self> {
         cfg.validate(pool.page_bytes())?;
-        let (root, height, state) = parse_meta(&pool.read(meta_blk)?.1)?;
-        let mut t = ElasticTree {
-            pool,
-            cfg,
-            meta_blk,
-            root,
-            height,
-            state,
-            std_leaves: 0,
-            compact_leaves: 0,
-            inner_pages: 0,
-            fetches: Cell::new(0),
-            dead_dropped: 0,
-            shrink_cursor: None,
-            ev: Events::default(),
-        };
+        let mut t = Self::open_reader(pool, meta_blk)?;
+        t.cfg = cfg;
         t.recount()?;
         Ok(t)
     }
@@ -573,21 +559,9 @@ impl<P: PagePool> ElasticTree<P> {
     /// zero), so a scan or a probe costs no more than its descent.
     pub fn open_reader(pool: P, meta_blk: u32) -> Result<Self> {
         let (root, height, state) = parse_meta(&pool.read(meta_blk)?.1)?;
-        Ok(ElasticTree {
-            pool,
-            cfg: Config::default(),
-            meta_blk,
-            root,
-            height,
-            state,
-            std_leaves: 0,
-            compact_leaves: 0,
-            inner_pages: 0,
-            fetches: Cell::new(0),
-            dead_dropped: 0,
-            shrink_cursor: None,
-            ev: Events::default(),
-        })
+        let mut t = Self::open_at(pool, meta_blk, root, height);
+        t.state = state;
+        Ok(t)
     }
 
     /// A reader that starts descents at `root` without reading the
@@ -1477,6 +1451,13 @@ impl<P: PagePool> ElasticTree<P> {
             }
             let junction = disc_bit(&lastk, &firstk);
             lraw.append(&rraw, junction);
+            // The fill limit in bytes, not entries: keys whose bits spread
+            // wide take two bytes a bit, and a merged page that the next
+            // insert overflows would only be split again (and merged again).
+            let used = compact::body_size(self.cfg.tree_level, hk.as_ref().map(|h| h.0.len()), lraw.len() + self.cfg.slack as usize, compact::fits_narrow(&lraw.bits));
+            if used > self.cap() * fill_pct / 100 {
+                return Ok(false);
+            }
             let mut b = vec![0u8; self.cap()];
             match compact::write(&mut b, &lraw, self.shape(capacity.max(lraw.len())), hk_ref(&hk)) {
                 Ok(()) => Some((b, Form::Compact)),
