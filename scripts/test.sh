@@ -17,7 +17,7 @@
 # Second pass, with elastic_btree (skipped when the AM under test is already
 # elastic_btree or btree, or when elastic_btree is not installed); always short
 # (--quick), set PH_ELASTIC_FULL=1 for the full forms.  `--only elastic` /
-# `--skip elastic` select all five:
+# `--skip elastic` select all six:
 #   differential-elastic  differential.py --am elastic_btree --size-bound mixed (20 s, 45 s full)
 #   crash-elastic         crash.sh with size_bound 1MB (PH_ELASTIC_BOUND_CRASH)
 #   standby-elastic       standby.sh with size_bound 256kB (PH_ELASTIC_BOUND_STANDBY)
@@ -25,6 +25,7 @@
 #   convert-elastic       tests/convert.sh: readers check exact answers while a writer
 #                         grows the index past its bound and shrinks it back (conversions
 #                         both ways under concurrent readers)
+#   corrupt-elastic       corrupt.sh on an elastic_btree index (damaged compact leaves)
 # The last line printed is exactly "N passed, M failed"; exit status 1 if M > 0.
 #
 # Options:
@@ -42,7 +43,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ELASTIC_STEPS=(differential-elastic crash-elastic standby-elastic concurrency-elastic convert-elastic)
+ELASTIC_STEPS=(differential-elastic crash-elastic standby-elastic concurrency-elastic convert-elastic corrupt-elastic)
 ALL_STEPS=(setup core regress differential crash standby concurrency corrupt arena bench "${ELASTIC_STEPS[@]}")
 quick=0
 only=()
@@ -288,6 +289,7 @@ else
         run_step standby-elastic elastic_step standby.sh "${PH_ELASTIC_BOUND_STANDBY:-256kB}" "${eqarg[@]}"
         run_step concurrency-elastic elastic_step concurrency.sh "${PH_ELASTIC_BOUND_CONC:-512kB}" "${eqarg[@]}"
         run_step convert-elastic elastic_step convert.sh "${PH_ELASTIC_BOUND_CONVERT:-768kB}" "${eqarg[@]}"
+        run_step corrupt-elastic elastic_step corrupt.sh "" "${eqarg[@]}"
     fi
 fi
 
