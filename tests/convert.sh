@@ -13,6 +13,10 @@
 #   point      k = 10*i finds exactly one row, with grp 0
 #   desc       the largest grp-0 key <= a (ORDER BY k DESC LIMIT 1) is (a/10)*10
 #   grp        count of grp 0 with k <= a through the (grp, k) index
+#   cursor     a cursor over all grp-0 rows in k order (forward or backward),
+#              fetched row by row with pauses, so the scan stays positioned
+#              inside leaves while they split or convert: every stable key must
+#              come exactly once, in order
 # A wrong answer inserts a row into table bad (no error, so the run goes on
 # and every mismatch is kept).  Meanwhile one writer cycles: insert churn rows
 # in batches with pg_hybrid.merge() after each (the index grows past the
@@ -71,6 +75,33 @@ cluster_sql "$DIR" "$DB" \
     "CREATE INDEX cv_k ON cv USING $AM (k)$opts" \
     "CREATE INDEX cv_gk ON cv USING $AM (grp, k)$opts" \
     "CREATE TABLE bad (at timestamptz DEFAULT clock_timestamp(), kind text, a int8, b int8, got text, expected text)" \
+    "CREATE FUNCTION cv_cursor_check(backward bool) RETURNS void LANGUAGE plpgsql AS \$\$
+     DECLARE c refcursor; x int8; expect int8; n int := 0;
+     BEGIN
+         IF backward THEN
+             OPEN c FOR SELECT k FROM cv WHERE grp = 0 ORDER BY k DESC;
+             expect := 10 * $S;
+         ELSE
+             OPEN c FOR SELECT k FROM cv WHERE grp = 0 ORDER BY k;
+             expect := 10;
+         END IF;
+         LOOP
+             FETCH c INTO x;
+             EXIT WHEN NOT FOUND;
+             IF x IS DISTINCT FROM expect THEN
+                 INSERT INTO bad (kind, a, got, expected)
+                 VALUES (CASE WHEN backward THEN 'cursor desc' ELSE 'cursor' END, n, x::text, expect::text);
+                 RETURN;
+             END IF;
+             expect := expect + CASE WHEN backward THEN -10 ELSE 10 END;
+             n := n + 1;
+             IF n % 1000 = 0 THEN PERFORM pg_sleep(0.01); END IF;
+         END LOOP;
+         IF n <> $S THEN
+             INSERT INTO bad (kind, a, got, expected)
+             VALUES (CASE WHEN backward THEN 'cursor desc' ELSE 'cursor' END, n, n || ' rows', '$S rows');
+         END IF;
+     END \$\$" \
     "VACUUM ANALYZE cv" >/dev/null
 
 # ------------------------------------------------------- pgbench scripts --
@@ -108,6 +139,11 @@ SET enable_bitmapscan = off;
 \\set a random(1, $MAXK)
 \\set exp :a / 10
 INSERT INTO bad (kind, a, got, expected) SELECT 'grp', :a, c, :exp FROM (SELECT count(*) AS c FROM cv WHERE grp = 0 AND k <= :a) q WHERE c <> :exp;
+EOF
+cat >"$W/cursor.sql" <<EOF
+SET enable_bitmapscan = off;
+\\set d random(0, 1)
+SELECT cv_cursor_check(:d = 1);
 EOF
 chown -R "$PH_USER:" "$W"
 
@@ -168,6 +204,7 @@ set +e
 ph_as_user env PGOPTIONS="-c enable_seqscan=off" "$PH_PGBIN/pgbench" -n -h "$DIR/sock" -p "$PH_PORT" -U "$PH_USER" \
     -c "$clients" -j 2 -T "$seconds" -M simple -P 10 \
     -f "$W/range.sql@30" -f "$W/bitmap.sql@10" -f "$W/point.sql@30" -f "$W/desc.sql@20" -f "$W/grp.sql@10" \
+    -f "$W/cursor.sql@1" \
     "$DB" >"$DIR/pgbench.out" 2>"$DIR/pgbench.err"
 rc=$?
 set -e
