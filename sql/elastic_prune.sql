@@ -159,6 +159,32 @@ SELECT * FROM battery();
 SELECT pg_hybrid.verify('ep_k'), pg_hybrid.verify('ep_id'), pg_hybrid.verify('ep_gt');
 SELECT pg_hybrid.verify('ep_k', true), pg_hybrid.verify('ep_id', true), pg_hybrid.verify('ep_gt', true);
 
+-- every live id of 1..6000 (many sit next to a pruned one, some at leaf
+-- boundaries) must still block a duplicate: plain INSERT, ON CONFLICT DO
+-- NOTHING and DO UPDATE (each probe rolled back)
+CREATE FUNCTION dup_probe(lo int, hi int) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE i int; accepted bigint := 0;
+BEGIN
+  FOR i IN lo..hi LOOP
+    CONTINUE WHEN i % 3 = 0;
+    BEGIN
+      INSERT INTO ep VALUES (i, 0, 0, 'dup', 'dup');
+      accepted := accepted + 1;
+      RAISE EXCEPTION 'undo';
+    EXCEPTION WHEN unique_violation OR raise_exception THEN NULL;
+    END;
+  END LOOP;
+  RETURN accepted;
+END $$;
+SELECT dup_probe(1, 6000) AS duplicates_accepted;
+WITH ins AS (INSERT INTO ep SELECT id, 0, 0, 'dup', 'conflict' FROM ep_rows(1, 6000) WHERE id % 3 <> 0
+             ON CONFLICT (id) DO NOTHING RETURNING id)
+SELECT count(*) AS inserted FROM ins;
+WITH up AS (INSERT INTO ep SELECT id, 0, 0, 'dup', 'conflict' FROM ep_rows(1, 600) WHERE id % 3 = 1
+            ON CONFLICT (id) DO UPDATE SET pad = ep.pad RETURNING xmax <> 0 AS updated)
+SELECT count(*), count(*) FILTER (WHERE updated) AS updated FROM up;
+-- (no-op when the probes were refused; keeps the twins equal otherwise)
+DELETE FROM ep WHERE t = 'dup';
 -- unique checks meet the dead entries: a deleted id can come back, a live one cannot
 INSERT INTO ep SELECT * FROM ep_rows(3, 3);
 INSERT INTO ep_b SELECT * FROM ep_rows(3, 3);
@@ -245,4 +271,4 @@ SELECT c.relname, s.compact_leaves > 0 AS has_compact
  WHERE c.relname IN ('ep_id', 'ep_k', 'ep_gt') ORDER BY c.relname;
 SELECT pg_hybrid.verify('ep_k', true), pg_hybrid.verify('ep_id', true), pg_hybrid.verify('ep_gt', true);
 DROP TABLE ep, ep_b;
-DROP FUNCTION battery, chk, lp_count, ep_rows;
+DROP FUNCTION battery, chk, lp_count, ep_rows, dup_probe;
