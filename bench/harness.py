@@ -46,10 +46,15 @@ class Cluster:
         c.execute("SET client_min_messages = warning")
         return c
 
-    def create_db(self, name, template=None):
+    def create_db(self, name, template=None, collate_c=False):
+        """collate_c: database collation "C" (from template0), so plain text
+        columns can be indexed by AMs that need a memcmp order (elastic_btree)."""
         with self.connect() as c:
             c.execute('DROP DATABASE IF EXISTS "%s"' % name)
-            c.execute('CREATE DATABASE "%s"%s' % (name, ' TEMPLATE "%s"' % template if template else ""))
+            opts = ' TEMPLATE "%s"' % template if template else ""
+            if collate_c and not template:
+                opts = " TEMPLATE template0 LC_COLLATE 'C'"
+            c.execute('CREATE DATABASE "%s"%s' % (name, opts))
         if template is None:
             with self.connect(name) as c:
                 self.ensure_extension(c)
@@ -173,6 +178,8 @@ class Results:
         self.notes = []
         self.params = {}            # suite settings for the report (scale, clients, ...)
         self.order = []
+        self.targets = []           # (case, check, value, limit, pass): issue targets, reported only
+        self.curve = []             # suite elastic: Figure 5 samples (dicts), written to <stem>-curve.csv
 
     def add(self, case, metric, unit, better, side, rep, value, quiet=False):
         key = (case, metric)
@@ -283,9 +290,30 @@ def write_report(a, res, facts):
             f.write("\nNotes:\n\n")
             for n in res.notes:
                 f.write("- %s\n" % n)
+    if res.targets:
+        with open(stem + ".md", "a") as f:
+            f.write("\nTargets (reported, not asserted):\n\n| case | check | value | limit | result |\n"
+                    "|---|---|---:|---:|---|\n")
+            for case, check, value, limit, ok in res.targets:
+                f.write("| %s | %s | %s | %s | %s |\n" % (case, check, "n/a" if value is None else "%.3f" % value,
+                                                          "%.3g" % limit, "PASS" if ok else "**FAIL**"))
+        with open(stem + "-targets.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["suite", "case", "check", "value", "limit", "pass"])
+            for case, check, value, limit, ok in res.targets:
+                w.writerow([res.suite, case, check, "" if value is None else "%.6g" % value, limit, int(bool(ok))])
+    if res.curve:
+        cols = list(res.curve[0].keys())
+        with open(stem + "-curve.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols)
+            w.writeheader()
+            for r in res.curve:
+                w.writerow({k: "" if r.get(k) is None else r[k] for k in cols})
     with open(stem + ".json", "w") as f:
         json.dump({"suite": res.suite, "baseline": base, "am": am, "smoke": a.smoke,
-                   "params": res.params, "facts": facts}, f, indent=1, default=str)
+                   "params": res.params, "facts": facts,
+                   "targets": [{"case": c_, "check": ch, "value": v, "limit": l, "pass": bool(ok)}
+                               for c_, ch, v, l, ok in res.targets]}, f, indent=1, default=str)
     if not a.no_plot:
         try:
             import plot
@@ -305,7 +333,7 @@ FULL = {"probe_rows": 5000000, "scale": 50, "seconds": 60, "ycsb_rows": 1000000,
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("suite", choices=["probe", "pgbench", "ycsb", "tpcc", "tpch"])
+    ap.add_argument("suite", choices=["probe", "pgbench", "ycsb", "tpcc", "tpch", "elastic"])
     ap.add_argument("--index-am", required=True)
     ap.add_argument("--table-am", default="heap")
     ap.add_argument("--baseline", default="btree")
@@ -344,6 +372,8 @@ def main():
     check_am(cl, a.table_am, "t")
     res = Results(a.suite, [base_label, am_label])
     facts = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M")}
+    # before the suite: the .so the cluster loaded at start (it may be reinstalled during a long run)
+    facts.update(machine_facts(cl))
     t0 = time.time()
     ok = True
     try:
@@ -359,11 +389,13 @@ def main():
         elif a.suite == "tpch":
             import suite_tpch
             suite_tpch.run(a, cl, res)
+        elif a.suite == "elastic":
+            import suite_elastic
+            suite_elastic.run(a, cl, res)
     except BenchError as e:
         ok = False
         log("FAILED: %s" % e)
         res.note("FAILED: %s" % e)
-    facts.update(machine_facts(cl))
     facts["runtime_s"] = round(time.time() - t0)
     facts["smoke"] = a.smoke
     if not res.rows:

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """bench/plot.py RESULT.csv [OUT.png] — chart of one suite's report (harness.py CSV).
 
+elastic: <stem>.png is the paper's Figure 5 shape from <stem>-curve.csv
+(index MB, probe and range cost of both sides against rows in the index,
+growth then removal), <stem>-ratios.png the ratio bars as for probe.
 probe: one bar per (case, metric) with the ratio AM / baseline on a log axis
 (green where the AM is better), since its metrics have a dozen units.
 Other suites: the baseline and the AM side by side (median, whiskers min–max
@@ -35,7 +38,7 @@ def title_of(src, rows):
     r = rows[0]
     t = "%s: %s vs %s" % (r["suite"], r["am"], r["baseline"])
     bits = [("%s %s" % (k, facts[k])) for k in ("scale factor", "warehouses", "usertable rows", "pgbench scale",
-                                                 "rows per case", "clients", "shared_buffers") if k in facts]
+                                                 "rows per case", "rows per key type", "clients", "shared_buffers") if k in facts]
     bits += ["%s CPUs" % facts["nproc"]] if "nproc" in facts else []
     if facts.get("smoke"):
         bits.append("SMOKE")
@@ -123,13 +126,84 @@ def panels_chart(rows, out, title):
     fig.savefig(out, dpi=110)
 
 
+def elastic_chart(src, out, title):
+    """Suite elastic: the paper's Figure 5 shape from <stem>-curve.csv: index
+    bytes, probe and 100-row range cost of both sides against the rows in the
+    index, through the growth phase and the removal phase (x: sample order,
+    labelled with the rows in the index; the bound as a dashed line)."""
+    stem = os.path.splitext(src)[0]
+    with open(stem + "-curve.csv") as fh:
+        pts = list(csv.DictReader(fh))
+    bounds = {}
+    fj = stem + ".json"
+    if os.path.exists(fj):
+        with open(fj) as fh:
+            params = json.load(fh).get("params", {})
+        for k, v in params.items():
+            if k.endswith(" size_bound") and "NOT applied" not in str(v):
+                bounds[k.split()[0]] = float(str(v).split()[0])
+    kts = list(dict.fromkeys(p["keytype"] for p in pts))
+    sides = list(dict.fromkeys(p["side"] for p in pts))
+    metrics = [("index_bytes", "index MB", 1e6), ("probe_ns", "probe ns", 1.0), ("range_us", "100-row range µs", 1.0)]
+    fig, axes = plt.subplots(len(kts), 3, figsize=(15, 3.6 * len(kts) + 0.6), squeeze=False)
+    colors = {sides[0]: AM_COLOR}
+    for s in sides[1:]:
+        colors[s] = BASE_COLOR
+    for i, kt in enumerate(kts):
+        mine = [p for p in pts if p["keytype"] == kt]
+        steps = sorted(set(int(p["step"]) for p in mine))
+        rows_at = {int(p["step"]): int(p["rows"]) for p in mine}
+        grow_end = max([int(p["step"]) for p in mine if p["phase"] == "grow"] or [0])
+        for j, (m, label, scale) in enumerate(metrics):
+            ax = axes[i][j]
+            for s in sides:
+                xs = [int(p["step"]) for p in mine if p["side"] == s]
+                ys = [float(p[m]) / scale for p in mine if p["side"] == s]
+                ax.plot(xs, ys, marker="o", markersize=3, color=colors[s], label=s)
+                comp = [(int(p["step"]), float(p[m]) / scale) for p in mine
+                        if p["side"] == s and p.get("compact_leaves") not in ("", None, "0")]
+                if comp:
+                    ax.scatter([x for x, _ in comp], [y for _, y in comp], s=28, facecolors="none",
+                               edgecolors="#c0392b", zorder=3, label="%s: compact leaves present" % s)
+            if m == "index_bytes":
+                for s in sides:
+                    inuse = [(int(p["step"]), float(p["pages_in_use_bytes"]) / scale) for p in mine
+                             if p["side"] == s and p.get("pages_in_use_bytes") not in ("", None)]
+                    if inuse:
+                        ax.plot([x for x, _ in inuse], [y for _, y in inuse], linestyle="--", linewidth=1,
+                                color=colors[s], label="%s: pages in use" % s)
+            if m == "index_bytes" and kt in bounds:
+                ax.axhline(bounds[kt] / scale, color="#c0392b", linestyle="--", linewidth=1, label="size_bound")
+                ax.axhline(bounds[kt] * 1.1 / scale, color="#c0392b", linestyle=":", linewidth=1, label="bound + 10%")
+            ax.axvline(grow_end + 0.5, color="#aaaaaa", linewidth=0.8)
+            every = max(1, len(steps) // 10)
+            ax.set_xticks(steps[::every])
+            ax.set_xticklabels([("%.2gM" % (rows_at[x] / 1e6)) if rows_at[x] >= 1e6 else "%dk" % (rows_at[x] // 1000)
+                                for x in steps[::every]], fontsize=7)
+            ax.set_ylim(bottom=0)
+            ax.set_title("%s: %s (grow | remove 80%%)" % (kt, label), fontsize=8)
+            ax.set_xlabel("rows in the index", fontsize=7)
+            ax.tick_params(axis="y", labelsize=7)
+            if i == 0 and j == 0:
+                ax.legend(fontsize=6, loc="upper left")
+    fig.suptitle(title + "\n(Figure 5 shape: growth past the bound, then deletes + VACUUM)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
 def plot(src, out):
     with open(src) as fh:
         rows = list(csv.DictReader(fh))
     if not rows:
         raise ValueError("no rows in %s" % src)
     title = title_of(src, rows)
-    if rows[0]["suite"] == "probe":
+    if rows[0]["suite"] == "elastic":
+        ratio_chart(rows, os.path.splitext(out)[0] + "-ratios.png", title)
+        if os.path.exists(os.path.splitext(src)[0] + "-curve.csv"):
+            elastic_chart(src, out, title)
+        else:
+            ratio_chart(rows, out, title)
+    elif rows[0]["suite"] == "probe":
         ratio_chart(rows, out, title)
     else:
         panels_chart(rows, out, title)

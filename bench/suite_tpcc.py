@@ -96,7 +96,12 @@ def run(a, cl, res):
     wh = a.warehouses or a.size["warehouses"]
     seconds = a.seconds or a.size["tpcc_seconds"]
     log("tpcc: loading %d warehouse(s) into tpcc_base" % wh)
-    cl.create_db("tpcc_base")
+    # elastic_btree needs a memcmp key order: under the cluster's C.UTF-8 it would refuse
+    # customer's (c_w_id, c_d_id, c_last, c_first) index, so both sides get a "C" database
+    collate_c = a.index_am == "elastic_btree"
+    cl.create_db("tpcc_base", collate_c=collate_c)
+    if collate_c:
+        res.note("database collation \"C\" (for elastic_btree's text keys), on both sides")
     t0 = time.time()
     out = gotpc(a, ["prepare", "--warehouses", str(wh), "-T", str(a.threads)], "tpcc_base", 7200)
     load_s = time.time() - t0

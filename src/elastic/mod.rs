@@ -44,6 +44,13 @@ pub unsafe fn is_elastic(rel: pg_sys::Relation) -> bool {
 /// Raises the ERROR for key columns elastic_btree cannot order by bytes.
 pub unsafe fn check_keys(index: pg_sys::Relation, desc: &crate::keys::IndexDesc) {
     fetch::check_fetchable(index);
+    if desc.natts > desc.nkeyatts {
+        crate::raise(
+            pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("elastic_btree index \"{}\" cannot have INCLUDE columns", crate::storage::page::rel_name(index)),
+            "Entries of compact leaves are ordered by all their bytes, which INCLUDE payloads would take part in. Make the columns key columns, or use hybrid_btree for covering indexes.",
+        );
+    }
     if let Some(c) = desc.cols.iter().position(|c| c.kind == pg_hybrid_core::keys::ColumnKind::Opaque) {
         let typ = std::ffi::CStr::from_ptr(pg_sys::format_type_be(desc.cols[c].typid)).to_string_lossy().into_owned();
         crate::raise(

@@ -184,12 +184,24 @@ impl ElasticCursor {
             None => None,
             Some(e) => {
                 let stop = leaf.search(e, &mut f, &mut buf).unwrap_or_else(|e| core_error(self.index, e));
-                let ends_here = stop < self.n
-                    || match &self.hikey {
-                        None => true,
-                        Some((k, tid)) => pg_hybrid_core::elastic::cmp_entry(k, *tid, e) != std::cmp::Ordering::Less,
-                    };
-                ends_here.then_some(stop)
+                // The range ends here if the page's upper bound is past its
+                // end, or if an entry at or after `stop` is live (it is then
+                // >= the end, and so is everything right of it). Compact
+                // entries there may all be dead (pruned keys can sit on
+                // either side of the searched position), and then live
+                // entries below the end may follow in the next leaf.
+                let hikey_past = match &self.hikey {
+                    None => true,
+                    Some((k, tid)) => pg_hybrid_core::elastic::cmp_entry(k, *tid, e) != std::cmp::Ordering::Less,
+                };
+                let mut live_after = |f: &mut LazyFetcher| match &leaf {
+                    Leaf::Std(_) => stop < self.n,
+                    Leaf::Compact(v) => (stop..self.n).any(|i| {
+                        buf.clear();
+                        f.fetch(v.tid(i), &mut buf)
+                    }),
+                };
+                (hikey_past || live_after(&mut f)).then_some(stop)
             }
         };
         self.buf = buf;

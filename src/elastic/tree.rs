@@ -136,6 +136,7 @@ pub unsafe fn bulk_delete(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &Hyb
     let mut tree = open_writer(index, m);
     let mut f = HeapFetcher::open(index, desc.clone());
     let removed = tree.bulk_delete(dead, &mut f).unwrap_or_else(|e| core_error(index, e));
+    tree.refresh_counts().unwrap_or_else(|e| core_error(index, e));
     expand_all(index, &mut tree, &mut f);
     let fetches = f.fetches;
     drop(f);

@@ -304,6 +304,9 @@ pub struct VerifyReport {
     pub entries: u64,
     /// Compact entries whose key could not be fetched.
     pub dead_entries: u64,
+    /// Pages the compact leaves would take beyond their own as standard
+    /// leaves (entry size from each leaf's high key), for the expand rule.
+    pub expansion_pages: u64,
 }
 
 /// One scanned entry. Standard leaves give the key (index-only scans);
@@ -504,6 +507,9 @@ pub struct ElasticTree<P: PagePool> {
     dead_dropped: u64,
     /// Where the shrink pass resumes: (parent block, child index).
     shrink_cursor: Option<(u32, usize)>,
+    /// Extra pages reverting every compact leaf would take (as of the last
+    /// walk: `open`).
+    expansion_pages: u64,
     ev: Events,
 }
 
@@ -540,6 +546,7 @@ impl<P: PagePool> ElasticTree<P> {
             fetches: Cell::new(0),
             dead_dropped: 0,
             shrink_cursor: None,
+            expansion_pages: 0,
             ev: Events::default(),
         };
         t.update_state()?;
@@ -581,6 +588,7 @@ impl<P: PagePool> ElasticTree<P> {
             fetches: Cell::new(0),
             dead_dropped: 0,
             shrink_cursor: None,
+            expansion_pages: 0,
             ev: Events::default(),
         }
     }
@@ -700,7 +708,12 @@ impl<P: PagePool> ElasticTree<P> {
         let expand = bound as u128 * self.cfg.expand_pct as u128 / 100;
         let next = match self.state {
             State::Normal if size >= shrink => State::Shrinking,
-            State::Shrinking if size < expand => State::Expanding,
+            // Only when reverting every compact leaf would stay under the
+            // shrink threshold: compaction itself takes the size far below
+            // the expand threshold, and expanding then would only grow it
+            // back into shrinking (oscillation). The paper's leaves shrink
+            // one overflow at a time; ours also by the shrink pass.
+            State::Shrinking if size < expand && size + ((self.expansion_pages * self.pool.page_bytes()) as u128) < shrink => State::Expanding,
             State::Expanding if size >= shrink => State::Shrinking,
             State::Expanding if self.compact_leaves == 0 => State::Normal,
             s => s,
@@ -1573,11 +1586,18 @@ impl<P: PagePool> ElasticTree<P> {
 
     // ------------------------------------------------------------ checks
 
+    /// Walks the tree again for the counters the state rules use (after a
+    /// pass that removed many entries).
+    pub fn refresh_counts(&mut self) -> Result<()> {
+        self.recount()
+    }
+
     fn recount(&mut self) -> Result<()> {
         let r = self.walk(None)?;
         self.std_leaves = r.standard_leaves;
         self.compact_leaves = r.compact_leaves;
         self.inner_pages = r.inner_pages;
+        self.expansion_pages = r.expansion_pages;
         Ok(())
     }
 
@@ -1663,6 +1683,10 @@ impl<P: PagePool> ElasticTree<P> {
                         }
                         Leaf::Compact(v) => {
                             rep.compact_leaves += 1;
+                            let klen = v.high_key().map_or(16, |h| h.0.len());
+                            let std_bytes = v.len() * Kind::Leaf.entry_size(klen);
+                            let usable = self.cap() * SHRINK_FILL_PCT / 100;
+                            rep.expansion_pages += (std_bytes.div_ceil(usable) as u64).saturating_sub(1);
                             if self.cfg.max_compact != 0 && v.h.capacity > self.cfg.max_compact.max(v.h.alloc) {
                                 return corrupt("compact capacity above the cap");
                             }
