@@ -263,16 +263,21 @@ SELECT standard_leaves IS NULL AND compact_leaves IS NULL AND state IS NULL AND 
 DROP INDEX el_hyb;
 
 -- chk(mode, query, plan pattern): run query with the mode's enable_* settings
--- (seq, index, ios, bitmap) on el (the plan must contain the pattern) and on
+-- (seq, index, ios, bitmap, mergejoin) on el (the plan must contain the pattern) and on
 -- el_b; 'ok N' if both give the same rows (in the same order when the query
 -- orders).  Mode seq checks that the two tables still hold the same rows.
 CREATE FUNCTION chk(mode text, q text, pat text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE x text; y text; nx bigint; ny bigint; l text; plan text := ''; ordered bool;
 BEGIN
   PERFORM set_config('enable_seqscan', (mode = 'seq')::text, true);
-  PERFORM set_config('enable_indexscan', (mode IN ('index', 'ios'))::text, true);
+  PERFORM set_config('enable_indexscan', (mode IN ('index', 'ios', 'mergejoin'))::text, true);
   PERFORM set_config('enable_indexonlyscan', (mode = 'ios')::text, true);
   PERFORM set_config('enable_bitmapscan', (mode = 'bitmap')::text, true);
+  -- mergejoin: the inner index scan marks and restores its position
+  PERFORM set_config('enable_hashjoin', (mode <> 'mergejoin')::text, true);
+  PERFORM set_config('enable_nestloop', (mode <> 'mergejoin')::text, true);
+  PERFORM set_config('enable_sort', (mode <> 'mergejoin')::text, true);
+  PERFORM set_config('enable_material', (mode <> 'mergejoin')::text, true);
   FOR l IN EXECUTE 'EXPLAIN (COSTS OFF) ' || q LOOP plan := plan || l || E'\n'; END LOOP;
   IF position(pat in plan) = 0 THEN
     RETURN format('PLAN: %s does not show %s: %s', left(q, 120), pat, plan);
@@ -366,7 +371,8 @@ BEGIN
     ('bitmap', 'SELECT id, k FROM el WHERE k < 100000000 OR k > 4200000000', 'Bitmap Index Scan on el_k'),
     ('bitmap', 'SELECT id, g, t FROM el WHERE g IN (7, 8) AND t >= ''k05000''', 'Bitmap Index Scan on el_gt'),
     ('bitmap', 'SELECT id FROM el WHERE id > 2000', 'Bitmap Index Scan on el_id'),
-    ('bitmap', 'SELECT count(*) FROM el WHERE k >= 0', 'Bitmap Index Scan on el_k')
+    ('bitmap', 'SELECT count(*) FROM el WHERE k >= 0', 'Bitmap Index Scan on el_k'),
+    ('mergejoin', 'SELECT count(*), sum(x.id), sum(y.id) FROM el x JOIN el y ON x.g = y.g WHERE x.id < 300 AND y.g < 50', 'Merge Join')
   ) v(mode, q, pat) LOOP
     r := chk(c.mode, c.q, c.pat);
     n := n + 1;
