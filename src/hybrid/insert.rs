@@ -183,6 +183,17 @@ pub unsafe fn report_duplicate(index: pg_sys::Relation, desc: &IndexDesc, key: &
     unreachable!()
 }
 
+/// An elastic index's delta log counts against its size bound (it is part
+/// of the relation), and pages it held stay in the file: merge before the
+/// log passes 2% of the bound.
+unsafe fn elastic_delta_cap(index: pg_sys::Relation, key_len: usize) -> Option<u64> {
+    if !crate::elastic::is_elastic(index) {
+        return None;
+    }
+    let bound = crate::elastic::options::size_bound(index)?;
+    Some((bound / 50 / (key_len as u64 + 12)).max(1000))
+}
+
 /// Appends to the delta log and adds the entry to the dynamic stage; merges
 /// when the ratio trigger fires or the arena runs short.
 unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8], tid: Tid) {
@@ -192,7 +203,10 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         let st = &mut slot.get().dual;
         let fits = pos < st.stat.merged_upto || st.insert(desc, key, tid, pos);
         let ratio = super::options::merge_ratio(index).max(1) as u64;
-        let threshold = (st.stat.tids / ratio).max(crate::guc::MERGE_MIN_ENTRIES.get() as u64);
+        let mut threshold = (st.stat.tids / ratio).max(crate::guc::MERGE_MIN_ENTRIES.get() as u64);
+        if let Some(cap) = elastic_delta_cap(index, key.len()) {
+            threshold = threshold.min(cap);
+        }
         let short = shmem::header().free_fraction() < 0.25;
         // Under arena pressure only an index whose tree holds a real share
         // merges; otherwise every insert of a small index would merge.

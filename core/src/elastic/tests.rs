@@ -636,3 +636,76 @@ fn unreachable_bound_real_keys_progresses() {
         assert_eq!(w.tree.count_entries().unwrap() as usize, w.oracle.len());
     }
 }
+
+/// (int8, text) keys with a few 900-byte texts under a bound (found by the
+/// SQL tests: "page body full" at CREATE INDEX, "insert makes no progress"
+/// with low thresholds).
+#[test]
+fn long_keys_under_a_bound() {
+    let key = |g: u64| {
+        let mut k = vec![1u8];
+        k.extend_from_slice(&((g % 1201) ^ (1 << 63)).to_be_bytes());
+        k.push(1);
+        if g % 50 == 1 {
+            k.extend(std::iter::repeat_n(b'y', 900));
+        } else {
+            k.push(b'a');
+        }
+        k.extend_from_slice(&[0, 1]);
+        k
+    };
+    for (bound_kb, shrink, expand) in [(256u64, 90u32, 75u32), (128, 90, 75), (64, 50, 31), (256, 50, 31)] {
+        let cfg = Config { size_bound: Some(bound_kb * 1024), shrink_pct: shrink, expand_pct: expand, ..Config::default() };
+        let mut pool = MemPool::new(BODY_CAP);
+        pool.alloc().unwrap();
+        pool.alloc().unwrap();
+        let mut w = World::new(BODY_CAP, cfg);
+        w.tree = ElasticTree::create(pool, cfg).unwrap();
+        let mut batch: Vec<(Vec<u8>, Tid)> = (1..=20000u64).map(|g| (key(g), Tid::new((g / 100) as u32 + 1, (g % 100) as u16 + 1))).collect();
+        batch.sort_by(|a, b| cmp_pair(&a.0, a.1, &b.0, b.1));
+        for (k, t) in &batch {
+            w.heap.keys.insert(*t, k.clone());
+            w.oracle.insert((k.clone(), *t));
+        }
+        for chunk in batch.chunks(4096) {
+            w.tree.insert_batch(chunk, &mut w.heap).unwrap_or_else(|e| panic!("bound {bound_kb}kB {shrink}/{expand}: {e:?}"));
+        }
+        assert_eq!(w.tree.count_entries().unwrap() as usize, w.oracle.len());
+    }
+}
+
+/// Short words mixed with 300- and 901-byte keys, in random batches (the
+/// merge path) under a bound, then most deleted (expanding).
+#[test]
+fn long_and_short_keys_random_batches() {
+    let mut seed = 7u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for bound_kb in [64u64, 256] {
+        let cfg = Config { size_bound: Some(bound_kb * 1024), ..Config::default() };
+        let mut w = World::new(BODY_CAP, cfg);
+        for _ in 0..12 {
+            let keys: Vec<Vec<u8>> = (0..1500)
+                .map(|_| {
+                    let r = next();
+                    let len = match r % 40 { 0 => 300, 1 => 901, _ => (r >> 8) as usize % 21 };
+                    let mut k = vec![1u8];
+                    k.extend((0..len).map(|i| b'a' + ((r >> (i % 50)) % 26) as u8));
+                    k.extend_from_slice(&[0, 1]);
+                    k
+                })
+                .collect();
+            w.insert_keys(keys);
+        }
+        assert_eq!(w.tree.count_entries().unwrap() as usize, w.oracle.len());
+        let probes: Vec<Vec<u8>> = w.oracle.iter().step_by(53).map(|x| x.0.clone()).collect();
+        w.check(&probes);
+        w.delete_where(|_, t| t.offset % 5 != 0);
+        assert_eq!(w.tree.count_entries().unwrap() as usize, w.oracle.len());
+        w.check(&probes);
+    }
+}

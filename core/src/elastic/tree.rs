@@ -1063,20 +1063,70 @@ impl<P: PagePool> ElasticTree<P> {
     fn split_leaf<F: KeyFetcher + ?Sized>(&mut self, path: &Path, blk: u32, halves: Form, f: &mut F) -> Result<()> {
         let (meta, body) = self.read_owned(blk)?;
         let leaf = Leaf::parse(&body)?;
+        // A lopsided split (rightmost / leftmost page) can leave the larger
+        // half without room for a long separator as its high key; then split
+        // in the middle.
+        let pct = self.split_pct(&meta);
+        let halves_at = match self.split_halves(&meta, blk, &leaf, halves, pct, f)? {
+            Some(h) => h,
+            None if pct != 50 => match self.split_halves(&meta, blk, &leaf, halves, 50, f)? {
+                Some(h) => h,
+                None => return Err(Error::NoSpace),
+            },
+            None => return Err(Error::NoSpace),
+        };
+        let Some((lbody, rbody, lform, rform, sep)) = halves_at else { return Ok(()) };
+        let old_form = leaf.form();
+        if !self.publish_split(path, blk, meta, &sep, lbody, rbody)? {
+            return Ok(());
+        }
+        self.ev.leaf_splits += 1;
+        for (form, d) in [(old_form, -1i64), (lform, 1), (rform, 1)] {
+            let c = if form == Form::Standard { &mut self.std_leaves } else { &mut self.compact_leaves };
+            *c = (*c as i64 + d) as u64;
+        }
+        Ok(())
+    }
+
+    /// The two halves of a split at `pct` percent and their separator;
+    /// `None` if a half does not fit its page, `Some(None)` if the leaf was
+    /// rewritten instead (every middle entry dead).
+    #[allow(clippy::type_complexity)]
+    fn split_halves<F: KeyFetcher + ?Sized>(
+        &mut self,
+        meta: &PageMeta,
+        blk: u32,
+        leaf: &Leaf,
+        halves: Form,
+        pct: usize,
+        f: &mut F,
+    ) -> Result<Option<Option<(Vec<u8>, Vec<u8>, Form, Form, Owned)>>> {
         let hk = leaf.high_key()?.map(|(k, t)| (k.to_vec(), t));
-        let (lbody, rbody, lform, rform, sep) = match leaf {
+        let fit = |r: Result<(Vec<u8>, Form, u64)>| -> Result<Option<(Vec<u8>, Form, u64)>> {
+            match r {
+                Ok(x) => Ok(Some(x)),
+                Err(Error::NoSpace) => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        match leaf {
             Leaf::Std(v) => {
-                let sp = slotted::split_point_at(&v, self.split_pct(&meta))?;
+                let sp = slotted::split_point_at(v, pct)?;
                 let ents = v.entries()?;
                 let sep = (ents[sp].key.to_vec(), ents[sp].tid);
                 let mut l = vec![0u8; self.cap()];
                 let mut r = vec![0u8; self.cap()];
-                slotted::build(&mut l, Kind::Leaf, ents[..sp].iter().map(|e| (e.key, e.tid, 0)), Some((&sep.0, sep.1)))?;
-                slotted::build(&mut r, Kind::Leaf, ents[sp..].iter().map(|e| (e.key, e.tid, 0)), hk_ref(&hk))?;
-                (l, r, Form::Standard, Form::Standard, sep)
+                for (b, part, h) in [(&mut l, &ents[..sp], Some((&sep.0[..], sep.1))), (&mut r, &ents[sp..], hk_ref(&hk))] {
+                    match slotted::build(b, Kind::Leaf, part.iter().map(|e| (e.key, e.tid, 0)), h) {
+                        Ok(()) => {}
+                        Err(Error::NoSpace) => return Ok(None),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(Some(Some((l, r, Form::Standard, Form::Standard, sep))))
             }
             Leaf::Compact(v) => {
-                let mut raw = Raw::from_view(&v);
+                let mut raw = Raw::from_view(v);
                 let cap = v.h.capacity;
                 // The separator must be a real key: fetch the middle entry's,
                 // dropping dead middles (they are dead for everyone).
@@ -1084,9 +1134,10 @@ impl<P: PagePool> ElasticTree<P> {
                     if raw.len() < 2 {
                         let mut nb = vec![0u8; self.cap()];
                         compact::write(&mut nb, &raw, Shape { capacity: cap, level: v.h.level, slack: v.h.slack }, hk_ref(&hk))?;
-                        return self.pool.apply(vec![write(blk, meta, nb)]);
+                        self.pool.apply(vec![write(blk, *meta, nb)])?;
+                        return Ok(Some(None));
                     }
-                    let m = split_index(raw.len(), self.split_pct(&meta));
+                    let m = split_index(raw.len(), pct);
                     let mut k = Vec::new();
                     if f.fetch(raw.tids[m], &mut k) {
                         break (k, raw.tids[m]);
@@ -1094,7 +1145,7 @@ impl<P: PagePool> ElasticTree<P> {
                     raw.remove(m);
                     self.dead_dropped += 1;
                 };
-                let m = split_index(raw.len(), self.split_pct(&meta));
+                let m = split_index(raw.len(), pct);
                 let right = raw.split_off(m);
                 let shape = Shape { capacity: cap, level: self.cfg.tree_level, slack: self.cfg.slack };
                 let make = |s: &Self, r: &Raw, h: Option<(&[u8], Tid)>, f: &mut F| -> Result<(Vec<u8>, Form, u64)> {
@@ -1113,22 +1164,12 @@ impl<P: PagePool> ElasticTree<P> {
                     compact::write(&mut b, r, shape, h)?;
                     Ok((b, Form::Compact, 0))
                 };
-                let (l, lf, d1) = make(self, &raw, Some((&sep.0, sep.1)), f)?;
-                let (r, rf, d2) = make(self, &right, hk_ref(&hk), f)?;
+                let Some((l, lf, d1)) = fit(make(self, &raw, Some((&sep.0, sep.1)), f))? else { return Ok(None) };
+                let Some((r, rf, d2)) = fit(make(self, &right, hk_ref(&hk), f))? else { return Ok(None) };
                 self.dead_dropped += d1 + d2;
-                (l, r, lf, rf, sep)
+                Ok(Some(Some((l, r, lf, rf, sep))))
             }
-        };
-        let old_form = leaf.form();
-        if !self.publish_split(path, blk, meta, &sep, lbody, rbody)? {
-            return Ok(());
         }
-        self.ev.leaf_splits += 1;
-        for (form, d) in [(old_form, -1i64), (lform, 1), (rform, 1)] {
-            let c = if form == Form::Standard { &mut self.std_leaves } else { &mut self.compact_leaves };
-            *c = (*c as i64 + d) as u64;
-        }
-        Ok(())
     }
 
     /// Share of a splitting page that stays left: 90% for the rightmost
