@@ -14,6 +14,18 @@
 #                                        background merge on/off, restart rebuilds the dynamic stages)
 #   bench         bench/smoke.sh        (every benchmark suite in --smoke size, AM vs btree; bad
 #                                        input fails cleanly; TPC-H answers checked; no timing limits)
+# Second pass, with elastic_btree (skipped when the AM under test is already
+# elastic_btree or btree, or when elastic_btree is not installed); always short
+# (--quick), set PH_ELASTIC_FULL=1 for the full forms.  `--only elastic` /
+# `--skip elastic` select all six:
+#   differential-elastic  differential.py --am elastic_btree --size-bound mixed (20 s, 45 s full)
+#   crash-elastic         crash.sh with size_bound 1MB (PH_ELASTIC_BOUND_CRASH)
+#   standby-elastic       standby.sh with size_bound 256kB (PH_ELASTIC_BOUND_STANDBY)
+#   concurrency-elastic   concurrency.sh with size_bound 512kB (PH_ELASTIC_BOUND_CONC)
+#   convert-elastic       tests/convert.sh: readers check exact answers while a writer
+#                         grows the index past its bound and shrinks it back (conversions
+#                         both ways under concurrent readers)
+#   corrupt-elastic       corrupt.sh on an elastic_btree index (damaged compact leaves)
 # The last line printed is exactly "N passed, M failed"; exit status 1 if M > 0.
 #
 # Options:
@@ -31,7 +43,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ALL_STEPS=(setup core regress differential crash standby concurrency corrupt arena bench)
+ELASTIC_STEPS=(differential-elastic crash-elastic standby-elastic concurrency-elastic convert-elastic corrupt-elastic)
+ALL_STEPS=(setup core regress differential crash standby concurrency corrupt arena bench "${ELASTIC_STEPS[@]}")
 quick=0
 only=()
 skip=()
@@ -54,8 +67,17 @@ done
 # re-derive mode settings if --am changed the AM
 if [[ $PH_AM == btree ]]; then PH_STANDIN=1; PH_PRELOAD=${PH_PRELOAD_FORCED:-0}; else PH_STANDIN=0; PH_PRELOAD=${PH_PRELOAD_FORCED:-1}; fi
 export PH_AM PH_STANDIN PH_PRELOAD
+# "elastic" stands for every step of the elastic_btree pass
+expand_steps() {
+    local x
+    for x in "$@"; do
+        if [[ $x == elastic ]]; then printf '%s\n' "${ELASTIC_STEPS[@]}"; else printf '%s\n' "$x"; fi
+    done
+}
+((${#only[@]})) && mapfile -t only < <(expand_steps "${only[@]}")
+((${#skip[@]})) && mapfile -t skip < <(expand_steps "${skip[@]}")
 for s in "${only[@]}" "${skip[@]}"; do
-    [[ " ${ALL_STEPS[*]} " == *" $s "* ]] || ph_die "unknown step '$s' (steps: ${ALL_STEPS[*]})"
+    [[ " ${ALL_STEPS[*]} " == *" $s "* ]] || ph_die "unknown step '$s' (steps: ${ALL_STEPS[*]} elastic)"
 done
 
 selected() {
@@ -184,6 +206,44 @@ step_differential() {
 qarg=()
 ((quick)) && qarg=(--quick)
 
+# ------------------------------------------------------ elastic_btree pass --
+# elastic_btree is installed when the extension's install script creates it
+elastic_installed() {
+    local f
+    for f in "$("$PH_PG_CONFIG" --sharedir)"/extension/pg_hybrid--*.sql; do
+        [[ -f $f ]] && grep -q 'elastic_btree' "$f" && return 0
+    done
+    return 1
+}
+ELASTIC_PASS=0
+if [[ $PH_STANDIN == 0 && $PH_AM != elastic_btree ]]; then ELASTIC_PASS=1; fi
+eqarg=(--quick)
+[[ ${PH_ELASTIC_FULL:-0} == 1 ]] && eqarg=("${qarg[@]}")
+
+# elastic_step TEST-SCRIPT SIZE-BOUND ARGS...: run a tests/*.sh script with PH_AM=elastic_btree
+elastic_step() {
+    local script=$1 bound=$2
+    shift 2
+    if ! elastic_installed; then
+        echo "SKIP: elastic_btree is not installed (no 'elastic_btree' in the extension's install script)"
+        return 77
+    fi
+    PH_AM=elastic_btree PH_SIZE_BOUND=$bound bash "$PH_REPO/tests/$script" "$@"
+}
+
+step_differential_elastic() {
+    if ! elastic_installed; then
+        echo "SKIP: elastic_btree is not installed (no 'elastic_btree' in the extension's install script)"
+        return 77
+    fi
+    local t=${PH_EDIFF_TIME:-20}
+    [[ ${PH_ELASTIC_FULL:-0} == 1 ]] && ! ((quick)) && t=${PH_EDIFF_TIME:-45}
+    ph_prepare_db "$MAIN" ph_differential_elastic
+    PH_PGHOST=$MAIN/sock PH_PGPORT=$(cluster_port "$MAIN") PH_DB=ph_differential_elastic PH_OUTDIR=$LOGDIR \
+        python3 "$PH_REPO/tests/differential.py" --seed "${PH_SEED:-1}" --time "$t" --am elastic_btree \
+        --size-bound "${PH_ELASTIC_DIFF_BOUND:-mixed}"
+}
+
 # ------------------------------------------------------------------- main --
 ph_scratch logs >/dev/null
 LOGDIR=$(ph_scratch logs)
@@ -195,22 +255,25 @@ run_step setup step_setup
 if selected setup && [[ ${results[-1]} == *FAIL* ]]; then setup_ok=0; fi
 
 if ((setup_ok == 0)); then
-    for s in core regress differential crash standby concurrency corrupt arena bench; do
+    ns=(core regress differential crash standby concurrency corrupt arena bench)
+    ((ELASTIC_PASS)) && ns+=("${ELASTIC_STEPS[@]}")
+    for s in "${ns[@]}"; do
         selected "$s" && record "$s" FAIL 0 "(not run: setup failed)"
     done
 else
     run_step core step_core
-    if selected regress || selected differential; then
+    if selected regress || selected differential || { ((ELASTIC_PASS)) && selected differential-elastic; }; then
         if (main_cluster) >"$LOGDIR/main_cluster.log" 2>&1; then
             # started in a subshell for its log; register it in this shell too
             MAIN=$PH_SCRATCH/main
             PH_CLUSTERS+=("$MAIN")
             run_step regress step_regress
             run_step differential step_differential
+            ((ELASTIC_PASS)) && run_step differential-elastic step_differential_elastic
             cluster_stop "$MAIN" fast
         else
             cat "$LOGDIR/main_cluster.log"
-            for s in regress differential; do
+            for s in regress differential differential-elastic; do
                 selected "$s" && record "$s" FAIL 0 "(scratch cluster did not start; $LOGDIR/main_cluster.log)"
             done
         fi
@@ -221,6 +284,13 @@ else
     run_step corrupt bash "$PH_REPO/tests/corrupt.sh" "${qarg[@]}"
     run_step arena bash "$PH_REPO/tests/arena.sh" "${qarg[@]}"
     run_step bench bash "$PH_REPO/bench/smoke.sh" "${qarg[@]}"
+    if ((ELASTIC_PASS)); then
+        run_step crash-elastic elastic_step crash.sh "${PH_ELASTIC_BOUND_CRASH:-1MB}" "${eqarg[@]}"
+        run_step standby-elastic elastic_step standby.sh "${PH_ELASTIC_BOUND_STANDBY:-256kB}" "${eqarg[@]}"
+        run_step concurrency-elastic elastic_step concurrency.sh "${PH_ELASTIC_BOUND_CONC:-512kB}" "${eqarg[@]}"
+        run_step convert-elastic elastic_step convert.sh "${PH_ELASTIC_BOUND_CONVERT:-768kB}" "${eqarg[@]}"
+        run_step corrupt-elastic elastic_step corrupt.sh "" "${eqarg[@]}"
+    fi
 fi
 
 echo

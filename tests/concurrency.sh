@@ -49,9 +49,18 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 say() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
 opts=""
-[[ $AM == hybrid_btree ]] && opts=" WITH (merge_ratio = 10)"
+tcoll=""   # collation of indexed text columns
+case $AM in
+    hybrid_btree) opts=" WITH (merge_ratio = 10)" ;;
+    elastic_btree)
+        # keys need a memcmp-able encoding: text under COLLATE "C" only;
+        # PH_SIZE_BOUND (e.g. 1MB) makes the leaves turn compact as it grows
+        tcoll=' COLLATE "C"'
+        [[ -n ${PH_SIZE_BOUND:-} ]] && opts=" WITH (size_bound = '$PH_SIZE_BOUND')"
+        ;;
+esac
 cluster_sql "$DIR" "$DB" \
-    "CREATE TABLE kv (k int8 NOT NULL, v int8 NOT NULL, pad text)" \
+    "CREATE TABLE kv (k int8 NOT NULL, v int8 NOT NULL, pad text$tcoll)" \
     "INSERT INTO kv SELECT g, g % 1000, 'init' FROM generate_series(1, 200000, 2) g" \
     "CREATE UNIQUE INDEX kv_k ON kv USING $AM (k)$opts" \
     "CREATE INDEX kv_v ON kv USING $AM (v)$opts" \
@@ -255,6 +264,12 @@ cluster_sql "$DIR" "$DB" "DROP INDEX CONCURRENTLY kv_pad_cic" >/dev/null || fail
 cluster_sql "$DIR" "$DB" "SELECT pg_hybrid.merge('kv_k'::regclass)" "VACUUM kv" "SELECT pg_hybrid.merge('kv_v'::regclass)" >/dev/null
 ph_index_vs_seq "$DIR" "$DB" kv kv_k "k >= 0" || fail "kv_k disagrees with seqscan after merge + vacuum"
 ph_verify "$DIR" "$DB" kv_k || fail "verify(kv_k) after merge + vacuum"
+
+if [[ $AM == elastic_btree && -n ${PH_SIZE_BOUND:-} ]]; then
+    cluster_sql "$DIR" "$DB" "SELECT 'kv_k state ' || state || ', ' || standard_leaves || ' standard / ' || compact_leaves || ' compact leaves' FROM pg_hybrid.index_stats('kv_k'::regclass)" | sed 's/^/  /'
+    [[ $(cluster_sql "$DIR" "$DB" "SELECT compact_leaves > 0 FROM pg_hybrid.index_stats('kv_k'::regclass)") == t ]] ||
+        fail "kv_k has no compact leaf under size_bound $PH_SIZE_BOUND: compact leaves were not exercised"
+fi
 
 if ((failures)); then
     echo "concurrency: FAIL ($failures problems; logs in $DIR)"

@@ -15,6 +15,11 @@
 #   background together with an inserter; the cluster is killed while the merge
 #   is active (seen in pg_stat_activity); same checks, then a merge must
 #   complete on the recovered index and verify again.
+# Phase 3: a table of N rows, 80% deleted, killed during the VACUUM that
+#   removes them (elastic_btree under a bound: compact leaves revert then);
+#   after restart: exactly the live rows, each found by a forced index probe,
+#   index == seqscan (also a bounded range), verify; then VACUUM and merge to
+#   completion and the same checks.
 # fsync stays on (cluster_init refuses fsync=off here).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
@@ -44,16 +49,26 @@ say() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 # id = g * 2654435761 mod 2^32: a bijection on g < 2^32, i.e. unique keys in random order
 IDEXPR="(g * 2654435761) % 4294967296"
 opts=""
-[[ $AM == hybrid_btree ]] && opts=" WITH (merge_ratio = 10)"
+tcoll=""   # collation of indexed text columns
+case $AM in
+    hybrid_btree) opts=" WITH (merge_ratio = 10)" ;;
+    elastic_btree)
+        # keys need a memcmp-able encoding: text under COLLATE "C" only;
+        # PH_SIZE_BOUND (e.g. 1MB) makes the leaves turn compact as it grows
+        tcoll=' COLLATE "C"'
+        [[ -n ${PH_SIZE_BOUND:-} ]] && opts=" WITH (size_bound = '$PH_SIZE_BOUND')"
+        ;;
+esac
 
 mk_table() {   # NAME
     cluster_sql "$DIR" "$DB" \
-        "CREATE TABLE $1 (g int8 NOT NULL, id int8 NOT NULL, v text, pad text) WITH (autovacuum_enabled = off)"
+        "CREATE TABLE $1 (g int8 NOT NULL, id int8 NOT NULL, v text$tcoll, pad text) WITH (autovacuum_enabled = off)"
 }
-mk_indexes() { # NAME
+mk_indexes() { # NAME [WITH-CLAUSE]
+    local o=${2-$opts}
     cluster_sql "$DIR" "$DB" \
-        "CREATE UNIQUE INDEX ${1}_id ON $1 USING $AM (id)$opts" \
-        "CREATE INDEX ${1}_v ON $1 USING $AM (v, g)$opts"
+        "CREATE UNIQUE INDEX ${1}_id ON $1 USING $AM (id)$o" \
+        "CREATE INDEX ${1}_v ON $1 USING $AM (v, g)$o"
 }
 
 # writer TABLE G0 LOGFILE: endless 50-row transactions; "committed TABLE A B" after each COMMIT
@@ -209,6 +224,68 @@ for ((it = 0; it < merge_iters; it++)); do
         fail "merge after recovery failed"
     check cm
 done
+
+# ----------------------------------------------------------- phase 3 --
+# VACUUM after deleting 80% of a big table rewrites most leaves (elastic_btree:
+# compact leaves revert to standard ones as the index falls under its bound,
+# leaves merge); kill -9 while it runs.  Expected rows are known exactly.
+say "== phase 3: kill -9 during VACUUM after deleting 80% of $big_rows rows"
+mk_table cx
+cluster_sql "$DIR" "$DB" \
+    "INSERT INTO cx SELECT g, $IDEXPR, (g % 1000)::text, repeat('x', (g % 40)::int) FROM generate_series(1, $big_rows) g"
+# elastic_btree: a bound the full table exceeds (shrinking, compact leaves) and
+# the remaining fifth fits in (after the VACUUM: expanding, leaves revert)
+cx_opts=$opts
+[[ $AM == elastic_btree && -n ${PH_SIZE_BOUND:-} ]] && cx_opts=" WITH (size_bound = '$((big_rows * 12 / 1024))kB')"
+mk_indexes cx "$cx_opts"
+cluster_sql "$DIR" "$DB" "SELECT pg_hybrid.merge('cx_id'::regclass)" "SELECT pg_hybrid.merge('cx_v'::regclass)" >/dev/null
+cluster_sql "$DIR" "$DB" "DELETE FROM cx WHERE g % 5 <> 0" >/dev/null
+[[ $AM == elastic_btree ]] && say "  cx_id before VACUUM: $(cluster_sql "$DIR" "$DB" "SELECT state || ', ' || standard_leaves || ' standard / ' || compact_leaves || ' compact' FROM pg_hybrid.index_stats('cx_id'::regclass)")"
+(cluster_sql "$DIR" "$DB" "VACUUM cx" >"$LOGS/vacuum.out" 2>&1 && echo "vacuum done" >>"$LOGS/vacuum.out") &
+vpid=$!
+ph_bg_add $vpid
+for ((i = 0; i < 500; i++)); do
+    a=$(cluster_sql "$DIR" "$DB" "SELECT count(*) FROM pg_stat_progress_vacuum p JOIN pg_class c ON c.oid = p.relid WHERE c.relname = 'cx' AND p.phase IN ('vacuuming indexes', 'vacuuming heap', 'cleaning up indexes')" 2>/dev/null || echo 0)
+    [[ $a != 0 ]] && break
+    grep -q "vacuum done" "$LOGS/vacuum.out" 2>/dev/null && break
+    sleep 0.02
+done
+if grep -q "vacuum done" "$LOGS/vacuum.out" 2>/dev/null || ! kill -0 $vpid 2>/dev/null; then
+    say "  WARNING: the VACUUM finished before the kill; this crash hit no VACUUM in progress"
+else
+    say "  killing while VACUUM is in its index phase"
+fi
+crash_and_restart
+wait $vpid 2>/dev/null || true
+check_cx() {
+    local n missing
+    n=$(cluster_sql "$DIR" "$DB" "SET enable_indexscan=off" "SET enable_bitmapscan=off" "SET enable_indexonlyscan=off" "SELECT count(*) FROM cx")
+    [[ $n == $((big_rows / 5)) ]] || fail "cx: $n rows in the heap, expected $((big_rows / 5))"
+    missing=$(cluster_sql "$DIR" "$DB" "SET enable_seqscan=off" "SET enable_bitmapscan=off" "SET enable_hashjoin=off" \
+        "SET enable_mergejoin=off" "SET enable_material=off" "SET enable_memoize=off" \
+        "SELECT count(*) FROM generate_series(5, $big_rows, 5) g WHERE NOT EXISTS (SELECT 1 FROM cx WHERE id = (g * 2654435761) % 4294967296)")
+    [[ $missing == 0 ]] || fail "cx: $missing live rows NOT found through cx_id"
+    ph_index_vs_seq "$DIR" "$DB" cx cx_id "id >= 0" || fail "cx: cx_id disagrees with seqscan"
+    ph_index_vs_seq "$DIR" "$DB" cx cx_v "v >= ''" || fail "cx: cx_v disagrees with seqscan"
+    ph_index_vs_seq "$DIR" "$DB" cx cx_id "id BETWEEN 1000000000 AND 3000000000" || fail "cx: cx_id range disagrees with seqscan"
+    ph_verify "$DIR" "$DB" cx_id || fail "cx: verify(cx_id)"
+    ph_verify "$DIR" "$DB" cx_v || fail "cx: verify(cx_v)"
+}
+check_cx
+say "  VACUUM again to completion, then merge"
+cluster_sql "$DIR" "$DB" "VACUUM cx" "SELECT pg_hybrid.merge('cx_id'::regclass)" "SELECT pg_hybrid.merge('cx_v'::regclass)" >/dev/null ||
+    fail "VACUUM / merge after the crash failed"
+check_cx
+[[ $AM == elastic_btree ]] && say "  cx_id after: $(cluster_sql "$DIR" "$DB" "SELECT state || ', ' || standard_leaves || ' standard / ' || compact_leaves || ' compact' FROM pg_hybrid.index_stats('cx_id'::regclass)")"
+
+# elastic_btree under a bound: the crashes above must have hit compact leaves
+if [[ $AM == elastic_btree && -n ${PH_SIZE_BOUND:-} ]]; then
+    for idx in ci_id ci_v cm_id cm_v; do
+        say "  $idx: $(cluster_sql "$DIR" "$DB" "SELECT 'state ' || state || ', ' || standard_leaves || ' standard / ' || compact_leaves || ' compact leaves, size_bound ' || size_bound FROM pg_hybrid.index_stats('$idx'::regclass)")"
+    done
+    [[ $(cluster_sql "$DIR" "$DB" "SELECT compact_leaves > 0 FROM pg_hybrid.index_stats('cm_id'::regclass)") == t ]] ||
+        fail "cm_id has no compact leaf under size_bound $PH_SIZE_BOUND: the merge crashes did not exercise compact leaves"
+fi
 
 if ((failures)); then
     echo "crash: FAIL ($failures problems; cluster log $DIR/postgres.log)"

@@ -9,14 +9,25 @@ t_bt with index and bitmap scans disabled (a seqscan: the truth).  Results are
 compared row for row (order-sensitive for ORDER BY, tie-aware at a LIMIT); the
 EXPLAIN of every AM-side query must show one of the AM's indexes.  Between
 query batches: inserts (plain, ON CONFLICT DO NOTHING / DO UPDATE), deletes,
-updates, unique-violation probes, pg_hybrid.merge(), VACUUM and
-pg_hybrid.verify(...).  The first mismatch stops the run and is printed with a
+updates, unique-violation probes, pg_hybrid.merge(), VACUUM, seqscans that
+prune dead tuples without VACUUM, and pg_hybrid.verify(...).  The first mismatch stops the run and is printed with a
 repro script.
+
+With --am elastic_btree the text columns use COLLATE "C" (the AM refuses
+non-C collations) and the numeric column is not indexed (no memcmp-able
+encoding).  --size-bound chooses the indexes' size_bound: "none", one value
+for all (e.g. 96kB), or "mixed" (the default for elastic_btree): each index
+gets a random bound between 32kB and 1MB or none, small enough that growth
+crosses it, and between rounds ALTER INDEX ... SET/RESET (size_bound) moves
+bounds up and down so leaves convert both ways (to compact and back) while
+the queries keep checking.  The run fails if no index ever held a compact
+leaf (then the bound mode did not do its job).
 
 Connects with psql (CSV output) run as the cluster's OS user (runuser when we
 are root).  Python 3 stdlib only.
 
     tests/differential.py [--seed N] [--time SECONDS | --rounds N] [--am AM]
+                          [--size-bound none|mixed|SIZE]
                           [--host SOCKDIR] [--port P] [--user U] [--db DB]
 
 Connection defaults come from PH_PGHOST, PH_PGPORT, PH_USER, PH_PGBIN, PH_AM
@@ -238,16 +249,23 @@ class Differential:
         self.am_indexes = []  # names of AM indexes
         self.collate = ""
         self.round = 0
+        self.elastic = args.am == "elastic_btree"
+        self.compact_seen = {}   # index -> max compact_leaves seen
+        self.states_seen = collections.Counter()
+        self.bound_changes = 0
 
     # ---- setup
     def setup(self):
         a = self.a
         have_icu = self.pg.rows("SELECT count(*) FROM pg_collation WHERE collname = 'en-x-icu'")[0][0]
         self.collate = ' COLLATE "en-x-icu"' if have_icu != "0" else ""
+        if self.elastic:
+            # elastic_btree needs memcmp-able keys: text only under COLLATE "C"
+            self.collate = ' COLLATE "C"'
         cols = ", ".join(
             "%s %s%s%s" % (c, "int8" if t == "id" else ("varchar(16)" if t == "varchar" else SQLTYPE.get(t, t)),
                            " NOT NULL" if c == "id" else "",
-                           self.collate if c == "h" else "")
+                           self.collate if c == "h" or (self.elastic and c == "c") else "")
             for c, t in COLS)
         ddl = []
         for t in ("t_am", "t_bt"):
@@ -275,8 +293,37 @@ class Differential:
               % (a.am, a.seed, a.rows, len(self.am_indexes), self.collate.strip() or "default"),
               flush=True)
 
+    BOUNDS = ["32kB", "48kB", "64kB", "96kB", "128kB", "192kB", "256kB", "512kB", "1MB"]
+
+    def pick_bound(self, r):
+        """A size_bound for an elastic index per --size-bound (None = no bound)."""
+        mode = self.a.size_bound
+        if mode == "none":
+            return None
+        if mode != "mixed":
+            return mode
+        return r.choice(self.BOUNDS + [None])
+
     def reloptions(self, name):
-        if self.a.am != "hybrid_btree" or self.a.no_reloptions:
+        if self.a.no_reloptions:
+            return ""
+        if self.elastic:
+            r = random.Random("%d-%s" % (self.a.seed, name))
+            opts = []
+            b = self.pick_bound(r)
+            if b:
+                opts.append("size_bound = '%s'" % b)
+            if r.random() < 0.3:
+                opts.append("tree_level = %d" % r.choice([0, 1, 3, 6, 10]))
+            if r.random() < 0.3:
+                opts.append("slack = %d" % r.choice([1, 4, 64]))
+            if r.random() < 0.3:
+                sh = r.choice([50, 80, 90, 100])
+                opts.append("shrink_threshold = %d, expand_threshold = %d" % (sh, r.randint(0, sh - 1)))
+            if r.random() < 0.4:
+                opts.append("merge_ratio = %d" % r.choice([2, 5, 10, 50]))
+            return " WITH (%s)" % ", ".join(opts) if opts else ""
+        if self.a.am != "hybrid_btree":
             return ""
         r = random.Random("%d-%s" % (self.a.seed, name))
         opts = []
@@ -293,6 +340,8 @@ class Differential:
                 continue
             if name == "i_bdesc" and self.a.no_desc_index:
                 continue
+            if self.elastic and any(COLTYPE[c] == "numeric" for c, _ in cols):
+                continue   # elastic_btree refuses numeric keys (no memcmp-able encoding)
             colsql = ", ".join(c + (" DESC NULLS LAST" if d else "") for c, d in cols)
             u = "UNIQUE " if uniq else ""
             stmts.append("CREATE %sINDEX am_%s ON t_am USING %s (%s)%s"
@@ -525,9 +574,33 @@ class Differential:
                 f.write(text)
         except OSError:
             repro = "(could not write %s)" % repro
-        raise Mismatch("%s\n  query (AM side, mode %s): %s\n  plan:\n%s\n  repro script: %s"
+        diag = self.diagnose(q) if self.elastic else ""
+        raise Mismatch("%s\n  query (AM side, mode %s): %s\n  plan:\n%s\n  repro script: %s%s"
                        % (what, q["mode"], q["sql"].replace("@T@", "t_am"),
-                          "\n".join("    " + l for l in plan.splitlines()), repro))
+                          "\n".join("    " + l for l in plan.splitlines()), repro, diag))
+
+    def diagnose(self, q):
+        """elastic_btree: say whether the mismatch involves tuples pruned before
+        VACUUM (compact leaves cannot read their keys): dead line pointers in
+        the heap now, and does the query agree after VACUUM t_am?"""
+        out = []
+        try:
+            dead = self.pg.rows("CREATE EXTENSION IF NOT EXISTS pageinspect; "
+                                "SELECT count(*) FROM generate_series(0, pg_relation_size('t_am') / 8192 - 1) b, "
+                                "heap_page_items(get_raw_page('t_am', b::int)) WHERE lp_flags = 3")[0][0]
+            out.append("heap of t_am has %s dead (pruned) line pointers" % dead)
+        except (PsqlError, IndexError) as e:
+            out.append("pageinspect not available (%s)" % str(e).splitlines()[0][:80])
+        try:
+            s = self.AM_SETTINGS[q["mode"]]
+            res = self.pg.batch([("v", "VACUUM t_am"),
+                                 ("a", "%s\n%s;\nRESET ALL" % (s, q["sql"].replace("@T@", "t_am"))),
+                                 ("b", "%s\n%s;\nRESET ALL" % (self.BT_SETTINGS, q["sql"].replace("@T@", "t_bt")))])
+            d = self.compare(q, res["a"], res["b"])
+            out.append("after VACUUM t_am the query %s" % ("still differs" if d else "agrees with btree"))
+        except PsqlError as e:
+            out.append("re-check after VACUUM failed: %s" % str(e)[:200])
+        return "\n  diagnosis (elastic_btree): " + "; ".join(out)
 
     # ---- DML
     def rand_ids(self, k):
@@ -623,12 +696,42 @@ class Differential:
         if r.random() < 0.12:
             stmts += ["VACUUM t_am", "VACUUM t_bt"]
             self.stats["vacuums"] += 1
+        elif r.random() < 0.3:
+            # a seqscan prunes the pages the DML left dead tuples on: their
+            # index entries stay until the next VACUUM, with keys that can no
+            # longer be read from the heap (what elastic_btree's compact leaves
+            # have to cope with)
+            stmts += ["SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off; "
+                      "SELECT count(*) FROM t_am; RESET ALL"]
+            self.stats["prunes"] += 1
         if r.random() < 0.05:
             stmts += ["ANALYZE t_am", "ANALYZE t_bt"]
+        if self.elastic and self.a.size_bound == "mixed" and r.random() < 0.25:
+            # move one index's bound: a small one makes it shrink at the next
+            # merge / VACUUM, a large one or none makes it expand
+            idx = r.choice(self.am_indexes)
+            b = r.choice(self.BOUNDS + ["1GB", None])
+            stmts.insert(0, "ALTER INDEX %s SET (size_bound = '%s')" % (idx, b) if b
+                         else "ALTER INDEX %s RESET (size_bound)" % idx)
+            self.bound_changes += 1
+            if not any(x.startswith("VACUUM") for x in stmts) and r.random() < 0.5:
+                stmts += ["VACUUM t_am", "VACUUM t_bt"]
+                self.stats["vacuums"] += 1
         if stmts:
             self.exec(stmts, "maint")
+        if self.elastic:
+            self.elastic_stats()
         if r.random() < 0.08:
             self.verify_all()
+
+    def elastic_stats(self):
+        items = [("s_" + idx, "SELECT compact_leaves, state FROM pg_hybrid.index_stats('%s'::regclass)" % idx)
+                 for idx in self.am_indexes]
+        res = self.pg.batch(items)
+        for idx in self.am_indexes:
+            cl, st = res["s_" + idx][0]
+            self.compact_seen[idx] = max(self.compact_seen.get(idx, 0), int(cl))
+            self.states_seen[st] += 1
 
     def verify_all(self):
         if self.a.no_verify:
@@ -668,9 +771,9 @@ class Differential:
         self.check_tables("at the end")
         s = self.stats
         print("differential: PASS  seed=%d rounds=%d queries=%d (index %d, bitmap %d, ios %d) dml=%d "
-              "merges=%d vacuums=%d verifies=%d unique_probes=%d rows=%d  %.0fs"
+              "merges=%d vacuums=%d prunes=%d verifies=%d unique_probes=%d rows=%d  %.0fs"
               % (a.seed, self.round, s["queries"], s["mode_index"], s["mode_bitmap"], s["mode_ios"],
-                 s["dml"], s["merges"], s["vacuums"], s["verifies"], s["unique_probes"],
+                 s["dml"], s["merges"], s["vacuums"], s["prunes"], s["verifies"], s["unique_probes"],
                  s["rows_now"], time.time() - t0))
         print("  plans: index scan %d, bitmap %d, index-only %d, backward %d; ORDER BY served "
               "without Sort %d/%d" % (s["plans_index"], s["plans_bitmap"], s["plans_index_only"],
@@ -680,7 +783,17 @@ class Differential:
                            "an ordered AM should serve most of them"
                            % (s["order_served_by_index"], s["order_queries"]))
         if s["plans_index_only"] == 0:
-            print("  note: no index-only scan was used (does the AM set amcanreturn?)")
+            print("  note: no index-only scan was used (does the AM set amcanreturn?%s)"
+                  % (" elastic_btree offers none on an index with a size_bound" if self.elastic else ""))
+        if self.elastic:
+            self.elastic_stats()
+            comp = sorted(i for i, n in self.compact_seen.items() if n > 0)
+            print("  elastic: size_bound mode %s, %d bound changes; index states seen %s; indexes that "
+                  "held compact leaves: %s" % (a.size_bound, self.bound_changes, dict(self.states_seen),
+                                               ", ".join(comp) or "none"))
+            if a.size_bound != "none" and not comp:
+                raise Mismatch("no elastic_btree index ever held a compact leaf (size_bound mode %s): "
+                               "the test did not exercise compact leaves" % a.size_bound)
 
 
 def main():
@@ -702,6 +815,9 @@ def main():
     ap.add_argument("--pgbin", default=os.environ.get("PH_PGBIN", "/usr/lib/postgresql/15/bin"))
     ap.add_argument("--outdir", default=os.environ.get("PH_OUTDIR", "/tmp"),
                     help="where a failing query's repro script is written")
+    ap.add_argument("--size-bound", default=None,
+                    help="elastic_btree only: none | mixed | a size such as 96kB for every index "
+                         "(default: mixed for elastic_btree)")
     ap.add_argument("--autovacuum", action="store_true", help="leave autovacuum on for the tables")
     ap.add_argument("--no-reloptions", action="store_true", help="no WITH (...) on hybrid_btree indexes")
     ap.add_argument("--no-verify", action="store_true", help="never call pg_hybrid.verify()")
@@ -712,6 +828,10 @@ def main():
     a = ap.parse_args()
     if a.seed is None:
         a.seed = random.SystemRandom().randint(1, 10**6)
+    if a.size_bound is None:
+        a.size_bound = "mixed" if a.am == "elastic_btree" else "none"
+    if a.size_bound != "none" and a.am != "elastic_btree":
+        ap.error("--size-bound applies to --am elastic_btree only")
     if not a.host or not a.port:
         ap.error("--host (socket directory) and --port are required (or PH_PGHOST / PH_PGPORT)")
     print("differential: seed %d (rerun: tests/differential.py --seed %d)" % (a.seed, a.seed), flush=True)
