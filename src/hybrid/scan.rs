@@ -161,12 +161,18 @@ fn implied_bounds(desc: &IndexDesc, conds: &[Cond]) -> Option<(bool, bool)> {
     if conds.len() == 1 && strat(&conds[0]) == 3 {
         return Some((false, false));
     }
-    if conds.len() != 2 {
-        return None;
-    }
     let desc_col = desc.cols[0].order.desc;
     // Physical lower / upper strategies (a DESC column flips them).
     let (lo, lo_strict, hi_strict) = if desc_col { ([1u16, 2], 1u16, 5u16) } else { ([4u16, 5], 5u16, 1u16) };
+    if conds.len() == 1 {
+        // One side: the other is the edge of the non-NULL keys (start.rs
+        // passes them), so NULLs stay out as `matches` would keep them out.
+        let a = strat(&conds[0]);
+        return Some(if lo.contains(&a) { (a == lo_strict, false) } else { (false, a == hi_strict) });
+    }
+    if conds.len() != 2 {
+        return None;
+    }
     let (a, b) = (strat(&conds[0]), strat(&conds[1]));
     let (l, u) = if lo.contains(&a) && !lo.contains(&b) && b != 3 {
         (a, b)
@@ -335,7 +341,7 @@ impl ScanState {
         } else {
             None
         };
-        let keyless = if el.is_some() && !self.want_keys { implied_bounds(desc, &conds) } else { None };
+        let keyless = if el.is_some() && !self.want_keys && !conds.is_empty() { implied_bounds(desc, &conds) } else { None };
         Cursor {
             keyless,
             el,
@@ -357,7 +363,17 @@ impl Cursor {
         self.dyn_pos = if dir == Dir::Fwd { 0 } else { self.dyn_items.len() as isize - 1 };
         if let Some(el) = self.el.as_mut() {
             match self.keyless {
-                Some(strict) => el.start_bounded(edir(dir), &self.lower, self.upper.as_deref(), true, strict),
+                Some((ls, us)) => {
+                    // A missing bound is the edge of the non-NULL keys: every
+                    // non-NULL key of a one-column index starts with
+                    // MARK_VALUE, NULLs with a marker below or above it.
+                    let (lo, ls) = if self.lower.is_empty() { (vec![ck::MARK_VALUE], false) } else { (self.lower.clone(), ls) };
+                    let (hi, us) = match &self.upper {
+                        Some(u) => (u.clone(), us),
+                        None => (vec![ck::MARK_NULL_LAST], true),
+                    };
+                    el.start_bounded(edir(dir), &lo, Some(&hi), true, (ls, us))
+                }
                 None => el.start_with(edir(dir), &self.lower, self.upper.as_deref(), desc.natts == 1),
             }
             return;
