@@ -57,6 +57,8 @@ pub struct ElasticCursor {
     fetcher: Option<HeapFetcher>,
     /// Copy of the current leaf's body; entries are decoded on access.
     body: Vec<u8>,
+    /// Its TIDs, decoded when it was copied.
+    tids: Vec<Tid>,
     n: usize,
     /// Forward scans: position where the range ends in this leaf, when the
     /// search for the upper bound found it here.
@@ -116,6 +118,7 @@ impl ElasticCursor {
             height: if known { stat.height as u8 } else { 0 },
             fetcher: None,
             body: Vec::new(),
+            tids: Vec::new(),
             n: 0,
             stop: None,
             extracted: None,
@@ -141,7 +144,10 @@ impl ElasticCursor {
     }
 
     fn tid_at(&self, i: usize) -> Tid {
-        self.leaf().item_tid(i).unwrap_or_else(|e| unsafe { core_error(self.index, e) })
+        match self.tids.get(i) {
+            Some(t) => *t,
+            None => unsafe { page::corrupted(&page::rel_name(self.index), self.blk, "scan position past the leaf") },
+        }
     }
 
     /// Heap reads made for keys so far.
@@ -219,6 +225,11 @@ impl ElasticCursor {
                 self.extracted = None;
                 self.body.clear();
                 self.body.extend_from_slice(body);
+                // TIDs decoded once: a keyless range walks them directly.
+                self.tids.clear();
+                for i in 0..self.n {
+                    self.tids.push(leaf.item_tid(i).unwrap_or_else(|e| core_error(self.index, e)));
+                }
             }
         }
         drop(b);

@@ -709,3 +709,36 @@ fn long_and_short_keys_random_batches() {
         w.check(&probes);
     }
 }
+
+/// (int8, text) keys of the differential test's seed 4 (NULLs, UTF-8, 300-
+/// and 901-byte words) built under 64kB with thresholds 50/31 and 2 pages
+/// outside the tree: "insert makes no progress".
+#[test]
+fn seed4_low_thresholds_progress() {
+    let batch: Vec<(Vec<u8>, Tid)> = include_str!("testdata/seed4_keys.txt")
+        .lines()
+        .map(|l| {
+            let mut it = l.split(' ');
+            let hex = it.next().unwrap();
+            let key = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+            (key, Tid::new(it.next().unwrap().parse().unwrap(), it.next().unwrap().parse().unwrap()))
+        })
+        .collect();
+    for (shrink, expand) in [(50u32, 31u32), (90, 75)] {
+        let cfg = Config { size_bound: Some(64 * 1024), shrink_pct: shrink, expand_pct: expand, ..Config::default() };
+        let mut pool = MemPool::new(BODY_CAP);
+        pool.alloc().unwrap();
+        pool.alloc().unwrap();
+        let mut w = World::new(BODY_CAP, cfg);
+        w.tree = ElasticTree::create(pool, cfg).unwrap();
+        for (k, t) in &batch {
+            w.heap.keys.insert(*t, k.clone());
+            w.oracle.insert((k.clone(), *t));
+        }
+        for chunk in batch.chunks(4096) {
+            w.tree.insert_batch(chunk, &mut w.heap).unwrap_or_else(|e| panic!("{shrink}/{expand}: {e:?} {:?}", w.tree.stats()));
+            w.tree.update_state().unwrap();
+        }
+        assert_eq!(w.tree.count_entries().unwrap() as usize, w.oracle.len());
+    }
+}

@@ -508,8 +508,11 @@ pub struct ElasticTree<P: PagePool> {
     /// Where the shrink pass resumes: (parent block, child index).
     shrink_cursor: Option<(u32, usize)>,
     /// Extra pages reverting every compact leaf would take (as of the last
-    /// walk: `open`).
+    /// walk).
     expansion_pages: u64,
+    /// Public operations started, and the one the last walk belongs to.
+    op: u64,
+    counted_op: u64,
     ev: Events,
 }
 
@@ -547,6 +550,8 @@ impl<P: PagePool> ElasticTree<P> {
             dead_dropped: 0,
             shrink_cursor: None,
             expansion_pages: 0,
+            op: 1,
+            counted_op: 0,
             ev: Events::default(),
         };
         t.update_state()?;
@@ -589,6 +594,8 @@ impl<P: PagePool> ElasticTree<P> {
             dead_dropped: 0,
             shrink_cursor: None,
             expansion_pages: 0,
+            op: 1,
+            counted_op: 0,
             ev: Events::default(),
         }
     }
@@ -706,6 +713,11 @@ impl<P: PagePool> ElasticTree<P> {
         let size = self.size_bytes() as u128;
         let shrink = bound as u128 * self.cfg.shrink_pct as u128 / 100;
         let expand = bound as u128 * self.cfg.expand_pct as u128 / 100;
+        let extra = if self.state == State::Shrinking && size < expand {
+            (self.fresh_expansion_pages()? * self.pool.page_bytes()) as u128
+        } else {
+            0
+        };
         let next = match self.state {
             State::Normal if size >= shrink => State::Shrinking,
             // Only when reverting every compact leaf would stay under the
@@ -713,7 +725,7 @@ impl<P: PagePool> ElasticTree<P> {
             // the expand threshold, and expanding then would only grow it
             // back into shrinking (oscillation). The paper's leaves shrink
             // one overflow at a time; ours also by the shrink pass.
-            State::Shrinking if size < expand && size + ((self.expansion_pages * self.pool.page_bytes()) as u128) < shrink => State::Expanding,
+            State::Shrinking if size < expand && size + extra < shrink => State::Expanding,
             State::Expanding if size >= shrink => State::Shrinking,
             State::Expanding if self.compact_leaves == 0 => State::Normal,
             s => s,
@@ -877,6 +889,7 @@ impl<P: PagePool> ElasticTree<P> {
     /// conversion, capacity doubling or a split (each one step) and the
     /// batch resumes. Entries already present are skipped.
     pub fn insert_batch<F: KeyFetcher + ?Sized>(&mut self, batch: &[(Vec<u8>, Tid)], f: &mut F) -> Result<()> {
+        self.op += 1;
         let maxk = max_key_len(self.cap());
         for (i, (k, t)) in batch.iter().enumerate() {
             if k.len() > maxk {
@@ -939,7 +952,10 @@ impl<P: PagePool> ElasticTree<P> {
                 let before = self.pool.pages_in_use();
                 self.overflow(&path, blk, f)?;
                 if self.pool.pages_in_use() > before && self.state == State::Shrinking && self.over_bound() {
-                    self.shrink_some_inner(1, 8, f)?;
+                    // Not the two halves just made: they would merge back
+                    // and split again on the next insert (no progress).
+                    let right = self.pool.read(blk)?.0.right;
+                    self.shrink_some_inner(1, 8, &[blk, right], f)?;
                 }
             }
         }
@@ -1268,6 +1284,7 @@ impl<P: PagePool> ElasticTree<P> {
     /// pass in the expanding state (the paper's search-triggered expansion
     /// without making searches write). Returns the steps taken.
     pub fn expand_some<F: KeyFetcher + ?Sized>(&mut self, max_steps: usize, f: &mut F) -> Result<usize> {
+        self.op += 1;
         let mut cf = self.counting(f);
         let r = self.expand_some_inner(max_steps, &mut cf);
         self.add_fetches(cf.count);
@@ -1335,6 +1352,7 @@ impl<P: PagePool> ElasticTree<P> {
     /// outside the shrinking state) and merges nearly empty leaves into a
     /// sibling under the same parent. Returns the entries removed.
     pub fn bulk_delete<F: KeyFetcher + ?Sized>(&mut self, dead: &mut dyn FnMut(Tid) -> bool, f: &mut F) -> Result<u64> {
+        self.op += 1;
         let mut cf = self.counting(f);
         let r = self.bulk_delete_inner(dead, &mut cf);
         self.add_fetches(cf.count);
@@ -1567,13 +1585,14 @@ impl<P: PagePool> ElasticTree<P> {
     /// each, two page reads); the insert path uses 1 merge / 8 pairs per
     /// split, a background pass may use more.
     pub fn shrink_some<F: KeyFetcher + ?Sized>(&mut self, max_steps: usize, max_pairs: usize, f: &mut F) -> Result<usize> {
+        self.op += 1;
         let mut cf = self.counting(f);
-        let r = self.shrink_some_inner(max_steps, max_pairs, &mut cf);
+        let r = self.shrink_some_inner(max_steps, max_pairs, &[], &mut cf);
         self.add_fetches(cf.count);
         r
     }
 
-    fn shrink_some_inner<F: KeyFetcher + ?Sized>(&mut self, max_steps: usize, max_pairs: usize, f: &mut F) -> Result<usize> {
+    fn shrink_some_inner<F: KeyFetcher + ?Sized>(&mut self, max_steps: usize, max_pairs: usize, avoid: &[u32], f: &mut F) -> Result<usize> {
         if self.state != State::Shrinking || self.height < 2 {
             return Ok(0);
         }
@@ -1602,7 +1621,7 @@ impl<P: PagePool> ElasticTree<P> {
                     continue;
                 }
             };
-            let small = {
+            let small = !avoid.contains(&lc) && !avoid.contains(&rc) && {
                 let (_, lb) = self.pool.read(lc)?;
                 let (_, rb) = self.pool.read(rc)?;
                 let (ll, rl) = (Leaf::parse(&lb)?, Leaf::parse(&rb)?);
@@ -1627,6 +1646,16 @@ impl<P: PagePool> ElasticTree<P> {
 
     // ------------------------------------------------------------ checks
 
+    /// The expansion estimate, walked again at most once per public
+    /// operation (it goes stale as leaves convert; a stale value let a build
+    /// flip between shrinking and expanding without progress).
+    fn fresh_expansion_pages(&mut self) -> Result<u64> {
+        if self.counted_op != self.op {
+            self.recount()?;
+        }
+        Ok(self.expansion_pages)
+    }
+
     /// Walks the tree again for the counters the state rules use (after a
     /// pass that removed many entries).
     pub fn refresh_counts(&mut self) -> Result<()> {
@@ -1634,6 +1663,7 @@ impl<P: PagePool> ElasticTree<P> {
     }
 
     fn recount(&mut self) -> Result<()> {
+        self.counted_op = self.op;
         let r = self.walk(None)?;
         self.std_leaves = r.standard_leaves;
         self.compact_leaves = r.compact_leaves;
