@@ -397,3 +397,40 @@ ph_parse_quick() {
         esac
     done
 }
+
+# ph_am_ddl AM: the index options and text collation the tests use for AM.
+#   PH_IDX_OPTS  a WITH clause (hybrid_btree: merge_ratio 10; elastic_btree:
+#                size_bound PH_SIZE_BOUND when set, so leaves turn compact)
+#   PH_TCOLL     collation clause for indexed text columns (elastic_btree
+#                needs a memcmp-able encoding: COLLATE "C")
+ph_am_ddl() {
+    PH_IDX_OPTS=""
+    PH_TCOLL=""
+    case $1 in
+        hybrid_btree) PH_IDX_OPTS=" WITH (merge_ratio = 10)" ;;
+        elastic_btree)
+            PH_TCOLL=' COLLATE "C"'
+            [[ -n ${PH_SIZE_BOUND:-} ]] && PH_IDX_OPTS=" WITH (size_bound = '$PH_SIZE_BOUND')"
+            ;;
+    esac
+    return 0
+}
+
+# ph_pgbench_summary DIR RC: prints the summary of a pgbench run whose output
+# is in DIR/pgbench.{out,err}; says on stderr what went wrong and returns 1
+# if pgbench exited with RC != 0 or reported errors or aborted clients.
+ph_pgbench_summary() {
+    local dir=$1 rc=$2 bad=0
+    grep -vE '^progress:' "$dir/pgbench.err" | head -40 || true
+    grep -E '^(progress|number of|latency|tps)' "$dir/pgbench.err" "$dir/pgbench.out" -h | sed 's/^/  /' || true
+    if ((rc != 0)); then
+        echo "pgbench exited with status $rc" >&2
+        bad=1
+    fi
+    if grep -qiE 'aborted|error' "$dir/pgbench.err"; then
+        echo "pgbench reported errors / aborted clients:" >&2
+        grep -iE 'aborted|error' "$dir/pgbench.err" | head -20 >&2
+        bad=1
+    fi
+    return $bad
+}

@@ -48,17 +48,9 @@ failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 say() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
-opts=""
-tcoll=""   # collation of indexed text columns
-case $AM in
-    hybrid_btree) opts=" WITH (merge_ratio = 10)" ;;
-    elastic_btree)
-        # keys need a memcmp-able encoding: text under COLLATE "C" only;
-        # PH_SIZE_BOUND (e.g. 1MB) makes the leaves turn compact as it grows
-        tcoll=' COLLATE "C"'
-        [[ -n ${PH_SIZE_BOUND:-} ]] && opts=" WITH (size_bound = '$PH_SIZE_BOUND')"
-        ;;
-esac
+ph_am_ddl "$AM"
+opts=$PH_IDX_OPTS
+tcoll=$PH_TCOLL   # collation of indexed text columns
 cluster_sql "$DIR" "$DB" \
     "CREATE TABLE kv (k int8 NOT NULL, v int8 NOT NULL, pad text$tcoll)" \
     "INSERT INTO kv SELECT g, g % 1000, 'init' FROM generate_series(1, 200000, 2) g" \
@@ -201,13 +193,7 @@ rc=$?
 set -e
 touch "$STOP"
 wait $MPID || true
-grep -vE '^progress:' "$DIR/pgbench.err" | head -40 || true
-grep -E '^(progress|number of|latency|tps)' "$DIR/pgbench.err" "$DIR/pgbench.out" -h | sed 's/^/  /' || true
-((rc == 0)) || fail "pgbench exited with status $rc"
-if grep -qiE 'aborted|error' "$DIR/pgbench.err"; then
-    fail "pgbench reported errors / aborted clients:"
-    grep -iE 'aborted|error' "$DIR/pgbench.err" | head -20 >&2
-fi
+ph_pgbench_summary "$DIR" "$rc" || fail "pgbench (above)"
 other=$(awk '/^number of other failures/ {print $5}' "$DIR/pgbench.out")
 [[ -z $other || $other == 0 ]] || fail "pgbench: $other failures other than serialization/deadlock"
 if grep -q '^merge error' "$DIR/merger.log"; then

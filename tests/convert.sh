@@ -210,13 +210,7 @@ rc=$?
 set -e
 touch "$STOP"
 wait $WPID || true
-grep -vE '^progress:' "$DIR/pgbench.err" | head -40 || true
-grep -E '^(progress|number of|latency|tps)' "$DIR/pgbench.err" "$DIR/pgbench.out" -h | sed 's/^/  /' || true
-((rc == 0)) || fail "pgbench exited with status $rc"
-if grep -qiE 'aborted|error' "$DIR/pgbench.err"; then
-    fail "pgbench reported errors / aborted clients:"
-    grep -iE 'aborted|error' "$DIR/pgbench.err" | head -20 >&2
-fi
+ph_pgbench_summary "$DIR" "$rc" || fail "pgbench (above)"
 failed_tx=$(awk '/^number of failed transactions/ {print $5}' "$DIR/pgbench.out")
 [[ -z $failed_tx || $failed_tx == 0 ]] || fail "pgbench: $failed_tx failed transactions"
 if grep -q '^writer error' "$DIR/writer.log"; then
@@ -243,7 +237,6 @@ echo "  reader transactions checked: ${ntx:-?}, wrong answers: $nbad"
 stable=$(cluster_sql "$DIR" "$DB" "SET enable_indexscan=off" "SET enable_bitmapscan=off" "SET enable_indexonlyscan=off" \
     "SELECT count(*) FROM cv WHERE grp = 0")
 [[ $stable == "$S" ]] || fail "the table holds $stable stable rows, expected $S"
-ph_index_vs_seq "$DIR" "$DB" cv cv_k "k >= 0" || fail "cv_k disagrees with seqscan"
 ph_index_vs_seq "$DIR" "$DB" cv cv_gk "grp >= 0" || fail "cv_gk disagrees with seqscan"
 ph_verify "$DIR" "$DB" cv_k || fail "verify(cv_k)"
 ph_verify "$DIR" "$DB" cv_gk || fail "verify(cv_gk)"
@@ -260,6 +253,10 @@ if ((elastic && !grow_only)); then
     ((lastdrop == 1)) || fail "cv_k's compact leaves never decreased: no conversion back to standard was exercised"
 fi
 
+# "k >= 0" is every row: cv_gk (grp, k) scanned whole costs the same as cv_k,
+# so the planner may take either; the check of cv_k runs without cv_gk.
+cluster_sql "$DIR" "$DB" "DROP INDEX cv_gk" >/dev/null
+ph_index_vs_seq "$DIR" "$DB" cv cv_k "k >= 0" || fail "cv_k disagrees with seqscan"
 if ((failures)); then
     echo "convert: FAIL ($failures problems; logs in $DIR)"
     exit 1

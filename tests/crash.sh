@@ -48,17 +48,9 @@ say() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
 # id = g * 2654435761 mod 2^32: a bijection on g < 2^32, i.e. unique keys in random order
 IDEXPR="(g * 2654435761) % 4294967296"
-opts=""
-tcoll=""   # collation of indexed text columns
-case $AM in
-    hybrid_btree) opts=" WITH (merge_ratio = 10)" ;;
-    elastic_btree)
-        # keys need a memcmp-able encoding: text under COLLATE "C" only;
-        # PH_SIZE_BOUND (e.g. 1MB) makes the leaves turn compact as it grows
-        tcoll=' COLLATE "C"'
-        [[ -n ${PH_SIZE_BOUND:-} ]] && opts=" WITH (size_bound = '$PH_SIZE_BOUND')"
-        ;;
-esac
+ph_am_ddl "$AM"
+opts=$PH_IDX_OPTS
+tcoll=$PH_TCOLL   # collation of indexed text columns
 
 mk_table() {   # NAME
     cluster_sql "$DIR" "$DB" \

@@ -54,17 +54,9 @@ cluster_wait_ready "$S"
 [[ $(cluster_sql "$S" "$DB" "SELECT pg_is_in_recovery()") == t ]] || ph_die "standby is not in recovery"
 
 # ------------------------------------------------------------ workload --
-opts=""
-tcoll=""   # collation of indexed text columns
-case $AM in
-    hybrid_btree) opts=" WITH (merge_ratio = 10)" ;;
-    elastic_btree)
-        # keys need a memcmp-able encoding: text under COLLATE "C" only;
-        # PH_SIZE_BOUND (e.g. 1MB) makes the leaves turn compact as it grows
-        tcoll=' COLLATE "C"'
-        [[ -n ${PH_SIZE_BOUND:-} ]] && opts=" WITH (size_bound = '$PH_SIZE_BOUND')"
-        ;;
-esac
+ph_am_ddl "$AM"
+opts=$PH_IDX_OPTS
+tcoll=$PH_TCOLL   # collation of indexed text columns
 ROWS="SELECT g, (g * 2654435761) % 4294967296, g % 5000, 'v' || (g % 777)"
 psql_p() { cluster_sql "$P" "$DB" "$@" >/dev/null; }
 

@@ -591,12 +591,7 @@ fn unreachable_bound_with_wide_keys_progresses() {
         let cfg = Config { size_bound: Some(bound_pages * (BODY_CAP + PAGE_OVERHEAD) as u64), ..Config::default() };
         // `other` pages outside the tree count against the bound too (the
         // glue's metapage and delta log).
-        let mut pool = MemPool::new(BODY_CAP);
-        for _ in 0..other {
-            pool.alloc().unwrap();
-        }
-        let mut w = World::new(BODY_CAP, cfg);
-        w.tree = ElasticTree::create(pool, cfg).unwrap();
+        let mut w = World::with_other_pages(cfg, other);
         w.insert_keys((1..=1000).map(key).collect());
         w.insert_keys((1001..=4000).map(key).collect());
         assert_eq!(w.tree.count_entries().unwrap() as usize, w.oracle.len());
@@ -609,25 +604,10 @@ fn unreachable_bound_with_wide_keys_progresses() {
 /// text COLLATE "C", int2) rows (testdata/multicol_keys.txt: key hex, TID).
 #[test]
 fn unreachable_bound_real_keys_progresses() {
-    let batch: Vec<(Vec<u8>, Tid)> = include_str!("testdata/multicol_keys.txt")
-        .lines()
-        .map(|l| {
-            let mut it = l.split(' ');
-            let hex = it.next().unwrap();
-            let key = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
-            let blk: u32 = it.next().unwrap().parse().unwrap();
-            let off: u16 = it.next().unwrap().parse().unwrap();
-            (key, Tid::new(blk, off))
-        })
-        .collect();
+    let batch = keys_file(include_str!("testdata/multicol_keys.txt"));
     for other in [0u64, 2] {
         let cfg = Config { size_bound: Some(4 * (BODY_CAP + PAGE_OVERHEAD) as u64), ..Config::default() };
-        let mut pool = MemPool::new(BODY_CAP);
-        for _ in 0..other {
-            pool.alloc().unwrap();
-        }
-        let mut w = World::new(BODY_CAP, cfg);
-        w.tree = ElasticTree::create(pool, cfg).unwrap();
+        let mut w = World::with_other_pages(cfg, other);
         for (k, t) in &batch {
             w.heap.keys.insert(*t, k.clone());
             w.oracle.insert((k.clone(), *t));
@@ -656,11 +636,7 @@ fn long_keys_under_a_bound() {
     };
     for (bound_kb, shrink, expand) in [(256u64, 90u32, 75u32), (128, 90, 75), (64, 50, 31), (256, 50, 31)] {
         let cfg = Config { size_bound: Some(bound_kb * 1024), shrink_pct: shrink, expand_pct: expand, ..Config::default() };
-        let mut pool = MemPool::new(BODY_CAP);
-        pool.alloc().unwrap();
-        pool.alloc().unwrap();
-        let mut w = World::new(BODY_CAP, cfg);
-        w.tree = ElasticTree::create(pool, cfg).unwrap();
+        let mut w = World::with_other_pages(cfg, 2);
         let mut batch: Vec<(Vec<u8>, Tid)> = (1..=20000u64).map(|g| (key(g), Tid::new((g / 100) as u32 + 1, (g % 100) as u16 + 1))).collect();
         batch.sort_by(|a, b| cmp_pair(&a.0, a.1, &b.0, b.1));
         for (k, t) in &batch {
@@ -715,22 +691,10 @@ fn long_and_short_keys_random_batches() {
 /// outside the tree: "insert makes no progress".
 #[test]
 fn seed4_low_thresholds_progress() {
-    let batch: Vec<(Vec<u8>, Tid)> = include_str!("testdata/seed4_keys.txt")
-        .lines()
-        .map(|l| {
-            let mut it = l.split(' ');
-            let hex = it.next().unwrap();
-            let key = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
-            (key, Tid::new(it.next().unwrap().parse().unwrap(), it.next().unwrap().parse().unwrap()))
-        })
-        .collect();
+    let batch = keys_file(include_str!("testdata/seed4_keys.txt"));
     for (shrink, expand) in [(50u32, 31u32), (90, 75)] {
         let cfg = Config { size_bound: Some(64 * 1024), shrink_pct: shrink, expand_pct: expand, ..Config::default() };
-        let mut pool = MemPool::new(BODY_CAP);
-        pool.alloc().unwrap();
-        pool.alloc().unwrap();
-        let mut w = World::new(BODY_CAP, cfg);
-        w.tree = ElasticTree::create(pool, cfg).unwrap();
+        let mut w = World::with_other_pages(cfg, 2);
         for (k, t) in &batch {
             w.heap.keys.insert(*t, k.clone());
             w.oracle.insert((k.clone(), *t));
@@ -740,5 +704,31 @@ fn seed4_low_thresholds_progress() {
             w.tree.update_state().unwrap();
         }
         assert_eq!(w.tree.count_entries().unwrap() as usize, w.oracle.len());
+    }
+}
+
+/// Lines of `key-hex block offset`, as dumped from PostgreSQL's encodings.
+fn keys_file(text: &str) -> Vec<(Vec<u8>, Tid)> {
+    text.lines()
+        .map(|l| {
+            let mut it = l.split(' ');
+            let hex = it.next().unwrap();
+            let key = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+            (key, Tid::new(it.next().unwrap().parse().unwrap(), it.next().unwrap().parse().unwrap()))
+        })
+        .collect()
+}
+
+impl World {
+    /// A tree whose pool already holds `other` pages outside it (the glue's
+    /// metapage and delta log count against the bound too).
+    fn with_other_pages(cfg: Config, other: u64) -> World {
+        let mut pool = MemPool::new(BODY_CAP);
+        for _ in 0..other {
+            pool.alloc().unwrap();
+        }
+        let mut w = World::new(BODY_CAP, cfg);
+        w.tree = ElasticTree::create(pool, cfg).unwrap();
+        w
     }
 }
