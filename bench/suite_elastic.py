@@ -208,6 +208,16 @@ class Suite:
                 for s in sides]
         return {k: (ms * 1e3 / max(1, n), node, int(row[0] or 0)) for k, (ms, node, row) in paired(self.c, jobs, reps).items()}
 
+    def verify(self, case, sidx, s):
+        """pg_hybrid.verify on side s's index (our AMs only); a failure counts as a wrong answer."""
+        if not s.hybrid:
+            return
+        try:
+            self.res.note("%s/%s: pg_hybrid.verify passed (%.1f s)" % (case, self.res.sides[sidx], s.verify()))
+        except psycopg.Error as e:
+            self.wrong.append("%s %s: pg_hybrid.verify: %s" % (case, s.am, str(e).strip()))
+            self.res.note("VERIFY FAILED %s/%s: %s" % (case, self.res.sides[sidx], str(e).strip()))
+
     def check(self, what, got, want):
         if got != want:
             msg = "%s: %s, expected %s" % (what, got, want)
@@ -320,12 +330,7 @@ class Suite:
             if len(set(got)) > 1:
                 self.check("%s: range rows per side %s" % (case, got), got[0], got[1])
             for sidx, s in sides:
-                if s.hybrid:
-                    try:
-                        res.note("%s/%s: pg_hybrid.verify passed (%.1f s)" % (case, res.sides[sidx], s.verify()))
-                    except psycopg.Error as e:
-                        self.wrong.append("%s %s: pg_hybrid.verify: %s" % (case, s.am, str(e).strip()))
-                        res.note("VERIFY FAILED %s/%s: %s" % (case, res.sides[sidx], str(e).strip()))
+                self.verify(case, sidx, s)
                 self.c.execute("DROP INDEX %s" % s.idx)
         for _, s in sides:
             self.c.execute("DROP TABLE %s" % s.table)
@@ -463,12 +468,7 @@ class Suite:
                     res.note("%s/%s: state %s, size_bound %s" % (case, res.sides[sidx], st["state"], st.get("size_bound")))
             else:
                 res.add(case, "bytes_per_entry", "B/entry", "lower", sidx, 0, b / max(1, nrows))
-            if s.hybrid:
-                try:
-                    res.note("%s/%s: pg_hybrid.verify passed (%.1f s)" % (case, res.sides[sidx], s.verify()))
-                except psycopg.Error as e:
-                    self.wrong.append("%s %s: pg_hybrid.verify: %s" % (case, s.am, str(e).strip()))
-                    res.note("VERIFY FAILED %s/%s: %s" % (case, res.sides[sidx], str(e).strip()))
+            self.verify(case, sidx, s)
         got = [rg[s.idx][2] for s in only]
         if len(set(got)) > 1:
             self.check("%s: range rows per side %s" % (case, got), got[0], got[1])

@@ -33,6 +33,9 @@ pub struct HeapFetcher {
     heap_natts: usize,
     values: Vec<pg_sys::Datum>,
     nulls: Vec<bool>,
+    /// The index columns' datums, gathered from `values` (reused per fetch).
+    key_values: Vec<pg_sys::Datum>,
+    key_nulls: Vec<bool>,
     cxt: pg_sys::MemoryContext,
     /// The last key read, so the candidate a search fetched is not read
     /// again by the scan that returns it.
@@ -78,6 +81,8 @@ impl HeapFetcher {
             heap_natts,
             values: vec![pg_sys::Datum::from(0usize); heap_natts],
             nulls: vec![true; heap_natts],
+            key_values: Vec::new(),
+            key_nulls: Vec::new(),
             cxt,
             last: None,
             heap_blocks: HEAP_BLOCKS.with(|m| m.borrow().get(&(*heap).rd_node.relNode.to_u32()).copied().unwrap_or(0)),
@@ -173,8 +178,9 @@ impl HeapFetcher {
         tup.t_tableOid = (*self.heap).rd_id;
         let old = pg_sys::MemoryContextSwitchTo(self.cxt);
         pg_sys::heap_deform_tuple(&mut tup, (*self.heap).rd_att, self.values.as_mut_ptr(), self.nulls.as_mut_ptr());
-        let mut vals = Vec::with_capacity(self.attnums.len());
-        let mut nulls = Vec::with_capacity(self.attnums.len());
+        let (mut vals, mut nulls) = (std::mem::take(&mut self.key_values), std::mem::take(&mut self.key_nulls));
+        vals.clear();
+        nulls.clear();
         for &a in &self.attnums {
             if a == 0 || a > self.heap_natts {
                 pg_sys::MemoryContextSwitchTo(old);
@@ -192,6 +198,7 @@ impl HeapFetcher {
             nulls.push(self.nulls[a - 1]);
         }
         self.desc.encode_tuple(vals.as_ptr(), nulls.as_ptr(), out);
+        (self.key_values, self.key_nulls) = (vals, nulls);
         pg_sys::MemoryContextSwitchTo(old);
         true
     }

@@ -122,7 +122,6 @@ impl PagePool for BufPool {
                     }
                 }
             }
-            let safexid = pg_sys::ReadNextFullTransactionId().value;
             let mut w = WalRecord::start(self.rel);
             let mut added = 0i64;
             for (i, b, new) in &bufs {
@@ -153,7 +152,7 @@ impl PagePool for BufPool {
                         } else {
                             let op = page::opaque_mut(p);
                             op.kind = PageKind::ElasticDeleted as u8;
-                            op.first_pos = safexid;
+                            op.first_pos = pg_sys::ReadNextFullTransactionId().value;
                             self.deleted.push(*blk);
                         }
                         added -= 1;

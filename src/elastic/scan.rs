@@ -59,6 +59,8 @@ pub struct ElasticCursor {
     body: Vec<u8>,
     /// Its TIDs, decoded when it was copied.
     tids: Vec<Tid>,
+    /// Whether it is a compact leaf (entries have no keys to decode).
+    compact: bool,
     n: usize,
     /// Forward scans: position where the range ends in this leaf, when the
     /// search for the upper bound found it here.
@@ -85,8 +87,11 @@ pub struct ElasticCursor {
 
 impl Drop for ElasticCursor {
     fn drop(&mut self) {
-        if let (Some(s), false) = (self.slot, std::thread::panicking()) {
-            crate::hybrid::merge::add_key_fetches(s, self.key_fetches());
+        // One shared counter for every backend: touched only by scans that
+        // read keys, not by every probe.
+        let n = self.key_fetches();
+        if let (Some(s), false, true) = (self.slot, std::thread::panicking(), n > 0) {
+            crate::hybrid::merge::add_key_fetches(s, n);
         }
     }
 }
@@ -119,6 +124,7 @@ impl ElasticCursor {
             fetcher: None,
             body: Vec::new(),
             tids: Vec::new(),
+            compact: false,
             n: 0,
             stop: None,
             extracted: None,
@@ -179,6 +185,7 @@ impl ElasticCursor {
         let body = std::slice::from_raw_parts((b.page() as *const u8).add(page::PAGE_HEADER_SIZE), page::BODY_CAP);
         let leaf = Leaf::parse(body).unwrap_or_else(|e| core_error(self.index, e));
         self.n = leaf.len();
+        self.compact = matches!(leaf, Leaf::Compact(_));
         self.hikey = leaf.high_key().unwrap_or_else(|e| core_error(self.index, e)).map(|(k, t)| (k.to_vec(), t));
         let mut buf = std::mem::take(&mut self.buf);
         let mut f = LazyFetcher { index: self.index, desc: &self.desc, f: &mut self.fetcher };
@@ -240,19 +247,11 @@ impl ElasticCursor {
     }
 
     /// Positions before the first entry of the range in `dir`: `lower` and
-    /// `upper` are key prefixes (inclusive, as hybrid's scan computes them).
-    pub unsafe fn start(&mut self, dir: Dir, lower: &[u8], upper: Option<&[u8]>) {
-        self.start_with(dir, lower, upper, false)
-    }
-
-    /// `whole_key`: the bounds are complete keys (a one-column index), so
-    /// the bounds' positions can be searched as keys; `strict`: (lower,
-    /// upper) exclude the bound itself (then whole_key must be true).
-    pub unsafe fn start_with(&mut self, dir: Dir, lower: &[u8], upper: Option<&[u8]>, whole_key: bool) {
-        self.start_bounded(dir, lower, upper, whole_key, (false, false))
-    }
-
-    pub unsafe fn start_bounded(&mut self, dir: Dir, lower: &[u8], upper: Option<&[u8]>, whole_key: bool, strict: (bool, bool)) {
+    /// `upper` are key prefixes, inclusive, as hybrid's scan computes them.
+    /// `whole_key`: they are complete keys (a one-column index), so their
+    /// positions are searched as keys, and `strict` = (lower, upper) may
+    /// exclude the bound itself.
+    pub unsafe fn start(&mut self, dir: Dir, lower: &[u8], upper: Option<&[u8]>, whole_key: bool, strict: (bool, bool)) {
         if self.meta_blk == NO_BLOCK {
             self.done = true;
             return;
@@ -293,6 +292,46 @@ impl ElasticCursor {
         }
     }
 
+    /// Moves past leaf ends in `dir` to a valid position and returns it; None
+    /// at the end of the tree or of a range whose end was found by search.
+    unsafe fn position(&mut self, dir: Dir) -> Option<usize> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if let (Some(stop), Dir::Fwd) = (self.stop, dir) {
+                if self.pos >= stop as isize {
+                    self.done = true;
+                    return None;
+                }
+            }
+            if self.pos < 0 || self.pos >= self.n as isize {
+                if !self.next_leaf(dir) {
+                    self.done = true;
+                    return None;
+                }
+                continue;
+            }
+            return Some(self.pos as usize);
+        }
+    }
+
+    /// Entry `i` of the current leaf: its TID, and its key if the leaf
+    /// stores keys.
+    unsafe fn item_at(&self, i: usize) -> (Option<Vec<u8>>, Tid) {
+        if let Some((base, v)) = &self.extracted {
+            return match i.checked_sub(*base).and_then(|j| v.get(j)) {
+                Some(it) => (it.key.clone(), it.tid),
+                None => pgrx::error!("elastic_btree: scan position outside the copied range"),
+            };
+        }
+        if self.compact {
+            return (None, self.tid_at(i));
+        }
+        let it = self.leaf().item(i).unwrap_or_else(|e| core_error(self.index, e));
+        (it.key, it.tid)
+    }
+
     /// Forward scans started with an upper bound: the TID at the position,
     /// without reading its key. Every entry it returns lies below the upper
     /// bound (its position was searched); a pruned entry's TID may come
@@ -301,32 +340,11 @@ impl ElasticCursor {
         if self.end.is_none() {
             return None;
         }
-        loop {
-            if self.done {
-                return None;
-            }
-            if let Some(stop) = self.stop {
-                if self.pos >= stop as isize {
-                    self.done = true;
-                    return None;
-                }
-            }
-            if self.pos < 0 || self.pos >= self.n as isize {
-                if !self.next_leaf(Dir::Fwd) {
-                    self.done = true;
-                    return None;
-                }
-                continue;
-            }
-            let i = self.pos as usize;
-            return Some(match &self.extracted {
-                Some((base, v)) => match i.checked_sub(*base).and_then(|j| v.get(j)) {
-                    Some(it) => it.tid,
-                    None => pgrx::error!("elastic_btree: scan position outside the copied range"),
-                },
-                None => self.tid_at(i),
-            });
+        let i = self.position(Dir::Fwd)?;
+        if self.extracted.is_none() {
+            return Some(self.tid_at(i));
         }
+        Some(self.item_at(i).1)
     }
 
     /// Whether the scan knows where its range ends (forward, upper bound).
@@ -364,38 +382,16 @@ impl ElasticCursor {
     /// was found by search. The caller checks range and conditions.
     pub unsafe fn peek(&mut self, dir: Dir) -> Option<(Vec<u8>, Tid)> {
         loop {
-            if self.done {
-                return None;
-            }
-            if let (Some(stop), Dir::Fwd) = (self.stop, dir) {
-                if self.pos >= stop as isize {
-                    self.done = true;
-                    return None;
-                }
-            }
-            if self.pos < 0 || self.pos >= self.n as isize {
-                if !self.next_leaf(dir) {
-                    self.done = true;
-                    return None;
-                }
-                continue;
-            }
-            let i = self.pos as usize;
-            let item = match &self.extracted {
-                Some((base, v)) => match i.checked_sub(*base).and_then(|j| v.get(j)) {
-                    Some(it) => pg_hybrid_core::elastic::tree::ScanItem { key: it.key.clone(), tid: it.tid },
-                    None => pgrx::error!("elastic_btree: scan position outside the copied range"),
-                },
-                None => self.leaf().item(i).unwrap_or_else(|e| core_error(self.index, e)),
-            };
-            if let Some(k) = item.key {
+            let i = self.position(dir)?;
+            let (key, tid) = self.item_at(i);
+            if let Some(k) = key {
                 self.check_order(i, &k);
-                return Some((k, item.tid));
+                return Some((k, tid));
             }
             let mut k = Vec::new();
-            if self.fetcher().fetch(item.tid, &mut k) {
+            if self.fetcher().fetch(tid, &mut k) {
                 self.check_order(i, &k);
-                return Some((k, item.tid));
+                return Some((k, tid));
             }
             // Pruned: dead for every snapshot.
             self.advance(dir);

@@ -129,29 +129,28 @@ unsafe fn expand_all(index: pg_sys::Relation, tree: &mut ElasticTree<BufPool>, f
 /// VACUUM: removes dead TIDs (and entries whose tuples were pruned), merges
 /// underfull leaves, and reverts compact leaves while expanding.
 pub unsafe fn bulk_delete(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridMeta, dead: &mut dyn FnMut(Tid) -> bool) -> (u64, WriteOutcome) {
-    if m.stat.root == NO_BLOCK {
-        let tree = open_writer(index, m);
-        return (0, outcome(index, tree, 0));
-    }
-    let mut tree = open_writer(index, m);
-    let mut f = HeapFetcher::open(index, desc.clone());
-    let removed = tree.bulk_delete(dead, &mut f).unwrap_or_else(|e| core_error(index, e));
-    tree.refresh_counts().unwrap_or_else(|e| core_error(index, e));
-    expand_all(index, &mut tree, &mut f);
-    let fetches = f.fetches;
-    drop(f);
-    (removed, outcome(index, tree, fetches))
+    vacuum_pass(index, desc, m, Some(dead))
 }
 
 /// Re-evaluates the state under the current reloptions and, while
 /// expanding, reverts compact leaves (VACUUM's cleanup pass).
 pub unsafe fn settle(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridMeta) -> WriteOutcome {
+    vacuum_pass(index, desc, m, None).1
+}
+
+unsafe fn vacuum_pass(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridMeta, dead: Option<&mut dyn FnMut(Tid) -> bool>) -> (u64, WriteOutcome) {
     let mut tree = open_writer(index, m);
     let mut f = HeapFetcher::open(index, desc.clone());
+    let mut removed = 0;
+    if let Some(dead) = dead {
+        removed = tree.bulk_delete(dead, &mut f).unwrap_or_else(|e| core_error(index, e));
+        // The expand rule needs the counts after the removal.
+        tree.refresh_counts().unwrap_or_else(|e| core_error(index, e));
+    }
     expand_all(index, &mut tree, &mut f);
     let fetches = f.fetches;
     drop(f);
-    outcome(index, tree, fetches)
+    (removed, outcome(index, tree, fetches))
 }
 
 /// The tree's counters for index_stats (walks the tree).
@@ -160,8 +159,7 @@ pub unsafe fn stats(index: pg_sys::Relation, m: &HybridMeta) -> Option<(Stats, S
         return None;
     }
     let tree = ElasticTree::open(BufPool::reader(index), m.stat.root, Config::default()).unwrap_or_else(|e| core_error(index, e));
-    let entries = tree.count_entries().unwrap_or_else(|e| core_error(index, e));
-    Some((tree.stats(), tree.state(), entries))
+    Some((tree.stats(), tree.state(), tree.walked_entries()))
 }
 
 /// amcheck-like check of the whole tree, keys of compact leaves included.
@@ -171,7 +169,6 @@ pub unsafe fn verify(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridMe
     }
     let tree = ElasticTree::open(BufPool::reader(index), m.stat.root, Config::default()).unwrap_or_else(|e| core_error(index, e));
     let mut f = HeapFetcher::open(index, desc.clone());
-    tree.verify(&mut f).unwrap_or_else(|e| core_error(index, e));
-    tree.count_entries().unwrap_or_else(|e| core_error(index, e))
+    tree.verify(&mut f).unwrap_or_else(|e| core_error(index, e)).entries
 }
 

@@ -95,7 +95,7 @@ pub unsafe fn tids_for_key(index: pg_sys::Relation, desc: &IndexDesc, slot: Slot
     if crate::elastic::is_elastic(index) {
         use crate::elastic::scan::{Dir, ElasticCursor};
         let mut c = ElasticCursor::new(index, crate::keys::index_desc(index), &stat);
-        c.start(Dir::Fwd, &keycols, Some(&keycols));
+        c.start(Dir::Fwd, &keycols, Some(&keycols), false, (false, false));
         while let Some((k, t)) = c.peek(Dir::Fwd) {
             if desc.compare_prefix(&k, &keycols) != Ordering::Equal {
                 break;

@@ -220,11 +220,14 @@ unsafe fn merge_elastic(
     let merged_entries = fresh.len() as u64;
     let out = crate::elastic::tree::apply_batch(index, desc, m, &fresh, false, &mut |_| {});
     drop(fresh);
-    list_for_recycling(index, &out.deleted);
-    let m = meta::read(index);
+    // Leaves merged away and fully merged delta pages: one segment, freed
+    // by the xid horizon (generation 0: the tree has no stages to count
+    // readers of), listed in the switch record.
     let (dead_delta, new_head) = delta::pages_below(index, m.delta_head, cutoff);
     let ndead_delta = dead_delta.len() as u32;
-    let recycle_head = write_recycle_list(index, &dead_delta, m.recycle_head, 0);
+    let mut retired = out.deleted;
+    retired.extend(dead_delta);
+    let recycle_head = write_recycle_list(index, &retired, m.recycle_head, 0);
     let millis = start.elapsed().as_secs_f64() * 1000.0;
     let tids = out.entries;
     let new_stat = StaticInfo {
@@ -243,7 +246,7 @@ unsafe fn merge_elastic(
         vacuum_epoch: m.stat.vacuum_epoch,
     };
     add_key_fetches(slot, out.key_fetches);
-    switch(index, desc, slot, &m, new_stat, new_head, recycle_head, ndead_delta, millis, None, cutoff);
+    switch(index, desc, slot, m, new_stat, new_head, recycle_head, ndead_delta, millis, None, cutoff);
     recycle_if_safe(index);
     MergeOutcome { merged_entries, static_entries: tids, millis }
 }

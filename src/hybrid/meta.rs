@@ -16,8 +16,13 @@ pub const META_VERSION: u32 = 1;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StaticInfo {
     pub generation: u32,
+    /// hybrid_btree: the static stage's root. elastic_btree: the block of
+    /// the tree's own metapage (src/elastic/README.md).
     pub root: u32,
     pub height: u32,
+    /// hybrid_btree: the first static leaf. elastic_btree: the tree's root
+    /// as of the last merge or VACUUM, where readers start (a root that has
+    /// split since still works: descents move right from it).
     pub first_leaf: u32,
     pub last_leaf: u32,
     /// 1 when leaves are LZ4-compressed.

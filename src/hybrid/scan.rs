@@ -147,9 +147,9 @@ fn matches(desc: &IndexDesc, conds: &[Cond], key: &[u8]) -> bool {
 }
 
 /// For a one-column index: Some((lower strict, upper strict)) when the
-/// conditions are exactly a lower and an upper bound (or one equality) on
-/// the column, so an entry between the bounds' positions matches without
-/// looking at its key. NULLs sort outside any two bounds.
+/// conditions are exactly one equality, or a lower and/or an upper bound,
+/// on the column, so an entry between the bounds' positions matches
+/// without looking at its key. NULLs sort outside the bounds.
 fn implied_bounds(desc: &IndexDesc, conds: &[Cond]) -> Option<(bool, bool)> {
     if desc.natts != 1 || conds.iter().any(|c| c.col != 0 || !matches!(c.kind, CondKind::Cmp(_))) {
         return None;
@@ -165,8 +165,9 @@ fn implied_bounds(desc: &IndexDesc, conds: &[Cond]) -> Option<(bool, bool)> {
     // Physical lower / upper strategies (a DESC column flips them).
     let (lo, lo_strict, hi_strict) = if desc_col { ([1u16, 2], 1u16, 5u16) } else { ([4u16, 5], 5u16, 1u16) };
     if conds.len() == 1 {
-        // One side: the other is the edge of the non-NULL keys (start.rs
-        // passes them), so NULLs stay out as `matches` would keep them out.
+        // One side: the other is the edge of the non-NULL keys
+        // (Cursor::start passes it), so NULLs stay out as `matches` would
+        // keep them out.
         let a = strat(&conds[0]);
         return Some(if lo.contains(&a) { (a == lo_strict, false) } else { (false, a == hi_strict) });
     }
@@ -341,6 +342,7 @@ impl ScanState {
         } else {
             None
         };
+        let el_present = el.is_some();
         let keyless = if el.is_some() && !self.want_keys && !conds.is_empty() { implied_bounds(desc, &conds) } else { None };
         Cursor {
             keyless,
@@ -351,7 +353,7 @@ impl ScanState {
             stat: snap.stat,
             dyn_items: snap.items,
             dyn_pos: 0,
-            st: StaticCursor { leaf: None, ei: 0, ti: 0, done: snap.stat.root == NO_BLOCK || crate::elastic::is_elastic(index), checked: None },
+            st: StaticCursor { leaf: None, ei: 0, ti: 0, done: snap.stat.root == NO_BLOCK || el_present, checked: None },
             _reader: snap.reader,
         }
     }
@@ -372,9 +374,9 @@ impl Cursor {
                         Some(u) => (u.clone(), us),
                         None => (vec![ck::MARK_NULL_LAST], true),
                     };
-                    el.start_bounded(edir(dir), &lo, Some(&hi), true, (ls, us))
+                    el.start(edir(dir), &lo, Some(&hi), true, (ls, us))
                 }
-                None => el.start_with(edir(dir), &self.lower, self.upper.as_deref(), desc.natts == 1),
+                None => el.start(edir(dir), &self.lower, self.upper.as_deref(), desc.natts == 1, (false, false)),
             }
             return;
         }
@@ -566,7 +568,6 @@ impl Cursor {
         }
     }
 
-    /// Returns the next (key, tid) in `dir`, or None at the end of the range.
     /// The key of the last item returned, for a re-seek: items returned
     /// without keys (`keyless`) have theirs read from the heap now. The
     /// item was returned to this scan, so its tuple cannot have been pruned
@@ -605,6 +606,7 @@ impl Cursor {
         }
     }
 
+    /// Returns the next (key, tid) in `dir`, or None at the end of the range.
     unsafe fn next(&mut self, index: pg_sys::Relation, desc: &IndexDesc, dir: Dir) -> Option<(Vec<u8>, Tid)> {
         if self.keyless.is_some() && dir == Dir::Fwd && self.dyn_pos as usize >= self.dyn_items.len() {
             if let Some(el) = self.el.as_mut().filter(|e| e.bounded_forward()) {

@@ -171,7 +171,7 @@ fn verify(index: pg_sys::Oid, heapallindexed: bool) {
             if heapallindexed {
                 use crate::elastic::scan::{Dir, ElasticCursor};
                 let mut c = ElasticCursor::new(rel, desc.clone(), &m.stat);
-                c.start(Dir::Fwd, &[], None);
+                c.start(Dir::Fwd, &[], None, false, (false, false));
                 while let Some((k, t)) = c.peek(Dir::Fwd) {
                     all.insert((desc.keycols(&k).to_vec(), t));
                     c.advance(Dir::Fwd);

@@ -510,6 +510,8 @@ pub struct ElasticTree<P: PagePool> {
     /// Extra pages reverting every compact leaf would take (as of the last
     /// walk).
     expansion_pages: u64,
+    /// Entries the last walk counted.
+    walked_entries: u64,
     /// Public operations started, and the one the last walk belongs to.
     op: u64,
     counted_op: u64,
@@ -550,6 +552,7 @@ impl<P: PagePool> ElasticTree<P> {
             dead_dropped: 0,
             shrink_cursor: None,
             expansion_pages: 0,
+            walked_entries: 0,
             op: 1,
             counted_op: 0,
             ev: Events::default(),
@@ -594,6 +597,7 @@ impl<P: PagePool> ElasticTree<P> {
             dead_dropped: 0,
             shrink_cursor: None,
             expansion_pages: 0,
+            walked_entries: 0,
             op: 1,
             counted_op: 0,
             ev: Events::default(),
@@ -1669,7 +1673,13 @@ impl<P: PagePool> ElasticTree<P> {
         self.compact_leaves = r.compact_leaves;
         self.inner_pages = r.inner_pages;
         self.expansion_pages = r.expansion_pages;
+        self.walked_entries = r.entries;
         Ok(())
+    }
+
+    /// Entries in the leaves as of the last walk (`open`, `refresh_counts`).
+    pub fn walked_entries(&self) -> u64 {
+        self.walked_entries
     }
 
     /// amcheck-like: every page parses; inner entries ascend and bound
