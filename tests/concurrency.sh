@@ -209,7 +209,9 @@ dup=$(cluster_sql "$DIR" "$DB" "${SEQ[@]}" "SELECT count(*) FROM (SELECT k FROM 
 [[ $dup == 0 ]] || fail "$dup duplicated keys in kv under the UNIQUE index"
 dup=$(cluster_sql "$DIR" "$DB" "${SEQ[@]}" "SELECT count(*) FROM (SELECT id FROM ledger GROUP BY id HAVING count(*) > 1) d")
 [[ $dup == 0 ]] || fail "$dup duplicated ids in ledger"
-ph_index_vs_seq "$DIR" "$DB" kv kv_k "k >= 0" || fail "kv_k disagrees with seqscan"
+# kv_k is checked after kv_pad_cic (pad, k) is dropped: for "k >= 0", every
+# row, a whole scan of either index costs the same and the planner may take
+# kv_pad_cic.
 ph_index_vs_seq "$DIR" "$DB" kv kv_v "v >= 0" || fail "kv_v disagrees with seqscan"
 ph_index_vs_seq "$DIR" "$DB" ledger ledger_id "id >= 0" || fail "ledger_id disagrees with seqscan"
 # ledger: committed ledger transactions (pgbench's per-script count) == rows
@@ -246,6 +248,7 @@ for idx in kv_k kv_v ledger_id counter_k kv_pad_cic; do
 done
 cluster_sql "$DIR" "$DB" "SELECT 'kv_k', * FROM pg_hybrid.index_stats('kv_k'::regclass)" | sed 's/^/  index_stats: /'
 cluster_sql "$DIR" "$DB" "DROP INDEX CONCURRENTLY kv_pad_cic" >/dev/null || fail "DROP INDEX CONCURRENTLY kv_pad_cic"
+ph_index_vs_seq "$DIR" "$DB" kv kv_k "k >= 0" || fail "kv_k disagrees with seqscan"
 # once more after a final merge + vacuum
 cluster_sql "$DIR" "$DB" "SELECT pg_hybrid.merge('kv_k'::regclass)" "VACUUM kv" "SELECT pg_hybrid.merge('kv_v'::regclass)" >/dev/null
 ph_index_vs_seq "$DIR" "$DB" kv kv_k "k >= 0" || fail "kv_k disagrees with seqscan after merge + vacuum"
