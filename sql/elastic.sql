@@ -533,3 +533,20 @@ SELECT * FROM battery();
 SELECT pg_hybrid.verify('el_k', true);
 DROP TABLE el, el_b;
 DROP FUNCTION battery, chk, scroll, grow, el_rows;
+-- the bound holds for the file under a bulk load: inserters merge when the
+-- delta log outruns the merges, and each merge's retired leaves are reused
+-- as soon as no reader of the old generation is left (the loading
+-- transaction itself holds the xid horizon back)
+RESET pg_hybrid.merge_min_entries;
+CREATE TABLE el_bulk (k int8);
+CREATE INDEX el_bulk_k ON el_bulk USING elastic_btree (k) WITH (size_bound = '3MB');
+INSERT INTO el_bulk SELECT (g::int8 * 2654435761) % 1000000007 FROM generate_series(1, 250000) g;
+SELECT pg_relation_size('el_bulk_k') <= 1.1 * 3 * 1024 * 1024 AS file_within_bound,
+       s.state, s.compact_leaves > 0 AS has_compact
+  FROM pg_hybrid.index_stats('el_bulk_k') s;
+SET enable_seqscan = off; SET enable_bitmapscan = off;
+SELECT count(*) FROM el_bulk WHERE k >= 0;
+SELECT pg_hybrid.verify('el_bulk_k', true);
+RESET enable_seqscan; RESET enable_bitmapscan;
+DROP TABLE el_bulk;
+SET pg_hybrid.merge_min_entries = 1000000;

@@ -76,3 +76,19 @@ INSERT INTO pt1 VALUES (1, 'b') ON CONFLICT (k) DO UPDATE SET v = excluded.v RET
 DROP TABLE pt;
 SELECT pg_hybrid.verify('un_k', true);
 DROP TABLE un, unn, um, ud;
+-- A failed CREATE UNIQUE INDEX CONCURRENTLY leaves an invalid index, as
+-- btree's does; VACUUM FULL and CLUSTER rebuild it without uniqueness
+-- (PostgreSQL passes ii_Unique = false), as they rebuild btree's.
+CREATE TABLE uinv (k int8, v int);
+INSERT INTO uinv VALUES (1, 1), (1, 2), (2, 3);
+CREATE INDEX uinv_v ON uinv USING hybrid_btree (v);
+CREATE UNIQUE INDEX CONCURRENTLY uinv_k ON uinv USING hybrid_btree (k);
+CREATE UNIQUE INDEX CONCURRENTLY uinv_k_bt ON uinv USING btree (k);
+SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+ WHERE i.indrelid = 'uinv'::regclass ORDER BY 1;
+VACUUM FULL uinv;
+CLUSTER uinv USING uinv_v;
+SELECT k, v FROM uinv ORDER BY v;
+SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+ WHERE i.indrelid = 'uinv'::regclass ORDER BY 1;
+DROP TABLE uinv;

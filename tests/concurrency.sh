@@ -11,7 +11,11 @@
 # through btree), inserts/upserts/moves go through plpgsql functions that
 # catch unique_violation instead.
 # Meanwhile one more client runs pg_hybrid.merge() on every index every 2 s
-# (and VACUUM every 4th time, and CREATE INDEX CONCURRENTLY once).
+# (and VACUUM every 4th time), and a DDL
+# client keeps sending relcache invalidations for kv and its indexes while
+# the ON CONFLICT clients open them: CREATE / DROP INDEX CONCURRENTLY of a
+# btree and of an AM index, ALTER TABLE ... SET STATISTICS, ANALYZE (and once CREATE INDEX CONCURRENTLY
+# of an AM index that stays).
 # Afterwards:
 #   - pgbench exited 0, no client aborted (only serialization/deadlock failures,
 #     retried with --max-tries, are tolerated), merges raised no error;
@@ -166,9 +170,6 @@ merger() {
         local stmts=("SELECT pg_hybrid.merge('kv_k'::regclass)" "SELECT pg_hybrid.merge('kv_v'::regclass)"
                      "SELECT pg_hybrid.merge('ledger_id'::regclass)" "SELECT pg_hybrid.merge('counter_k'::regclass)")
         ((i % 4 == 0)) && stmts+=("VACUUM kv")
-        # Once, under load: CREATE INDEX CONCURRENTLY must catch up with the
-        # rows written between its build and validate phases.
-        ((i == 2)) && stmts+=("CREATE INDEX CONCURRENTLY kv_pad_cic ON kv USING $AM (pad, k)")
         if ! err=$(cluster_sql "$DIR" "$DB" "${stmts[@]}" 2>&1 >/dev/null); then
             [[ -e $STOP ]] && break
             echo "merge error: $err"
@@ -180,6 +181,39 @@ merger() {
 merger >"$DIR/merger.log" 2>&1 &
 MPID=$!
 ph_bg_add $MPID
+
+# ----------------------------------------------------------------- DDL --
+# Relcache invalidations for kv and its indexes, all the time: an executor
+# that opens kv's indexes for ON CONFLICT must not depend on relcache
+# entries staying put while it takes locks.
+ddl() {
+    local i=0 err am
+    while [[ ! -e $STOP ]]; do
+        i=$((i + 1))
+        am=btree
+        ((i % 2 == 0)) && am=$AM
+        # Once, under load: CREATE INDEX CONCURRENTLY must catch up with the
+        # rows written between its build and validate phases (the DDL runs
+        # in this one client: two CICs on one table wait for each other).
+        if ((i == 3)) && ! err=$(cluster_sql "$DIR" "$DB" "CREATE INDEX CONCURRENTLY kv_pad_cic ON kv USING $AM (pad, k)" 2>&1 >/dev/null); then
+            echo "ddl error: $err"
+        fi
+        if ! err=$(cluster_sql "$DIR" "$DB" \
+            "CREATE INDEX CONCURRENTLY kv_ddl_$i ON kv USING $am (v)" \
+            "ALTER TABLE kv ALTER COLUMN pad SET STATISTICS $((50 + i % 50))" \
+            "ANALYZE kv" \
+            "DROP INDEX CONCURRENTLY kv_ddl_$i" 2>&1 >/dev/null); then
+            [[ -e $STOP ]] && break
+            echo "ddl error: $err"
+        else
+            echo "ddl round $i ok"
+        fi
+        sleep 0.3
+    done
+}
+ddl >"$DIR/ddl.log" 2>&1 &
+DPID=$!
+ph_bg_add $DPID
 
 # -------------------------------------------------------------- pgbench --
 say "== pgbench: $clients clients, ${seconds}s, am=$AM"
@@ -193,6 +227,7 @@ rc=$?
 set -e
 touch "$STOP"
 wait $MPID || true
+wait $DPID || true
 ph_pgbench_summary "$DIR" "$rc" || fail "pgbench (above)"
 other=$(awk '/^number of other failures/ {print $5}' "$DIR/pgbench.out")
 [[ -z $other || $other == 0 ]] || fail "pgbench: $other failures other than serialization/deadlock"
@@ -201,6 +236,14 @@ if grep -q '^merge error' "$DIR/merger.log"; then
     grep '^merge error' "$DIR/merger.log" | head -5 >&2
 fi
 say "  merger: $(grep -c 'ok$' "$DIR/merger.log" || true) merge rounds"
+if grep -q '^ddl error' "$DIR/ddl.log"; then
+    fail "DDL under load raised errors:"
+    grep '^ddl error' "$DIR/ddl.log" | head -5 >&2
+fi
+say "  ddl: $(grep -c 'ok$' "$DIR/ddl.log" || true) rounds of CREATE/DROP INDEX CONCURRENTLY + ANALYZE"
+if grep -q 'speculative unique index' "$DIR/pgbench.err" "$DIR/pgbench.out"; then
+    fail "ON CONFLICT clients saw a speculative-insertion setup error (relcache race)"
+fi
 
 # --------------------------------------------------------------- checks --
 say "== checks"

@@ -90,8 +90,12 @@ pub unsafe extern "C-unwind" fn ambuild(
     pg_sys::pgstat_progress_update_param(pg_sys::PROGRESS_CREATEIDX_SUBPHASE as i32, PHASE_SORT);
     let mut entries = std::mem::take(&mut spool.entries);
     entries.sort_unstable_by(|a, b| desc.compare(spool.key(a), spool.key(b)).then(a.2.cmp(&b.2)));
-    if desc.unique {
-        check_unique_build(index, &desc, &spool, &entries);
+    // Uniqueness comes from the IndexInfo PostgreSQL passes, not the
+    // catalog: VACUUM FULL and CLUSTER rebuild an invalid unique index (a
+    // failed CREATE UNIQUE INDEX CONCURRENTLY) with ii_Unique = false.
+    let unique = (*index_info).ii_Unique;
+    if unique {
+        check_unique_build(index, &desc, (*index_info).ii_NullsNotDistinct, &spool, &entries);
     }
     let ntuples = entries.len() as f64;
 
@@ -153,7 +157,7 @@ pub unsafe extern "C-unwind" fn ambuild(
         crate::shmem::forget_index(pg_sys::MyDatabaseId, (*index).rd_id, Some(crate::shmem::slot_key(index)));
         // A unique index starts with a filter over its keys (state.rs,
         // KeyFilter) so the first inserts skip the static descent.
-        if desc.unique && desc.hashable && !entries.is_empty() {
+        if unique && desc.hashable && !entries.is_empty() {
             let hashes: Vec<u64> = entries.iter().filter_map(|e| desc.key_hash(spool.key(e))).collect();
             if let Some(f) = super::state::KeyFilter::build(gen, &hashes) {
                 let slot = crate::shmem::slot_for(index);
@@ -193,13 +197,13 @@ impl Iterator for Grouped<'_> {
     }
 }
 
-unsafe fn check_unique_build(index: pg_sys::Relation, desc: &IndexDesc, spool: &Spool, entries: &[(u64, u32, Tid, bool)]) {
+unsafe fn check_unique_build(index: pg_sys::Relation, desc: &IndexDesc, nulls_not_distinct: bool, spool: &Spool, entries: &[(u64, u32, Tid, bool)]) {
     let mut prev: Option<&(u64, u32, Tid, bool)> = None;
     for e in entries.iter().filter(|e| e.3) {
         let k = spool.key(e);
         if let Some(p) = prev {
             let pk = spool.key(p);
-            if desc.compare_keycols(pk, k) == Ordering::Equal && (desc.nulls_not_distinct || !desc.has_null_keycol(k)) {
+            if desc.compare_keycols(pk, k) == Ordering::Equal && (nulls_not_distinct || !desc.has_null_keycol(k)) {
                 super::insert::report_duplicate(index, desc, k, true);
             }
         }

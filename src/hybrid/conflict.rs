@@ -1,27 +1,30 @@
-//! INSERT ... ON CONFLICT over unique hybrid_btree indexes.
+//! INSERT ... ON CONFLICT over unique indexes of ours.
 //!
-//! The executor's speculative insertion is AM-neutral except for one guard:
-//! PostgreSQL 15's `BuildSpeculativeIndexInfo` (called from
-//! `ExecOpenIndices` for every unique index of the target table) refuses
-//! any index whose `relam` is not btree, before it looks up the equality
-//! operator with btree's strategy number 3 in the index's operator family.
-//! Our operator families use btree's strategy numbers, and the rest of the
-//! protocol goes through our AM: the pre-check scans the index with
+//! The executor's speculative insertion is AM-neutral except for one step:
+//! PostgreSQL 15's `BuildSpeculativeIndexInfo` (called by
+//! `ExecOpenIndices(rri, true)` for every unique index of the target table)
+//! refuses any index whose `relam` is not btree. What it builds is small:
+//! per key column, the equality operator of the index's operator family
+//! (btree strategy 3, which our families use too), its function, and the
+//! strategy number, for the executor's pre-check scan. The rest of the
+//! protocol goes through our AM: the pre-check scans the index with those
 //! equality keys under a dirty snapshot, and the speculative insert calls
 //! `aminsert` with UNIQUE_CHECK_PARTIAL, which reports a conflict without
 //! raising one (insert.rs).
 //!
 //! So, right after `ExecutorStart` of a statement with an ON CONFLICT
-//! clause, we open the target table's indexes for speculative insertion
-//! ourselves (what ExecInsert would do on its first row), and only for the
-//! length of that call the relcache entries of its unique hybrid_btree
-//! indexes show btree's `relam` in this backend; it is put back right after
-//! (also on error). No user code runs in that window.
+//! clause, we open the target table's indexes ourselves, as ExecInsert
+//! would on its first row but without speculation
+//! (`ExecOpenIndices(rri, false)`), and fill the speculative fields of each
+//! unique index's IndexInfo: btree's through `BuildSpeculativeIndexInfo`,
+//! ours from our operator family, the same way. Nothing pretends to be
+//! btree, so relcache invalidations arriving while the indexes are locked
+//! (CREATE INDEX CONCURRENTLY, DROP INDEX on the table) cannot matter.
 //!
 //! Partitioned targets open their partitions' indexes lazily while the
-//! statement runs, outside that window, so ON CONFLICT on a partitioned
-//! table with unique hybrid_btree indexes is refused at parse analysis with
-//! an error that says what to do.
+//! statement runs, outside our reach, so ON CONFLICT on a partitioned
+//! table with unique indexes of ours is refused at parse analysis with an
+//! error that says what to do.
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -126,41 +129,67 @@ unsafe fn on_conflict_nodes(qd: *mut pg_sys::QueryDesc) -> Vec<*mut pg_sys::Modi
 }
 
 /// Opens the result relation's indexes for speculative insertion (what
-/// ExecInsert would do on its first row) with its unique hybrid_btree
-/// indexes shown as btree for the length of the call.
-unsafe fn open_indexes_for_speculation(rri: *mut pg_sys::ResultRelInfo, ams: &[pg_sys::Oid]) {
+/// ExecInsert would do on its first row) when one of its unique indexes is
+/// ours; see the module comment.
+unsafe fn open_indexes_for_speculation(rri: *mut pg_sys::ResultRelInfo, ams: &[pg_sys::Oid], query_cxt: pg_sys::MemoryContext) {
     let rel = (*rri).ri_RelationDesc;
     if !(*(*rel).rd_rel).relhasindex || !(*rri).ri_IndexRelationDescs.is_null() {
         return;
     }
-    let shown: Vec<(pg_sys::Relation, pg_sys::Oid)> = unique_hybrid_indexes(rel, ams, pg_sys::RowExclusiveLock as i32)
-        .into_iter()
-        .map(|idx| (idx, (*(*idx).rd_rel).relam))
-        .collect();
-    if shown.is_empty() {
+    let ours = unique_hybrid_indexes(rel, ams, pg_sys::RowExclusiveLock as i32);
+    let any_ours = !ours.is_empty();
+    for idx in ours {
+        // ExecOpenIndices takes the same lock again; ours is released at
+        // the end of the transaction like its.
+        pg_sys::index_close(idx, pg_sys::NoLock as i32);
+    }
+    if !any_ours {
         return;
     }
-    for &(idx, _) in &shown {
-        (*(*idx).rd_rel).relam = pg_sys::BTREE_AM_OID;
-    }
-    let restore = || {
-        for &(idx, am) in &shown {
-            // A relcache rebuild in the window already put the catalog value back.
-            (*(*idx).rd_rel).relam = am;
-            pg_sys::index_close(idx, pg_sys::NoLock as i32);
-        }
-    };
-    pg_sys::PgTryBuilder::new(std::panic::AssertUnwindSafe(|| pg_sys::ExecOpenIndices(rri, true)))
-        .finally(restore)
-        .execute();
-    // IndexInfo copied the relam it saw; keep it truthful.
+    // The IndexInfos live as long as the statement, as ExecInsert's would.
+    let old = pg_sys::MemoryContextSwitchTo(query_cxt);
+    pg_sys::ExecOpenIndices(rri, false);
     for j in 0..(*rri).ri_NumIndices as usize {
         let idx = *(*rri).ri_IndexRelationDescs.add(j);
         let info = *(*rri).ri_IndexRelationInfo.add(j);
-        if !idx.is_null() && !info.is_null() && ams.contains(&(*(*idx).rd_rel).relam) {
-            (*info).ii_Am = (*(*idx).rd_rel).relam;
+        if idx.is_null() || info.is_null() || !(*info).ii_Unique {
+            continue;
+        }
+        if ams.contains(&(*(*idx).rd_rel).relam) {
+            fill_speculative_info(idx, info);
+        } else {
+            pg_sys::BuildSpeculativeIndexInfo(idx, info);
         }
     }
+    pg_sys::MemoryContextSwitchTo(old);
+}
+
+/// `BuildSpeculativeIndexInfo` for an index of ours: the equality operator
+/// (btree strategy 3) of each key column's operator family.
+unsafe fn fill_speculative_info(index: pg_sys::Relation, info: *mut pg_sys::IndexInfo) {
+    const EQUAL: u16 = 3;
+    let nkeys = (*(*index).rd_index).indnkeyatts as usize;
+    let ops = pg_sys::palloc(std::mem::size_of::<pg_sys::Oid>() * nkeys) as *mut pg_sys::Oid;
+    let procs = pg_sys::palloc(std::mem::size_of::<pg_sys::Oid>() * nkeys) as *mut pg_sys::Oid;
+    let strats = pg_sys::palloc(std::mem::size_of::<u16>() * nkeys) as *mut u16;
+    for i in 0..nkeys {
+        let family = *(*index).rd_opfamily.add(i);
+        let intype = *(*index).rd_opcintype.add(i);
+        let op = pg_sys::get_opfamily_member(family, intype, intype, EQUAL as i16);
+        if op == pg_sys::InvalidOid {
+            crate::raise(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+                format!("operator family of column {} of index \"{}\" has no equality operator", i + 1, crate::storage::page::rel_name(index)),
+                "Use one of pg_hybrid's operator classes for the column.",
+            );
+        }
+        *ops.add(i) = op;
+        *procs.add(i) = pg_sys::get_opcode(op);
+        *strats.add(i) = EQUAL;
+    }
+    (*info).ii_UniqueOps = ops;
+    (*info).ii_UniqueProcs = procs;
+    (*info).ii_UniqueStrats = strats;
 }
 
 #[pg_guard]
@@ -184,7 +213,7 @@ unsafe extern "C-unwind" fn executor_start(qd: *mut pg_sys::QueryDesc, eflags: s
     }
     for mt in nodes {
         for i in 0..(*mt).mt_nrels as usize {
-            open_indexes_for_speculation((*mt).resultRelInfo.add(i), &ams);
+            open_indexes_for_speculation((*mt).resultRelInfo.add(i), &ams, (*(*qd).estate).es_query_cxt);
         }
     }
 }

@@ -36,7 +36,8 @@ pub unsafe extern "C-unwind" fn aminsert(
     let checks = check != pg_sys::IndexUniqueCheck::UNIQUE_CHECK_NO
         && (desc.nulls_not_distinct || !desc.has_null_keycol(&key));
     if !checks {
-        insert_entry(index, &desc, slot, &key, tid);
+        let merge_now = insert_entry(index, &desc, slot, &key, tid);
+        merge_if_overrun(index, merge_now);
         return true;
     }
     let stripe = shmem::stripe_lock(
@@ -46,15 +47,16 @@ pub unsafe extern "C-unwind" fn aminsert(
         let guard = LwGuard::exclusive(stripe);
         match find_conflict(index, heap, &desc, slot, &key, tid) {
             Conflict::None => {
-                if check != pg_sys::IndexUniqueCheck::UNIQUE_CHECK_EXISTING {
-                    insert_entry(index, &desc, slot, &key, tid);
-                }
+                let merge_now = check != pg_sys::IndexUniqueCheck::UNIQUE_CHECK_EXISTING && insert_entry(index, &desc, slot, &key, tid);
                 drop(guard);
+                merge_if_overrun(index, merge_now);
                 return true;
             }
             Conflict::Wait { xid, spec_token, other } => {
                 if check == pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL {
-                    insert_entry(index, &desc, slot, &key, tid);
+                    let merge_now = insert_entry(index, &desc, slot, &key, tid);
+                    drop(guard);
+                    merge_if_overrun(index, merge_now);
                     return false;
                 }
                 drop(guard);
@@ -67,7 +69,9 @@ pub unsafe extern "C-unwind" fn aminsert(
             }
             Conflict::Live => {
                 if check == pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL {
-                    insert_entry(index, &desc, slot, &key, tid);
+                    let merge_now = insert_entry(index, &desc, slot, &key, tid);
+                    drop(guard);
+                    merge_if_overrun(index, merge_now);
                     return false;
                 }
                 drop(guard);
@@ -196,17 +200,29 @@ unsafe fn elastic_delta_cap(index: pg_sys::Relation, key_len: usize) -> Option<u
     Some((bound / 50 / (key_len as u64 + 12)).max(crate::guc::MERGE_MIN_ENTRIES.get() as u64))
 }
 
-/// Appends to the delta log and adds the entry to the dynamic stage; merges
-/// when the ratio trigger fires or the arena runs short.
-unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8], tid: Tid) {
+/// Back-pressure (insert_entry): merges in this backend, once the caller
+/// holds no LWLock (a merge waits for heavyweight locks).
+unsafe fn merge_if_overrun(index: pg_sys::Relation, merge_now: bool) {
+    if merge_now {
+        merge::merge_index(index, merge::Reason::Ratio);
+    }
+}
+
+/// Appends to the delta log and adds the entry to the dynamic stage;
+/// requests a merge when the ratio trigger fires or the arena runs short.
+/// Returns true when the caller must merge itself (back-pressure) once it
+/// has released its locks.
+unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8], tid: Tid) -> bool {
     let pos = delta::append(index, key, tid, &slot.get().dual.tail_hint);
-    let (fits, want_merge, others_should_merge) = {
+    let (fits, want_merge, others_should_merge, overrun) = {
         let _g = slot.exclusive();
         let st = &mut slot.get().dual;
         let fits = pos < st.stat.merged_upto || st.insert(desc, key, tid, pos);
         let ratio = super::options::merge_ratio(index).max(1) as u64;
         let mut threshold = (st.stat.tids / ratio).max(crate::guc::MERGE_MIN_ENTRIES.get() as u64);
-        if let Some(cap) = elastic_delta_cap(index, key.len()) {
+        let cap = elastic_delta_cap(index, key.len());
+        let capped = cap.is_some();
+        if let Some(cap) = cap {
             threshold = threshold.min(cap);
         }
         let short = shmem::header().free_fraction() < 0.25;
@@ -217,7 +233,13 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         if want {
             st.merge_requested = true;
         }
-        (fits, want, short && !share)
+        // Back-pressure: an index whose delta log is capped (it counts
+        // against a size bound) must not outrun its merges. Past twice the
+        // cap, the inserter merges itself (after the merge in progress, if
+        // any): a bulk load then runs at the speed of its merges and the
+        // file stays within the bound.
+        let overrun = capped && st.tree.nentries >= threshold.saturating_mul(2);
+        (fits, want || overrun, short && !share, overrun)
     };
     if others_should_merge && crate::guc::BACKGROUND_MERGE.get() {
         shmem::merge_largest_elsewhere(slot);
@@ -239,9 +261,9 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
             drop(_g);
             crate::raise(PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY, "pg_hybrid.shared_memory is exhausted even after a merge", "Raise pg_hybrid.shared_memory and restart the server.");
         }
-        return;
+        return false;
     }
-    if want_merge {
-        merge::request_merge(index, slot);
-    }
+    // Without a background worker the merge runs here, after the caller's
+    // locks are released, like the back-pressure one.
+    overrun || (want_merge && !merge::launch_merge_worker(index))
 }

@@ -52,7 +52,7 @@ pub unsafe fn merge_index(index: pg_sys::Relation, reason: Reason) -> MergeOutco
 /// `dead` (VACUUM's callback) drops TIDs from the old static stage on the way.
 pub unsafe fn merge_locked(
     index: pg_sys::Relation,
-    reason: Reason,
+    _reason: Reason,
     mut dead: Option<&mut dyn FnMut(Tid) -> bool>,
 ) -> MergeOutcome {
     let start = Instant::now();
@@ -81,7 +81,9 @@ pub unsafe fn merge_locked(
     fresh.sort_unstable_by(|a, b| desc.compare(&a.0, &b.0).then(a.1.cmp(&b.1)));
     fresh.dedup();
     let merged_entries = fresh.len() as u64;
-    if merged_entries == 0 && reason == Reason::Ratio {
+    // Nothing to move and no dead TIDs to drop: the stage on disk is what a
+    // merge would write again (a rewrite would only double the file).
+    if merged_entries == 0 && dead.is_none() {
         return MergeOutcome { merged_entries, static_entries: m.stat.tids, millis: 0.0 };
     }
 
@@ -218,20 +220,28 @@ unsafe fn merge_elastic(
     start: Instant,
 ) -> MergeOutcome {
     let merged_entries = fresh.len() as u64;
+    // Every merge starts a new reader generation: readers registered before
+    // the switch may hold links to leaves this merge deletes; readers that
+    // start after it descend a tree in which those leaves are unlinked. So
+    // the segment is free once no reader of the old generation is left,
+    // not only when the xid horizon passes it (a bulk load's own
+    // transaction holds the horizon back for its whole length, and the
+    // file grew far past the size bound).
+    let gen = m.next_generation;
+    meta::update(index, |mm| mm.next_generation = gen + 1);
     let out = crate::elastic::tree::apply_batch(index, desc, m, &fresh, false, &mut |_| {});
     drop(fresh);
-    // Leaves merged away and fully merged delta pages: one segment, freed
-    // by the xid horizon (generation 0: the tree has no stages to count
-    // readers of), listed in the switch record.
+    // Leaves merged away and fully merged delta pages: one segment, listed
+    // in the switch record.
     let (dead_delta, new_head) = delta::pages_below(index, m.delta_head, cutoff);
     let ndead_delta = dead_delta.len() as u32;
     let mut retired = out.deleted;
     retired.extend(dead_delta);
-    let recycle_head = write_recycle_list(index, &retired, m.recycle_head, 0);
+    let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.stat.generation);
     let millis = start.elapsed().as_secs_f64() * 1000.0;
     let tids = out.entries;
     let new_stat = StaticInfo {
-        generation: m.stat.generation.max(1),
+        generation: gen,
         root: out.meta_blk,
         height: out.stats.height as u32,
         // elastic_btree: the tree's root, where readers start (README.md).
@@ -416,14 +426,10 @@ pub unsafe fn recycle_if_safe(index: pg_sys::Relation) -> u64 {
     (blocks.len() + lists.len()) as u64
 }
 
-/// Starts a background merge worker for the index (or merges here when
-/// background merges are off or no worker slot is free).
-pub unsafe fn request_merge(index: pg_sys::Relation, slot: SlotRef) {
-    if crate::guc::BACKGROUND_MERGE.get() && crate::workers::launch_merge_worker(pg_sys::MyDatabaseId, (*index).rd_id) {
-        return;
-    }
-    let _ = slot;
-    merge_index(index, Reason::Ratio);
+/// Starts a background merge worker for the index; false when background
+/// merges are off or no worker slot is free (the caller merges itself).
+pub unsafe fn launch_merge_worker(index: pg_sys::Relation) -> bool {
+    crate::guc::BACKGROUND_MERGE.get() && crate::workers::launch_merge_worker(pg_sys::MyDatabaseId, (*index).rd_id)
 }
 
 /// pg_hybrid.merge(index): merges now and returns the entries moved.
