@@ -2,11 +2,13 @@
 //!
 //! Layers (see ../shared/design.md): `keys` (order-preserving key encoding),
 //! `storage` (pages, buffers, WAL), `shmem` (arena and per-index registry),
-//! `workers` (background merges), and one module per access method.
+//! `workers` (background workers), `engine` (the staged-index engine every
+//! dual-stage AM runs on), and one folder per access method.
 
 use pgrx::prelude::*;
 
 pub mod elastic;
+pub mod engine;
 pub mod guc;
 pub mod hybrid;
 pub mod keys;
@@ -28,12 +30,11 @@ pub extern "C-unwind" fn _PG_init() {
         }
         guc::define();
         pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_hybrid".as_ptr());
+        engine::init();
+        hybrid::init();
+        elastic::init();
         install_shmem_hooks();
-        hybrid::options::register();
-        elastic::options::register();
-        hybrid::conflict::install();
         shmem::install_drop_hook();
-        hybrid::wal::register();
         // Errors must read the same whatever the server's environment:
         // backtraces in DETAIL only when explicitly asked for.
         if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {

@@ -1,5 +1,5 @@
-//! The IndexAmRoutine of elastic_btree: hybrid_btree's callbacks (which
-//! branch on `is_elastic`) with elastic's reloptions.
+//! The handler of elastic_btree (the engine's callbacks, elastic's
+//! reloptions) and its SQL declarations.
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -12,11 +12,8 @@ pub extern "C" fn pg_finfo_elastic_btree_handler() -> &'static pg_sys::Pg_finfo_
 
 #[no_mangle]
 #[pg_guard]
-pub unsafe extern "C-unwind" fn elastic_btree_handler(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
-    let d = crate::hybrid::handler::hybrid_btree_handler(fcinfo);
-    let r = d.cast_mut_ptr::<pg_sys::IndexAmRoutine>();
-    (*r).amoptions = Some(super::options::amoptions);
-    d
+pub unsafe extern "C-unwind" fn elastic_btree_handler(_fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    crate::engine::handler::ordered_routine(Some(super::options::amoptions))
 }
 
 pgrx::extension_sql!(

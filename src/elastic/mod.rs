@@ -1,10 +1,15 @@
 //! elastic_btree: a B+tree whose leaves turn into compact SeqTree leaves
-//! under a size bound (Hershcovitch et al., EDBT 2022), behind hybrid_btree's
-//! dynamic stage. The algorithm is `pg_hybrid_core::elastic`; this module is
-//! the PostgreSQL side: the page pool, heap key fetches, reloptions, the
-//! cursor hybrid's scans use, and the handler. Everything else (delta log,
-//! shared-memory stage, merges, VACUUM, unique checks, ON CONFLICT) is
-//! hybrid_btree's code, which asks `is_elastic` where the two differ.
+//! under a size bound (Hershcovitch et al., EDBT 2022), as the base
+//! structure of the staged-index engine (src/engine). The algorithm is
+//! `pg_hybrid_core::elastic`; this folder is the PostgreSQL side:
+//!
+//! - `structure.rs`: the `BaseStructure` (build, merge in place, VACUUM, verify, stats)
+//! - `scan.rs`: the `BaseCursor` over both leaf forms
+//! - `tree.rs`: opening and driving the core tree over buffers
+//! - `pool.rs`: the core's PagePool over PostgreSQL buffers and GenericXLog
+//! - `fetch.rs`: heap key fetches for compact leaves
+//! - `options.rs`: reloptions; `handler.rs`: the AM handler
+//!
 //! Layout and protocols: README.md.
 
 pub mod fetch;
@@ -12,33 +17,17 @@ pub mod handler;
 pub mod options;
 pub mod pool;
 pub mod scan;
+pub mod structure;
 pub mod tree;
 
 use pgrx::pg_sys;
 
 pub const DEFAULT_MERGE_RATIO: i32 = 10;
 
-thread_local! {
-    /// (hybrid_btree, elastic_btree) pg_am OIDs in this backend's database.
-    static AM_OIDS: std::cell::Cell<(pg_sys::Oid, pg_sys::Oid)> = const { std::cell::Cell::new((pg_sys::InvalidOid, pg_sys::InvalidOid)) };
-}
-
-/// Whether `rel` (one of our indexes) is an elastic_btree index. The OIDs
-/// are looked up again when `relam` matches neither, so a re-created
-/// extension is seen.
-pub unsafe fn is_elastic(rel: pg_sys::Relation) -> bool {
-    let relam = (*(*rel).rd_rel).relam;
-    let (h, e) = AM_OIDS.with(|c| c.get());
-    if relam == e && e != pg_sys::InvalidOid {
-        return true;
-    }
-    if relam == h && h != pg_sys::InvalidOid {
-        return false;
-    }
-    let h = pg_sys::get_index_am_oid(c"hybrid_btree".as_ptr(), true);
-    let e = pg_sys::get_index_am_oid(c"elastic_btree".as_ptr(), true);
-    AM_OIDS.with(|c| c.set((h, e)));
-    relam == e && e != pg_sys::InvalidOid
+/// Registers the AM with the engine and its reloptions; from `_PG_init`.
+pub unsafe fn init() {
+    options::register();
+    crate::engine::ams::register(&structure::ELASTIC);
 }
 
 /// Raises the ERROR for key columns elastic_btree cannot order by bytes.

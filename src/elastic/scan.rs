@@ -1,5 +1,5 @@
-//! A position in the elastic tree for hybrid's scan machinery
-//! (hybrid/scan.rs merges it with the dynamic stage's entries).
+//! elastic_btree's `BaseCursor`: a position in the elastic tree (the
+//! engine's scan merges it with the dynamic stage's entries).
 //!
 //! The cursor copies one leaf at a time (TIDs, and keys of standard
 //! leaves; keys of compact entries are read from the heap when the scan
@@ -18,16 +18,12 @@ use pgrx::pg_sys;
 
 use super::fetch::HeapFetcher;
 use super::pool::{check_tree_page, BufPool};
+use super::structure::TreeRoots;
 use super::tree::core_error;
+use crate::engine::base::{BaseCursor, Dir, ScanRange};
 use crate::keys::IndexDesc;
 use crate::storage::buffer::{Buf, Lock};
 use crate::storage::page::{self, PageKind};
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Dir {
-    Fwd,
-    Bwd,
-}
 
 /// Creates the heap fetcher on its first use: probes that stay in
 /// standard leaves never open the heap.
@@ -81,19 +77,8 @@ pub struct ElasticCursor {
     hikey: Option<(Vec<u8>, Tid)>,
     pub done: bool,
     buf: Vec<u8>,
-    /// Where to count the key fetches when the cursor ends.
-    pub slot: Option<crate::shmem::SlotRef>,
-}
-
-impl Drop for ElasticCursor {
-    fn drop(&mut self) {
-        // One shared counter for every backend: touched only by scans that
-        // read keys, not by every probe.
-        let n = self.key_fetches();
-        if let (Some(s), false, true) = (self.slot, std::thread::panicking(), n > 0) {
-            crate::hybrid::merge::add_key_fetches(s, n);
-        }
-    }
+    /// The key of the entry `peek` returned last.
+    cur_key: Vec<u8>,
 }
 
 /// The smallest byte string greater than every string starting with `p`
@@ -112,15 +97,15 @@ pub fn prefix_successor(p: &[u8]) -> Option<Vec<u8>> {
 }
 
 impl ElasticCursor {
-    pub fn new(index: pg_sys::Relation, desc: Rc<IndexDesc>, stat: &crate::hybrid::meta::StaticInfo) -> ElasticCursor {
-        let meta_blk = stat.root;
-        let known = stat.first_leaf != NO_BLOCK && stat.height > 0 && stat.height < 40;
+    pub fn new(index: pg_sys::Relation, desc: Rc<IndexDesc>, roots: &TreeRoots) -> ElasticCursor {
+        let meta_blk = roots.tree_meta;
+        let known = roots.root != NO_BLOCK && roots.height > 0 && roots.height < 40;
         ElasticCursor {
             index,
             desc,
             meta_blk,
-            root: if known { stat.first_leaf } else { NO_BLOCK },
-            height: if known { stat.height as u8 } else { 0 },
+            root: if known { roots.root } else { NO_BLOCK },
+            height: if known { roots.height as u8 } else { 0 },
             fetcher: None,
             body: Vec::new(),
             tids: Vec::new(),
@@ -137,7 +122,7 @@ impl ElasticCursor {
             hikey: None,
             done: meta_blk == NO_BLOCK,
             buf: Vec::new(),
-            slot: None,
+            cur_key: Vec::new(),
         }
     }
 
@@ -157,7 +142,7 @@ impl ElasticCursor {
     }
 
     /// Heap reads made for keys so far.
-    pub fn key_fetches(&self) -> u64 {
+    pub fn fetch_count(&self) -> u64 {
         self.fetcher.as_ref().map(|f| f.fetches).unwrap_or(0)
     }
 
@@ -251,7 +236,7 @@ impl ElasticCursor {
     /// `whole_key`: they are complete keys (a one-column index), so their
     /// positions are searched as keys, and `strict` = (lower, upper) may
     /// exclude the bound itself.
-    pub unsafe fn start(&mut self, dir: Dir, lower: &[u8], upper: Option<&[u8]>, whole_key: bool, strict: (bool, bool)) {
+    pub unsafe fn start_range(&mut self, dir: Dir, lower: &[u8], upper: Option<&[u8]>, whole_key: bool, strict: (bool, bool)) {
         if self.meta_blk == NO_BLOCK {
             self.done = true;
             return;
@@ -336,7 +321,7 @@ impl ElasticCursor {
     /// without reading its key. Every entry it returns lies below the upper
     /// bound (its position was searched); a pruned entry's TID may come
     /// back, which the heap answers with nothing.
-    pub unsafe fn peek_tid(&mut self) -> Option<Tid> {
+    pub unsafe fn peek_tid_at(&mut self) -> Option<Tid> {
         if self.end.is_none() {
             return None;
         }
@@ -348,19 +333,19 @@ impl ElasticCursor {
     }
 
     /// Whether the scan knows where its range ends (forward, upper bound).
-    pub fn bounded_forward(&self) -> bool {
+    pub fn is_bounded_forward(&self) -> bool {
         self.end.is_some()
     }
 
     /// The key of `tid`, read from the heap (None: pruned).
-    pub fn key_of(&mut self, tid: Tid) -> Option<Vec<u8>> {
+    pub fn heap_key_of(&mut self, tid: Tid) -> Option<Vec<u8>> {
         let mut k = Vec::new();
         self.fetcher().fetch(tid, &mut k).then_some(k)
     }
 
     /// Positions at the entry after (key, tid) in `dir`, or at it when
     /// `inclusive`.
-    pub unsafe fn seek_after(&mut self, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) {
+    pub unsafe fn seek_entry(&mut self, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) {
         if self.meta_blk == NO_BLOCK {
             self.done = true;
             return;
@@ -380,7 +365,7 @@ impl ElasticCursor {
     /// The entry at the position (moving in `dir` past dead entries and
     /// leaf ends), or None at the end of the tree or of a range whose end
     /// was found by search. The caller checks range and conditions.
-    pub unsafe fn peek(&mut self, dir: Dir) -> Option<(Vec<u8>, Tid)> {
+    pub unsafe fn peek_entry(&mut self, dir: Dir) -> Option<(Vec<u8>, Tid)> {
         loop {
             let i = self.position(dir)?;
             let (key, tid) = self.item_at(i);
@@ -394,7 +379,7 @@ impl ElasticCursor {
                 return Some((k, tid));
             }
             // Pruned: dead for every snapshot.
-            self.advance(dir);
+            self.step(dir);
         }
     }
 
@@ -413,7 +398,7 @@ impl ElasticCursor {
         prev.extend_from_slice(k);
     }
 
-    pub fn advance(&mut self, dir: Dir) {
+    pub fn step(&mut self, dir: Dir) {
         self.pos += if dir == Dir::Fwd { 1 } else { -1 };
     }
 
@@ -475,5 +460,49 @@ impl ElasticCursor {
             cand = right;
         }
         page::corrupted(&page::rel_name(self.index), cand, "left walk does not find the page it came from");
+    }
+}
+
+impl BaseCursor for ElasticCursor {
+    unsafe fn start(&mut self, dir: Dir, range: &ScanRange) {
+        self.start_range(dir, range.lower, range.upper, range.whole_key, range.strict);
+    }
+
+    unsafe fn seek_after(&mut self, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) {
+        self.seek_entry(dir, key, tid, inclusive);
+    }
+
+    unsafe fn peek(&mut self, dir: Dir) -> Option<(&[u8], Tid)> {
+        let (k, t) = self.peek_entry(dir)?;
+        self.cur_key = k;
+        Some((&self.cur_key, t))
+    }
+
+    fn advance(&mut self, dir: Dir) {
+        self.step(dir);
+    }
+
+    fn stop(&mut self) {
+        self.done = true;
+    }
+
+    fn keyless(&self) -> bool {
+        true
+    }
+
+    fn bounded_forward(&self) -> bool {
+        self.is_bounded_forward()
+    }
+
+    unsafe fn peek_tid(&mut self) -> Option<Tid> {
+        self.peek_tid_at()
+    }
+
+    unsafe fn key_of(&mut self, tid: Tid) -> Option<Vec<u8>> {
+        self.heap_key_of(tid)
+    }
+
+    fn key_fetches(&self) -> u64 {
+        self.fetch_count()
     }
 }

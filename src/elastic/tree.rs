@@ -1,7 +1,7 @@
-//! The elastic tree as hybrid's machinery uses it: merges apply the sorted
-//! dynamic stage into the leaves, VACUUM removes dead TIDs and reverts or
-//! merges leaves, and `pg_hybrid.index_stats` / `verify` read it.
-//! Writers hold hybrid's maintenance lock, so the tree has one writer.
+//! The elastic tree as the engine drives it (structure.rs): merges apply
+//! the sorted dynamic stage into the leaves, VACUUM removes dead TIDs and
+//! reverts or merges leaves, and `pg_hybrid.index_stats` / `verify` read it.
+//! Writers hold the engine's maintenance lock, so the tree has one writer.
 
 use std::rc::Rc;
 
@@ -13,7 +13,8 @@ use pgrx::prelude::*;
 
 use super::fetch::HeapFetcher;
 use super::pool::BufPool;
-use crate::hybrid::meta::HybridMeta;
+use super::structure::TreeRoots;
+use crate::engine::meta::IndexMeta;
 use crate::keys::IndexDesc;
 use crate::storage::page::{self, NO_BLOCK};
 
@@ -28,20 +29,21 @@ pub unsafe fn core_error(index: pg_sys::Relation, e: Error) -> ! {
     }
 }
 
-/// Pages other than the tree's that count against the bound: the hybrid
+/// Pages other than the tree's that count against the bound: the engine's
 /// metapage and the delta log.
-fn other_pages(m: &HybridMeta) -> u64 {
+fn other_pages(m: &IndexMeta) -> u64 {
     1 + m.delta_pages as u64
 }
 
 /// Opens the tree for writing (creating it when the index has none yet).
-pub unsafe fn open_writer(index: pg_sys::Relation, m: &HybridMeta) -> ElasticTree<BufPool> {
+pub unsafe fn open_writer(index: pg_sys::Relation, m: &IndexMeta) -> ElasticTree<BufPool> {
     let cfg = super::options::config(index);
-    let pool = BufPool::writer(index, m.stat.pages, other_pages(m));
-    let mut tree = if m.stat.root == NO_BLOCK {
+    let tree_meta = TreeRoots::of(&m.base).tree_meta;
+    let pool = BufPool::writer(index, m.base.pages, other_pages(m));
+    let mut tree = if tree_meta == NO_BLOCK {
         ElasticTree::create(pool, cfg)
     } else {
-        ElasticTree::open(pool, m.stat.root, cfg)
+        ElasticTree::open(pool, tree_meta, cfg)
     }
     .unwrap_or_else(|e| core_error(index, e));
     // The walk `open` made is the truth about the page count.
@@ -84,7 +86,7 @@ const EXPAND_STEPS: usize = 64;
 
 /// Applies a batch sorted by (key, TID) to the leaves: the merge of the
 /// dynamic stage, and CREATE INDEX.
-pub unsafe fn apply_batch(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridMeta, batch: &[(Vec<u8>, Tid)], building: bool, progress: &mut dyn FnMut(usize)) -> WriteOutcome {
+pub unsafe fn apply_batch(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &IndexMeta, batch: &[(Vec<u8>, Tid)], building: bool, progress: &mut dyn FnMut(usize)) -> WriteOutcome {
     let mut tree = open_writer(index, m);
     tree.pool.reuse_at_once = building;
     let mut f = HeapFetcher::open(index, desc.clone());
@@ -128,17 +130,17 @@ unsafe fn expand_all(index: pg_sys::Relation, tree: &mut ElasticTree<BufPool>, f
 
 /// VACUUM: removes dead TIDs (and entries whose tuples were pruned), merges
 /// underfull leaves, and reverts compact leaves while expanding.
-pub unsafe fn bulk_delete(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridMeta, dead: &mut dyn FnMut(Tid) -> bool) -> (u64, WriteOutcome) {
+pub unsafe fn bulk_delete(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &IndexMeta, dead: &mut dyn FnMut(Tid) -> bool) -> (u64, WriteOutcome) {
     vacuum_pass(index, desc, m, Some(dead))
 }
 
 /// Re-evaluates the state under the current reloptions and, while
 /// expanding, reverts compact leaves (VACUUM's cleanup pass).
-pub unsafe fn settle(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridMeta) -> WriteOutcome {
+pub unsafe fn settle(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &IndexMeta) -> WriteOutcome {
     vacuum_pass(index, desc, m, None).1
 }
 
-unsafe fn vacuum_pass(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridMeta, dead: Option<&mut dyn FnMut(Tid) -> bool>) -> (u64, WriteOutcome) {
+unsafe fn vacuum_pass(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &IndexMeta, dead: Option<&mut dyn FnMut(Tid) -> bool>) -> (u64, WriteOutcome) {
     let mut tree = open_writer(index, m);
     let mut f = HeapFetcher::open(index, desc.clone());
     let mut removed = 0;
@@ -154,20 +156,22 @@ unsafe fn vacuum_pass(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridM
 }
 
 /// The tree's counters for index_stats (walks the tree).
-pub unsafe fn stats(index: pg_sys::Relation, m: &HybridMeta) -> Option<(Stats, State, u64)> {
-    if m.stat.root == NO_BLOCK {
+pub unsafe fn stats(index: pg_sys::Relation, m: &IndexMeta) -> Option<(Stats, State, u64)> {
+    let tree_meta = TreeRoots::of(&m.base).tree_meta;
+    if tree_meta == NO_BLOCK {
         return None;
     }
-    let tree = ElasticTree::open(BufPool::reader(index), m.stat.root, Config::default()).unwrap_or_else(|e| core_error(index, e));
+    let tree = ElasticTree::open(BufPool::reader(index), tree_meta, Config::default()).unwrap_or_else(|e| core_error(index, e));
     Some((tree.stats(), tree.state(), tree.walked_entries()))
 }
 
 /// amcheck-like check of the whole tree, keys of compact leaves included.
-pub unsafe fn verify(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &HybridMeta) -> u64 {
-    if m.stat.root == NO_BLOCK {
+pub unsafe fn verify(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &IndexMeta) -> u64 {
+    let tree_meta = TreeRoots::of(&m.base).tree_meta;
+    if tree_meta == NO_BLOCK {
         return 0;
     }
-    let tree = ElasticTree::open(BufPool::reader(index), m.stat.root, Config::default()).unwrap_or_else(|e| core_error(index, e));
+    let tree = ElasticTree::open(BufPool::reader(index), tree_meta, Config::default()).unwrap_or_else(|e| core_error(index, e));
     let mut f = HeapFetcher::open(index, desc.clone());
     tree.verify(&mut f).unwrap_or_else(|e| core_error(index, e)).entries
 }

@@ -86,16 +86,10 @@ unsafe fn opts(rel: pg_sys::Relation) -> Option<&'static HybridOptions> {
 }
 
 pub unsafe fn merge_ratio(rel: pg_sys::Relation) -> i32 {
-    if crate::elastic::is_elastic(rel) {
-        return crate::elastic::options::merge_ratio(rel);
-    }
     opts(rel).map(|o| o.merge_ratio).unwrap_or(DEFAULT_MERGE_RATIO)
 }
 
 pub unsafe fn compression_lz4(rel: pg_sys::Relation) -> bool {
-    if crate::elastic::is_elastic(rel) {
-        return false;
-    }
     match opts(rel) {
         Some(o) if o.compression_off != 0 => {
             let s = CStr::from_ptr((o as *const HybridOptions as *const std::os::raw::c_char).add(o.compression_off as usize));

@@ -10,7 +10,7 @@ use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use super::meta::StaticInfo;
+use super::stage::Stage;
 use crate::storage::alloc::alloc_page;
 use crate::storage::buffer::{Buf, Lock, Pin};
 use crate::storage::page::{self, PageKind, BODY_CAP, NO_BLOCK};
@@ -187,10 +187,10 @@ pub unsafe fn leaf_ntids(rel: pg_sys::Relation, blk: u32, body: &[u8]) -> usize 
     LeafView::parse(&plain).unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}"))).ntids()
 }
 
-pub unsafe fn load_leaf(rel: pg_sys::Relation, blk: u32, stat: &StaticInfo) -> LeafData {
+pub unsafe fn load_leaf(rel: pg_sys::Relation, blk: u32, stage: &Stage) -> LeafData {
     let b = Buf::read(rel, blk, Lock::Share);
     let p = b.page();
-    check_static(rel, blk, p, stat.generation, &[PageKind::StaticLeaf]);
+    check_static(rel, blk, p, stage.generation, &[PageKind::StaticLeaf]);
     let op = *page::opaque(p);
     let raw = page::body(p);
     let bad = |e: ss::FormatError| -> ! { page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")) };
@@ -229,15 +229,15 @@ pub unsafe fn load_leaf(rel: pg_sys::Relation, blk: u32, stat: &StaticInfo) -> L
 /// leaf holding the last entry <= bound.
 pub unsafe fn descend(
     rel: pg_sys::Relation,
-    stat: &StaticInfo,
+    stage: &Stage,
     cmp: &mut dyn FnMut(&[u8]) -> Ordering,
     last_le: bool,
 ) -> u32 {
-    let mut blk = stat.root;
+    let mut blk = stage.root;
     for _ in 0..64 {
         let b = Buf::read(rel, blk, Lock::Share);
         let p = b.page();
-        check_static(rel, blk, p, stat.generation, &[PageKind::StaticLeaf, PageKind::StaticInner]);
+        check_static(rel, blk, p, stage.generation, &[PageKind::StaticLeaf, PageKind::StaticInner]);
         if page::opaque(p).kind == PageKind::StaticLeaf as u8 {
             return blk;
         }
@@ -254,12 +254,12 @@ pub unsafe fn descend(
 }
 
 /// Every block of a static stage (inner levels and leaves).
-pub unsafe fn stage_blocks(rel: pg_sys::Relation, stat: &StaticInfo) -> Vec<u32> {
+pub unsafe fn stage_blocks(rel: pg_sys::Relation, stage: &Stage) -> Vec<u32> {
     let mut out = Vec::new();
-    if stat.root == NO_BLOCK {
+    if stage.root == NO_BLOCK {
         return out;
     }
-    let mut level_start = stat.root;
+    let mut level_start = stage.root;
     loop {
         let mut blk = level_start;
         let mut next_level = NO_BLOCK;
@@ -267,7 +267,7 @@ pub unsafe fn stage_blocks(rel: pg_sys::Relation, stat: &StaticInfo) -> Vec<u32>
         while blk != NO_BLOCK {
             let b = Buf::read(rel, blk, Lock::Share);
             let p = b.page();
-            check_static(rel, blk, p, stat.generation, &[PageKind::StaticLeaf, PageKind::StaticInner]);
+            check_static(rel, blk, p, stage.generation, &[PageKind::StaticLeaf, PageKind::StaticInner]);
             out.push(blk);
             let op = *page::opaque(p);
             if op.kind == PageKind::StaticLeaf as u8 {
@@ -289,15 +289,15 @@ pub unsafe fn stage_blocks(rel: pg_sys::Relation, stat: &StaticInfo) -> Vec<u32>
 /// Streams the entries of a static stage in order, leaf by leaf.
 pub struct StageIter {
     rel: pg_sys::Relation,
-    stat: StaticInfo,
+    stage: Stage,
     next_blk: u32,
     cur: std::vec::IntoIter<(Vec<u8>, Vec<Tid>)>,
     pub leaves: u64,
 }
 
 impl StageIter {
-    pub unsafe fn new(rel: pg_sys::Relation, stat: &StaticInfo) -> StageIter {
-        StageIter { rel, stat: *stat, next_blk: stat.first_leaf, cur: Vec::new().into_iter(), leaves: 0 }
+    pub unsafe fn new(rel: pg_sys::Relation, stage: &Stage) -> StageIter {
+        StageIter { rel, stage: *stage, next_blk: stage.first_leaf, cur: Vec::new().into_iter(), leaves: 0 }
     }
 }
 
@@ -311,7 +311,7 @@ impl Iterator for StageIter {
             if self.next_blk == NO_BLOCK {
                 return None;
             }
-            let leaf = unsafe { load_leaf(self.rel, self.next_blk, &self.stat) };
+            let leaf = unsafe { load_leaf(self.rel, self.next_blk, &self.stage) };
             self.leaves += 1;
             self.next_blk = leaf.right;
             self.cur = leaf.decode_all().into_iter();

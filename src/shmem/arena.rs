@@ -6,7 +6,7 @@ use pg_hybrid_core::dynamic::{BlockPool, DYN_BLOCK_SIZE};
 use pgrx::pg_sys;
 
 
-use super::registry::IndexSlot;
+use super::registry::{payload_ops, slot_stride, IndexSlot};
 use crate::guc;
 
 pub const TRANCHE_NAME: &std::ffi::CStr = c"pg_hybrid";
@@ -43,7 +43,7 @@ static mut LOCKS: *mut pg_sys::LWLockPadded = std::ptr::null_mut();
 fn layout(max_indexes: usize, nblocks: usize) -> (usize, usize, usize) {
     let align = |x: usize, a: usize| x.div_ceil(a) * a;
     let slots_off = align(std::mem::size_of::<ShmemHeader>(), 64);
-    let blocks_off = align(slots_off + max_indexes * std::mem::size_of::<IndexSlot>(), 4096);
+    let blocks_off = align(slots_off + max_indexes * slot_stride(), 4096);
     let total = blocks_off + nblocks * DYN_BLOCK_SIZE;
     (slots_off, blocks_off, total)
 }
@@ -93,7 +93,7 @@ pub unsafe fn startup() {
         (*hdr).lru_clock = AtomicU64::new(1);
         (*hdr).pressure_ms = AtomicU64::new(0);
         for i in 0..mi {
-            (*(*hdr).slot(i)).dual.init_empty();
+            payload_ops().init((*(*hdr).slot(i)).payload());
         }
     }
     SHMEM = hdr;
@@ -140,7 +140,7 @@ impl ShmemHeader {
     pub fn slot(&self, i: usize) -> *mut IndexSlot {
         assert!(i < self.max_indexes as usize);
         unsafe {
-            ((self as *const Self as *mut u8).add(self.slots_off) as *mut IndexSlot).add(i)
+            (self as *const Self as *mut u8).add(self.slots_off + i * slot_stride()) as *mut IndexSlot
         }
     }
 

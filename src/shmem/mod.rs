@@ -3,7 +3,7 @@
 //! slots keyed by (database, relfilenode), and the LWLocks guarding them.
 //!
 //! Nothing here is needed after a crash: every slot is a cache rebuilt from
-//! WAL-logged index pages (see hybrid/README.md). `leaf_cache` holds
+//! WAL-logged index pages (see engine/README.md). `leaf_cache` holds
 //! decompressed LZ4 leaves, versioned by page LSN.
 
 pub mod arena;

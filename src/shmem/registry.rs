@@ -1,15 +1,58 @@
 //! Per-index slots in shared memory, keyed by (database, relfilenode).
 //!
 //! A new relfilenode (REINDEX, TRUNCATE) is a new key, so a slot can never
-//! describe storage other than the one it was built from.
+//! describe storage other than the one it was built from. What a slot holds
+//! beyond its key is its user's (the staged-index engine's per-index
+//! state): an opaque payload whose size and lifecycle the user registers
+//! through [`SlotPayload`] from `_PG_init`.
 
 use std::sync::atomic::Ordering as AtomicOrdering;
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use super::arena::{header, lock, slot_lock, ArenaPool, LwGuard, LOCK_REGISTRY};
-use crate::hybrid::state::DualStageState;
+use super::arena::{header, lock, slot_lock, LwGuard, LOCK_REGISTRY};
+
+/// What the registry needs to know of a slot's payload. Every method is
+/// called with the slot's LWLock held (shared for the `&` ones).
+pub trait SlotPayload: Sync {
+    /// Bytes of the payload (fixed for the life of the server).
+    fn size(&self) -> usize;
+    /// Initialises never-used payload memory (zeroed).
+    unsafe fn init(&self, p: *mut u8);
+    /// Frees what the payload holds in the arena; it is then as new.
+    unsafe fn reset(&self, p: *mut u8);
+    /// Whether the slot may be evicted (holds nothing that is not on disk
+    /// and nobody relies on it).
+    unsafe fn idle(&self, p: *const u8) -> bool;
+    /// Arena blocks the payload holds (arena pressure picks the largest).
+    unsafe fn arena_blocks(&self, p: *const u8) -> u32;
+    /// Marks a background merge as asked for; false when one is already
+    /// asked for or running.
+    unsafe fn claim_merge(&self, p: *mut u8) -> bool;
+    /// Withdraws a claim whose worker could not start.
+    unsafe fn unclaim_merge(&self, p: *mut u8);
+}
+
+static mut PAYLOAD: Option<&'static dyn SlotPayload> = None;
+
+/// Registers the slots' payload; called from `_PG_init` before shared
+/// memory is requested.
+pub unsafe fn set_payload(p: &'static dyn SlotPayload) {
+    PAYLOAD = Some(p);
+}
+
+pub(super) fn payload_ops() -> &'static dyn SlotPayload {
+    unsafe { (*(&raw const PAYLOAD)).expect("pg_hybrid: no slot payload registered") }
+}
+
+/// Bytes from a slot's start to its payload.
+pub(super) const PAYLOAD_OFFSET: usize = std::mem::size_of::<IndexSlot>().div_ceil(64) * 64;
+
+/// Bytes of one slot, payload included.
+pub(super) fn slot_stride() -> usize {
+    (PAYLOAD_OFFSET + payload_ops().size()).div_ceil(64) * 64
+}
 
 #[repr(C)]
 pub struct IndexSlot {
@@ -18,8 +61,13 @@ pub struct IndexSlot {
     pub relnode: pg_sys::Oid,
     pub index_oid: pg_sys::Oid,
     pub last_used: u64,
-    /// Protected by the slot's LWLock.
-    pub dual: DualStageState,
+}
+
+impl IndexSlot {
+    /// The payload, protected by the slot's LWLock.
+    pub fn payload(&self) -> *mut u8 {
+        unsafe { (self as *const IndexSlot as *mut u8).add(PAYLOAD_OFFSET) }
+    }
 }
 
 /// Identity of an index's storage.
@@ -51,6 +99,10 @@ impl SlotRef {
     }
     pub fn get(&self) -> &'static mut IndexSlot {
         unsafe { &mut *self.slot }
+    }
+    /// The slot's payload (lock it first).
+    pub fn payload(&self) -> *mut u8 {
+        self.get().payload()
     }
     pub fn shared(&self) -> LwGuard {
         self.checked(LwGuard::shared(self.lock()))
@@ -99,7 +151,7 @@ pub unsafe fn slot_for(rel: pg_sys::Relation) -> SlotRef {
         // Nobody can hold this slot's lock for a different key: lookups only
         // lock slots they found under the registry lock, which we hold.
         let _sg = LwGuard::exclusive(slot_lock(i));
-        (*s).dual.reset(&mut ArenaPool);
+        payload_ops().reset((*s).payload());
         (*s).in_use = true;
         (*s).db = key.db;
         (*s).relnode = key.relnode;
@@ -153,7 +205,7 @@ unsafe fn evict() -> Option<usize> {
             return Some(i);
         }
         let gone = s.db == pg_sys::MyDatabaseId && !relation_exists(s.index_oid, s.relnode);
-        let idle = s.dual.tree.nentries == 0 && !s.dual.merge_running && !s.dual.readers.any();
+        let idle = payload_ops().idle(s.payload());
         if gone || idle {
             let age = if gone { 0 } else { s.last_used };
             if best.map_or(true, |(a, _)| age < a) {
@@ -164,7 +216,7 @@ unsafe fn evict() -> Option<usize> {
     let (_, i) = best?;
     let _sg = LwGuard::exclusive(slot_lock(i));
     let s = h.slot(i);
-    (*s).dual.reset(&mut ArenaPool);
+    payload_ops().reset((*s).payload());
     (*s).in_use = false;
     Some(i)
 }
@@ -205,7 +257,7 @@ unsafe fn forget_where(matches: impl Fn(&IndexSlot) -> bool) -> usize {
         let s = h.slot(i);
         if (*s).in_use && matches(&*s) {
             let _sg = LwGuard::exclusive(slot_lock(i));
-            (*s).dual.reset(&mut ArenaPool);
+            payload_ops().reset((*s).payload());
             (*s).in_use = false;
             n += 1;
         }
@@ -226,28 +278,29 @@ pub unsafe fn merge_largest_elsewhere(this: SlotRef) {
     {
         return;
     }
+    let ops = payload_ops();
     let victim = {
         let _g = LwGuard::shared(lock(LOCK_REGISTRY));
         (0..h.max_indexes as usize)
             .filter(|&i| i != this.index)
             .map(|i| (i, &*h.slot(i)))
-            .filter(|(_, s)| s.in_use && !s.dual.merge_requested && !s.dual.merge_running)
-            .max_by_key(|(_, s)| s.dual.tree.nblocks)
-            .filter(|(_, s)| s.dual.tree.nblocks as usize * 64 >= h.nblocks as usize)
-            .map(|(i, s)| (i, s.db, s.index_oid))
+            .filter(|(_, s)| s.in_use)
+            .map(|(i, s)| (i, s, ops.arena_blocks(s.payload())))
+            .max_by_key(|&(_, _, blocks)| blocks)
+            .filter(|&(_, _, blocks)| blocks as usize * 64 >= h.nblocks as usize)
+            .map(|(i, s, _)| (i, s.db, s.index_oid))
     };
     let Some((i, db, oid)) = victim else { return };
     {
         let _sg = LwGuard::exclusive(slot_lock(i));
         let s = &mut *h.slot(i);
-        if !s.in_use || s.db != db || s.index_oid != oid || s.dual.merge_requested {
+        if !s.in_use || s.db != db || s.index_oid != oid || !ops.claim_merge(s.payload()) {
             return;
         }
-        s.dual.merge_requested = true;
     }
     if !crate::workers::launch_merge_worker(db, oid) {
         let _sg = LwGuard::exclusive(slot_lock(i));
-        (*h.slot(i)).dual.merge_requested = false;
+        ops.unclaim_merge((*h.slot(i)).payload());
     }
 }
 

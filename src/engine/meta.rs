@@ -1,4 +1,8 @@
-//! The metapage (block 0) of a hybrid_btree index.
+//! The metapage (block 0) of every index the engine runs: neutral fields
+//! (generation, counts, merge position, delta log, recycle list) and the
+//! base structure's roots, which only the access method interprets through
+//! a typed view of its own (hybrid's `StageRoots`, elastic's `TreeRoots`).
+//! The byte layout is that of metapage version 1 (README.md).
 
 use pgrx::pg_sys;
 
@@ -11,38 +15,62 @@ pub const META_BLOCK: u32 = 0;
 pub const META_MAGIC: u32 = 0x4859_424d;
 pub const META_VERSION: u32 = 1;
 
-/// Where the static stage is and what it holds; mirrored in shared memory.
+/// Five words in which a base structure records where it is. The engine
+/// never reads them; an AM converts them to and from its own named view.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BaseRoots {
+    pub words: [u32; 5],
+}
+
+impl BaseRoots {
+    /// No structure yet.
+    pub const NONE: BaseRoots = BaseRoots { words: [NO_BLOCK, 0, NO_BLOCK, NO_BLOCK, 0] };
+}
+
+impl Default for BaseRoots {
+    fn default() -> Self {
+        BaseRoots::NONE
+    }
+}
+
+/// Where the base structure is and what it holds; mirrored in shared memory.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct StaticInfo {
+pub struct BaseInfo {
+    /// Bumped by every merge: readers register under it (readers.rs) and
+    /// retired pages are freed by it.
     pub generation: u32,
-    /// hybrid_btree: the static stage's root. elastic_btree: the block of
-    /// the tree's own metapage (src/elastic/README.md).
-    pub root: u32,
-    pub height: u32,
-    /// hybrid_btree: the first static leaf. elastic_btree: the tree's root
-    /// as of the last merge or VACUUM, where readers start (a root that has
-    /// split since still works: descents move right from it).
-    pub first_leaf: u32,
-    pub last_leaf: u32,
-    /// 1 when leaves are LZ4-compressed.
-    pub compressed: u32,
+    pub roots: BaseRoots,
     pub keys: u64,
-    pub tids: u64,
+    /// Entries (TIDs).
+    pub entries: u64,
     pub pages: u64,
-    pub body_bytes: u64,
-    /// Delta-log positions below this are in the static stage.
+    /// Bytes of the structure's page bodies (0 when it does not count them).
+    pub bytes: u64,
+    /// Delta-log positions below this are in the base structure.
     pub merged_upto: u64,
     /// Bumped by every VACUUM that removed entries; standbys resync on change.
     pub vacuum_epoch: u64,
 }
 
+impl BaseInfo {
+    /// The metapage fields a base structure reports after a write.
+    pub fn set_shape(&mut self, shape: &super::base::BaseShape) {
+        self.roots = shape.roots;
+        self.keys = shape.keys;
+        self.entries = shape.entries;
+        self.pages = shape.pages;
+        self.bytes = shape.bytes;
+    }
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct HybridMeta {
+pub struct IndexMeta {
     pub magic: u32,
     pub version: u32,
-    pub stat: StaticInfo,
+    pub base: BaseInfo,
     pub next_generation: u32,
     pub delta_head: u32,
     pub delta_tail: u32,
@@ -54,12 +82,12 @@ pub struct HybridMeta {
     pub last_merge_us: u64,
 }
 
-impl HybridMeta {
-    pub fn new() -> HybridMeta {
-        HybridMeta {
+impl IndexMeta {
+    pub fn new() -> IndexMeta {
+        IndexMeta {
             magic: META_MAGIC,
             version: META_VERSION,
-            stat: StaticInfo { root: NO_BLOCK, first_leaf: NO_BLOCK, last_leaf: NO_BLOCK, ..Default::default() },
+            base: BaseInfo::default(),
             next_generation: 1,
             delta_head: NO_BLOCK,
             delta_tail: NO_BLOCK,
@@ -74,43 +102,43 @@ impl HybridMeta {
 }
 
 /// Writes `meta` into a page image (initialising it).
-pub unsafe fn write_meta_page(page: pg_sys::Page, meta: &HybridMeta) {
+pub unsafe fn write_meta_page(page: pg_sys::Page, meta: &IndexMeta) {
     page::init_page(page, PageKind::Meta, 0, 0);
     store(page, meta);
 }
 
-pub unsafe fn store(page: pg_sys::Page, meta: &HybridMeta) {
+pub unsafe fn store(page: pg_sys::Page, meta: &IndexMeta) {
     let body = page::body_mut(page);
-    let n = std::mem::size_of::<HybridMeta>();
-    std::ptr::copy_nonoverlapping(meta as *const HybridMeta as *const u8, body.as_mut_ptr(), n);
+    let n = std::mem::size_of::<IndexMeta>();
+    std::ptr::copy_nonoverlapping(meta as *const IndexMeta as *const u8, body.as_mut_ptr(), n);
     page::set_body_len(page, n);
 }
 
 /// Reads and validates the metapage from a locked buffer.
-pub unsafe fn load(rel: pg_sys::Relation, buf: &Buf) -> HybridMeta {
+pub unsafe fn load(rel: pg_sys::Relation, buf: &Buf) -> IndexMeta {
     let p = buf.page();
     page::check_page(rel, META_BLOCK, p, &[PageKind::Meta]);
     let body = page::body(p);
-    if body.len() < std::mem::size_of::<HybridMeta>() {
+    if body.len() < std::mem::size_of::<IndexMeta>() {
         page::corrupted(&page::rel_name(rel), META_BLOCK, "metapage too short");
     }
-    let m = std::ptr::read_unaligned(body.as_ptr() as *const HybridMeta);
+    let m = std::ptr::read_unaligned(body.as_ptr() as *const IndexMeta);
     if m.magic != META_MAGIC {
-        page::corrupted(&page::rel_name(rel), META_BLOCK, "metapage magic is not hybrid_btree's; is this a hybrid_btree index?");
+        page::corrupted(&page::rel_name(rel), META_BLOCK, "metapage magic is not pg_hybrid's; is this an index of pg_hybrid?");
     }
     if m.version != META_VERSION {
-        crate::raise(pgrx::PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED, format!("hybrid_btree index \"{}\" has metapage version {}, expected {META_VERSION}", page::rel_name(rel), m.version), "REINDEX the index.");
+        crate::raise(pgrx::PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED, format!("index \"{}\" has metapage version {}, expected {META_VERSION}", page::rel_name(rel), m.version), "REINDEX the index.");
     }
     m
 }
 
-pub unsafe fn read(rel: pg_sys::Relation) -> HybridMeta {
+pub unsafe fn read(rel: pg_sys::Relation) -> IndexMeta {
     let b = Buf::read(rel, META_BLOCK, Lock::Share);
     load(rel, &b)
 }
 
 /// Applies `f` to the metapage under an exclusive lock, WAL-logged.
-pub unsafe fn update(rel: pg_sys::Relation, f: impl FnOnce(&mut HybridMeta)) -> HybridMeta {
+pub unsafe fn update(rel: pg_sys::Relation, f: impl FnOnce(&mut IndexMeta)) -> IndexMeta {
     let b = Buf::read(rel, META_BLOCK, Lock::Exclusive);
     let mut m = load(rel, &b);
     f(&mut m);

@@ -1,18 +1,22 @@
-//! aminsert: unique checks over both stages, then an append to the delta
-//! log and the shared-memory dynamic stage.
+//! aminsert: unique checks over both stages (the dynamic stage and the base
+//! structure), then an append to the delta log and the shared-memory
+//! dynamic stage.
 
 use std::cmp::Ordering;
+use std::rc::Rc;
 
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use super::ams;
+use super::base::{Dir, ScanRange};
 use super::build::{item_to_tid, tid_to_item};
-use super::state::{self, ensure_synced};
-use super::{delta, merge, static_io};
+use super::state::{self, ensure_synced, SlotState};
+use super::{delta, merge};
 use crate::keys::{index_desc, IndexDesc};
 use crate::shmem::{self, LwGuard, SlotRef};
-use crate::storage::page::{self, NO_BLOCK};
+use crate::storage::page;
 
 #[pg_guard]
 pub unsafe extern "C-unwind" fn aminsert(
@@ -88,54 +92,34 @@ enum Conflict {
 }
 
 /// Every TID stored under the key columns of `key`, from both stages.
-pub unsafe fn tids_for_key(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8]) -> Vec<Tid> {
+pub unsafe fn tids_for_key(index: pg_sys::Relation, desc: &Rc<IndexDesc>, slot: SlotRef, key: &[u8]) -> Vec<Tid> {
     let keycols = desc.keycols(key).to_vec();
     let snap = state::snapshot(index, desc, slot, &keycols, Some(&keycols), desc.key_hash(key), &mut |_| true);
     let mut out: Vec<Tid> = snap.items.iter().map(|(_, t)| *t).collect();
-    let stat = snap.stat;
-    if stat.root == NO_BLOCK || !snap.static_may_contain {
+    let base = ams::base(index);
+    if base.is_empty(&snap.base) || !snap.static_may_contain {
         return out;
     }
-    if crate::elastic::is_elastic(index) {
-        use crate::elastic::scan::{Dir, ElasticCursor};
-        let mut c = ElasticCursor::new(index, crate::keys::index_desc(index), &stat);
-        c.start(Dir::Fwd, &keycols, Some(&keycols), false, (false, false));
-        while let Some((k, t)) = c.peek(Dir::Fwd) {
-            if desc.compare_prefix(&k, &keycols) != Ordering::Equal {
-                break;
-            }
-            if !out.contains(&t) {
-                out.push(t);
-            }
-            c.advance(Dir::Fwd);
+    let mut c = base.cursor(index, desc, &snap.base);
+    // The key columns as a prefix: INCLUDE columns may follow them.
+    c.start(Dir::Fwd, &ScanRange { lower: &keycols, upper: Some(&keycols), whole_key: false, strict: (false, false) });
+    while let Some((k, t)) = c.peek(Dir::Fwd) {
+        if desc.compare_prefix(k, &keycols) != Ordering::Equal {
+            break;
         }
-        merge::add_key_fetches(slot, c.key_fetches());
-        return out;
-    }
-    let mut cmp = |k: &[u8]| desc.compare_prefix(k, &keycols);
-    let mut blk = static_io::descend(index, &stat, &mut cmp, false);
-    // Equal keys start at the leaf's seek position and may run on into
-    // right siblings (a posting list split across leaves).
-    while blk != NO_BLOCK {
-        let mut leaf = static_io::load_leaf(index, blk, &stat);
-        let mut i = leaf.seek(|k| desc.compare_prefix(k, &keycols));
-        while i < leaf.len() {
-            let (k, tids) = leaf.get(i);
-            if desc.compare_prefix(k, &keycols) != Ordering::Equal {
-                return out;
-            }
-            out.extend_from_slice(tids);
-            i += 1;
+        if !out.contains(&t) {
+            out.push(t);
         }
-        blk = leaf.right;
+        c.advance(Dir::Fwd);
     }
+    state::add_key_fetches(slot, c.key_fetches());
     out
 }
 
 unsafe fn find_conflict(
     index: pg_sys::Relation,
     heap: pg_sys::Relation,
-    desc: &IndexDesc,
+    desc: &Rc<IndexDesc>,
     slot: SlotRef,
     key: &[u8],
     own: Tid,
@@ -187,19 +171,6 @@ pub unsafe fn report_duplicate(index: pg_sys::Relation, desc: &IndexDesc, key: &
     unreachable!()
 }
 
-/// An elastic index's delta log counts against its size bound (it is part
-/// of the relation), and pages it held stay in the file: merge before the
-/// log passes 2% of the bound, but not more often than every
-/// `pg_hybrid.merge_min_entries` inserts (each merge retires pages that wait
-/// for the recycle horizon).
-unsafe fn elastic_delta_cap(index: pg_sys::Relation, key_len: usize) -> Option<u64> {
-    if !crate::elastic::is_elastic(index) {
-        return None;
-    }
-    let bound = crate::elastic::options::size_bound(index)?;
-    Some((bound / 50 / (key_len as u64 + 12)).max(crate::guc::MERGE_MIN_ENTRIES.get() as u64))
-}
-
 /// Back-pressure (insert_entry): merges in this backend, once the caller
 /// holds no LWLock (a merge waits for heavyweight locks).
 unsafe fn merge_if_overrun(index: pg_sys::Relation, merge_now: bool) {
@@ -213,14 +184,15 @@ unsafe fn merge_if_overrun(index: pg_sys::Relation, merge_now: bool) {
 /// Returns true when the caller must merge itself (back-pressure) once it
 /// has released its locks.
 unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8], tid: Tid) -> bool {
-    let pos = delta::append(index, key, tid, &slot.get().dual.tail_hint);
+    let pos = delta::append(index, key, tid, &slot.state().tail_hint);
     let (fits, want_merge, others_should_merge, overrun) = {
         let _g = slot.exclusive();
-        let st = &mut slot.get().dual;
-        let fits = pos < st.stat.merged_upto || st.insert(desc, key, tid, pos);
-        let ratio = super::options::merge_ratio(index).max(1) as u64;
-        let mut threshold = (st.stat.tids / ratio).max(crate::guc::MERGE_MIN_ENTRIES.get() as u64);
-        let cap = elastic_delta_cap(index, key.len());
+        let st = &mut slot.state();
+        let fits = pos < st.base.merged_upto || st.insert(desc, key, tid, pos);
+        let base = ams::base(index);
+        let ratio = base.merge_ratio(index).max(1) as u64;
+        let mut threshold = (st.base.entries / ratio).max(crate::guc::MERGE_MIN_ENTRIES.get() as u64);
+        let cap = base.delta_cap(index, key.len());
         let capped = cap.is_some();
         if let Some(cap) = cap {
             threshold = threshold.min(cap);
@@ -251,12 +223,12 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         // case the merge is cancelled.
         {
             let _g = slot.exclusive();
-            slot.get().dual.valid = false;
+            slot.state().valid = false;
         }
         merge::merge_index(index, merge::Reason::ArenaFull);
         let _g = slot.exclusive();
-        let st = &mut slot.get().dual;
-        if pos >= st.stat.merged_upto && !st.insert(desc, key, tid, pos) {
+        let st = &mut slot.state();
+        if pos >= st.base.merged_upto && !st.insert(desc, key, tid, pos) {
             st.valid = false;
             drop(_g);
             crate::raise(PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY, "pg_hybrid.shared_memory is exhausted even after a merge", "Raise pg_hybrid.shared_memory and restart the server.");

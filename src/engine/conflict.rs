@@ -45,13 +45,9 @@ pub unsafe fn install() {
     pg_sys::ExecutorStart_hook = Some(executor_start);
 }
 
-/// Our AMs that can be UNIQUE (hybrid_btree, elastic_btree) in this database.
+/// Our AMs (every one can be UNIQUE) in this database.
 fn our_ams() -> Vec<pg_sys::Oid> {
-    [c"hybrid_btree", c"elastic_btree"]
-        .iter()
-        .map(|n| unsafe { pg_sys::get_index_am_oid(n.as_ptr(), true) })
-        .filter(|&o| o != pg_sys::InvalidOid)
-        .collect()
+    super::ams::am_oids()
 }
 
 /// Unique indexes of ours on `rel`, opened with `lockmode`.
@@ -93,17 +89,17 @@ unsafe extern "C-unwind" fn post_parse_analyze(
     let parts = pg_sys::ffi::pg_guard_ffi_boundary(|| {
         find_all_inheritors(relid, pg_sys::AccessShareLock as i32, std::ptr::null_mut())
     });
-    let mut offending: Option<String> = None;
+    let mut offending: Option<(String, String)> = None;
     for i in 0..pg_sys::list_length(parts) {
         let rel = pg_sys::table_open(pg_sys::list_nth_oid(parts, i), pg_sys::NoLock as i32);
         for idx in unique_hybrid_indexes(rel, &ams, pg_sys::AccessShareLock as i32) {
-            offending.get_or_insert_with(|| crate::storage::page::rel_name(idx));
+            offending.get_or_insert_with(|| (crate::storage::page::rel_name(idx), super::ams::base(idx).am_name().to_string_lossy().into_owned()));
             pg_sys::index_close(idx, pg_sys::AccessShareLock as i32);
         }
         pg_sys::table_close(rel, pg_sys::NoLock as i32);
     }
-    if let Some(name) = offending {
-        crate::raise(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, format!("INSERT ... ON CONFLICT on a partitioned table is not supported with the unique hybrid_btree index \"{name}\""), "Insert into the partition directly (ON CONFLICT works there), or use MERGE / INSERT ... WHERE NOT EXISTS.");
+    if let Some((name, am)) = offending {
+        crate::raise(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, format!("INSERT ... ON CONFLICT on a partitioned table is not supported with the unique {am} index \"{name}\""), "Insert into the partition directly (ON CONFLICT works there), or use MERGE / INSERT ... WHERE NOT EXISTS.");
     }
 }
 

@@ -1,13 +1,15 @@
 //! Index scans: amgettuple (both directions), amgetbitmap, mark/restore,
-//! array keys, NULL searches and index-only scans.
+//! array keys, NULL searches and index-only scans, for every AM the engine
+//! runs.
 //!
 //! A scan is a sequence of *subscans*, one per combination of `= ANY(array)`
 //! elements (taken in index order, so output stays ordered when the array is
-//! on the leading column). A subscan copies the matching dynamic-stage
-//! entries out of shared memory together with the static stage they
-//! complement (state::snapshot) and merges them with a walk over static
-//! leaves, emitting (key, TID) pairs in index order. The position is the
-//! last pair returned, so mark/restore and direction changes re-seek by key.
+//! on the leading column). A subscan reads the matching dynamic-stage
+//! entries (state::snapshot) together with the base structure they
+//! complement, and merges them with the base structure's cursor (a
+//! `BaseCursor`), emitting (key, TID) pairs in index order. The position is
+//! the last pair returned, so mark/restore and direction changes re-seek by
+//! key. The returned key lives in one buffer of the scan, reused per item.
 
 use std::cmp::Ordering;
 use std::rc::Rc;
@@ -17,13 +19,12 @@ use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use super::ams;
+use super::base::{BaseCursor, Dir, ScanRange};
 use super::build::tid_to_item;
-use super::meta::StaticInfo;
 use super::state;
-use super::static_io::{self, LeafData};
 use crate::keys::{index_desc, IndexDesc};
 use crate::shmem::{self, SlotRef};
-use crate::storage::page::NO_BLOCK;
 
 #[derive(Clone)]
 enum CondKind {
@@ -46,56 +47,122 @@ struct ArrayKey {
     elems: Vec<Cond>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Dir {
-    Fwd,
-    Bwd,
+/// The dynamic-stage entries of a subscan's range, in index order, and a
+/// position among them.
+struct DynReader {
+    items: Vec<(Vec<u8>, Tid)>,
+    pos: isize,
 }
 
-struct StaticCursor {
-    leaf: Option<LeafData>,
-    ei: isize,
-    ti: isize,
-    done: bool,
-    checked: Option<(u32, isize)>,
+impl DynReader {
+    fn start(&mut self, dir: Dir) {
+        self.pos = if dir == Dir::Fwd { 0 } else { self.items.len() as isize - 1 };
+    }
+
+    fn peek(&self) -> Option<(&[u8], Tid)> {
+        if self.pos >= 0 && (self.pos as usize) < self.items.len() {
+            let (k, t) = &self.items[self.pos as usize];
+            Some((k, *t))
+        } else {
+            None
+        }
+    }
+
+    fn exhausted(&self, dir: Dir) -> bool {
+        match dir {
+            Dir::Fwd => self.pos as usize >= self.items.len(),
+            Dir::Bwd => self.pos < 0,
+        }
+    }
+
+    fn advance(&mut self, dir: Dir) {
+        self.pos += dir.step();
+    }
+
+    /// Positions after (key, tid) in `dir` (at it when `inclusive`).
+    fn seek_after(&mut self, desc: &IndexDesc, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) {
+        let cmp_item = |k: &[u8], t: Tid| desc.compare(k, key).then(t.cmp(&tid));
+        self.pos = match dir {
+            Dir::Fwd => self.items.partition_point(|(k, t)| {
+                let o = cmp_item(k, *t);
+                o == Ordering::Less || (!inclusive && o == Ordering::Equal)
+            }) as isize,
+            Dir::Bwd => {
+                self.items.partition_point(|(k, t)| {
+                    let o = cmp_item(k, *t);
+                    o == Ordering::Less || (inclusive && o == Ordering::Equal)
+                }) as isize
+                    - 1
+            }
+        };
+    }
+}
+
+/// Whether the last key the conditions were evaluated on matched (posting
+/// lists repeat a key for every TID).
+#[derive(Default)]
+struct MatchMemo {
+    key: Vec<u8>,
+    valid: bool,
+    matched: bool,
 }
 
 struct Cursor {
     conds: Vec<Cond>,
     lower: Vec<u8>,
     upper: Option<Vec<u8>>,
-    stat: StaticInfo,
-    dyn_items: Vec<(Vec<u8>, Tid)>,
-    dyn_pos: isize,
-    st: StaticCursor,
-    /// elastic_btree: the tree cursor that stands in for `st`.
-    el: Option<crate::elastic::scan::ElasticCursor>,
-    /// elastic_btree: the bounds say everything the conditions say, so
-    /// forward items past the dynamic stage can come without keys (compact
-    /// leaves then read no key per entry). Some((lower strict, upper strict)).
+    dynamic: DynReader,
+    base: Box<dyn BaseCursor>,
+    /// The bounds say everything the conditions say, so forward items past
+    /// the dynamic stage can come without keys from a structure that stores
+    /// none (compact elastic leaves then read no key per entry).
+    /// Some((lower strict, upper strict)).
     keyless: Option<(bool, bool)>,
-    /// Registered reader of `stat`'s generation for as long as the cursor
+    memo: MatchMemo,
+    slot: SlotRef,
+    /// Registered reader of the base's generation for as long as the cursor
     /// lives, so its pages are not recycled under it (readers.rs).
     _reader: super::readers::ReaderToken,
+}
+
+impl Drop for Cursor {
+    fn drop(&mut self) {
+        // One shared counter for every backend: touched only by scans that
+        // read keys from the heap, not by every probe.
+        if !std::thread::panicking() {
+            state::add_key_fetches(self.slot, self.base.key_fetches());
+        }
+    }
 }
 
 pub struct ScanState {
     desc: Rc<IndexDesc>,
     slot: SlotRef,
-    base: Vec<Cond>,
+    /// Conditions other than array keys.
+    fixed: Vec<Cond>,
     arrays: Vec<ArrayKey>,
     impossible: bool,
     nsub: usize,
     sub: isize,
     cur: Option<Cursor>,
     dir: Dir,
-    last: Option<(Vec<u8>, Tid)>,
+    /// The last item returned: its key (empty for keyless items) and TID.
+    last_key: Vec<u8>,
+    last_tid: Option<Tid>,
     exhausted: bool,
     started: bool,
-    mark: Option<(isize, Option<(Vec<u8>, Tid)>, bool)>,
+    mark: Option<Mark>,
     tuple_cxt: pg_sys::MemoryContext,
     /// Items must carry their keys (index-only scans).
     want_keys: bool,
+}
+
+/// A marked position (ammarkpos).
+#[derive(Clone)]
+struct Mark {
+    sub: isize,
+    last: Option<(Vec<u8>, Tid)>,
+    exhausted: bool,
 }
 
 fn logical_cmp(desc: &IndexDesc, c: &Cond, s: &ck::ColumnSlice) -> Ordering {
@@ -225,7 +292,7 @@ impl ScanState {
     }
 
     unsafe fn preprocess(&mut self, keys: &[pg_sys::ScanKeyData]) {
-        self.base.clear();
+        self.fixed.clear();
         self.arrays.clear();
         self.impossible = false;
         for k in keys {
@@ -234,11 +301,11 @@ impl ScanState {
             if flags & pg_sys::SK_SEARCHNULL != 0 {
                 let mut enc = Vec::new();
                 ck::enc_null(&mut enc, self.desc.cols[col].order);
-                self.base.push(Cond { col, kind: CondKind::IsNull, enc, raw: Vec::new() });
+                self.fixed.push(Cond { col, kind: CondKind::IsNull, enc, raw: Vec::new() });
                 continue;
             }
             if flags & pg_sys::SK_SEARCHNOTNULL != 0 {
-                self.base.push(Cond { col, kind: CondKind::IsNotNull, enc: Vec::new(), raw: Vec::new() });
+                self.fixed.push(Cond { col, kind: CondKind::IsNotNull, enc: Vec::new(), raw: Vec::new() });
                 continue;
             }
             if flags & pg_sys::SK_ISNULL != 0 {
@@ -249,7 +316,7 @@ impl ScanState {
                 pgrx::ereport!(
                     ERROR,
                     PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                    "hybrid_btree does not support row comparison scan keys"
+                    "pg_hybrid indexes do not support row comparison scan keys"
                 );
             }
             let strategy = k.sk_strategy;
@@ -293,12 +360,12 @@ impl ScanState {
                     let want_max = matches!(strategy, 1 | 2);
                     let phys_last = want_max != self.desc.cols[col].order.desc;
                     let c = if phys_last { conds.pop().unwrap() } else { conds.swap_remove(0) };
-                    self.base.push(c);
+                    self.fixed.push(c);
                 }
                 continue;
             }
             let (enc, raw) = self.encode_arg(col, k.sk_argument, k.sk_subtype);
-            self.base.push(Cond { col, kind: CondKind::Cmp(strategy), enc, raw });
+            self.fixed.push(Cond { col, kind: CondKind::Cmp(strategy), enc, raw });
         }
         self.nsub = self.arrays.iter().map(|a| a.elems.len()).product::<usize>().max(1);
         if self.impossible {
@@ -307,7 +374,7 @@ impl ScanState {
     }
 
     fn sub_conds(&self, sub: usize) -> Vec<Cond> {
-        let mut conds = self.base.clone();
+        let mut conds = self.fixed.clone();
         let mut rest = sub;
         // Mixed radix with the first array most significant, so subscans
         // follow index order on the leading array column.
@@ -335,25 +402,17 @@ impl ScanState {
             }
         };
         let snap = state::snapshot(index, desc, self.slot, &lower, upper.as_deref(), point, &mut |k| matches(desc, &conds, k));
-        let el = if crate::elastic::is_elastic(index) {
-            let mut c = crate::elastic::scan::ElasticCursor::new(index, desc.clone(), &snap.stat);
-            c.slot = Some(self.slot);
-            Some(c)
-        } else {
-            None
-        };
-        let el_present = el.is_some();
-        let keyless = if el.is_some() && !self.want_keys && !conds.is_empty() { implied_bounds(desc, &conds) } else { None };
+        let base = ams::base(index).cursor(index, desc, &snap.base);
+        let keyless = if base.keyless() && !self.want_keys && !conds.is_empty() { implied_bounds(desc, &conds) } else { None };
         Cursor {
             keyless,
-            el,
+            base,
             conds,
             lower,
             upper,
-            stat: snap.stat,
-            dyn_items: snap.items,
-            dyn_pos: 0,
-            st: StaticCursor { leaf: None, ei: 0, ti: 0, done: snap.stat.root == NO_BLOCK || el_present, checked: None },
+            dynamic: DynReader { items: snap.items, pos: 0 },
+            memo: MatchMemo::default(),
+            slot: self.slot,
             _reader: snap.reader,
         }
     }
@@ -361,328 +420,136 @@ impl ScanState {
 
 impl Cursor {
     /// Positions at the first item of the range in `dir`.
-    unsafe fn start(&mut self, index: pg_sys::Relation, desc: &IndexDesc, dir: Dir) {
-        self.dyn_pos = if dir == Dir::Fwd { 0 } else { self.dyn_items.len() as isize - 1 };
-        if let Some(el) = self.el.as_mut() {
-            match self.keyless {
-                Some((ls, us)) => {
-                    // A missing bound is the edge of the non-NULL keys: every
-                    // non-NULL key of a one-column index starts with
-                    // MARK_VALUE, NULLs with a marker below or above it.
-                    let (lo, ls) = if self.lower.is_empty() { (vec![ck::MARK_VALUE], false) } else { (self.lower.clone(), ls) };
-                    let (hi, us) = match &self.upper {
-                        Some(u) => (u.clone(), us),
-                        None => (vec![ck::MARK_NULL_LAST], true),
-                    };
-                    el.start(edir(dir), &lo, Some(&hi), true, (ls, us))
-                }
-                None => el.start(edir(dir), &self.lower, self.upper.as_deref(), desc.natts == 1, (false, false)),
-            }
-            return;
-        }
-        if self.st.done {
-            return;
-        }
-        let stat = self.stat;
-        match dir {
-            Dir::Fwd => {
-                let blk = if self.lower.is_empty() {
-                    stat.first_leaf
-                } else {
-                    let lower = self.lower.clone();
-                    static_io::descend(index, &stat, &mut |k| desc.compare_prefix(k, &lower), false)
+    unsafe fn start(&mut self, desc: &IndexDesc, dir: Dir) {
+        self.dynamic.start(dir);
+        self.memo.valid = false;
+        match self.keyless {
+            Some((ls, us)) => {
+                // A missing bound is the edge of the non-NULL keys: every
+                // non-NULL key of a one-column index starts with
+                // MARK_VALUE, NULLs with a marker below or above it.
+                let (lo, ls) = if self.lower.is_empty() { (vec![ck::MARK_VALUE], false) } else { (self.lower.clone(), ls) };
+                let (hi, us) = match &self.upper {
+                    Some(u) => (u.clone(), us),
+                    None => (vec![ck::MARK_NULL_LAST], true),
                 };
-                let mut leaf = static_io::load_leaf(index, blk, &stat);
-                let lower = &self.lower;
-                let ei = if lower.is_empty() { 0 } else { leaf.seek(|k| desc.compare_prefix(k, lower)) };
-                self.st.leaf = Some(leaf);
-                self.st.ei = ei as isize;
-                self.st.ti = 0;
+                self.base.start(dir, &ScanRange { lower: &lo, upper: Some(&hi), whole_key: true, strict: (ls, us) });
             }
-            Dir::Bwd => {
-                let blk = match &self.upper {
-                    None => stat.last_leaf,
-                    Some(u) => {
-                        let u = u.clone();
-                        static_io::descend(index, &stat, &mut |k| desc.compare_prefix(k, &u), true)
-                    }
-                };
-                let leaf = static_io::load_leaf(index, blk, &stat);
-                let n = match &self.upper {
-                    None => leaf.len(),
-                    Some(u) => leaf.seek_after(|k| desc.compare_prefix(k, u)),
-                };
-                self.st.leaf = Some(leaf);
-                self.st.ei = n as isize - 1;
-                self.st.ti = isize::MAX; // last TID of the entry
-            }
+            None => self.base.start(dir, &ScanRange { lower: &self.lower, upper: self.upper.as_deref(), whole_key: desc.natts == 1, strict: (false, false) }),
         }
     }
 
     /// Positions strictly after (key, tid) in `dir` (or at it when `inclusive`).
-    unsafe fn seek_after(&mut self, index: pg_sys::Relation, desc: &IndexDesc, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) {
-        let cmp_item = |k: &[u8], t: Tid| desc.compare(k, key).then(t.cmp(&tid));
-        let n = self.dyn_items.len();
-        self.dyn_pos = match dir {
-            Dir::Fwd => self.dyn_items.partition_point(|(k, t)| {
-                let o = cmp_item(k, *t);
-                o == Ordering::Less || (!inclusive && o == Ordering::Equal)
-            }) as isize,
-            Dir::Bwd => {
-                self.dyn_items.partition_point(|(k, t)| {
-                    let o = cmp_item(k, *t);
-                    o == Ordering::Less || (inclusive && o == Ordering::Equal)
-                }) as isize
-                    - 1
-            }
-        };
-        let _ = n;
-        self.st.checked = None;
-        if let Some(el) = self.el.as_mut() {
-            el.seek_after(edir(dir), key, tid, inclusive);
-            return;
-        }
-        if self.stat.root == NO_BLOCK {
-            self.st.done = true;
-            return;
-        }
-        self.st.done = false;
-        let stat = self.stat;
-        let kk = key.to_vec();
-        let blk = static_io::descend(index, &stat, &mut |k| desc.compare(k, &kk), dir == Dir::Bwd);
-        let mut leaf = static_io::load_leaf(index, blk, &stat);
-        // Flatten the position search over (entry, tid).
-        let ei = leaf.seek(|k| desc.compare(k, key));
-        let (ei, ti) = if ei < leaf.len() && desc.compare(&leaf.get(ei).0, key) == Ordering::Equal {
-            let tids = &leaf.get(ei).1;
-            let ti = tids.partition_point(|t| *t < tid || (!inclusive && dir == Dir::Fwd && *t == tid) || (inclusive && dir == Dir::Bwd && *t == tid));
-            (ei as isize, ti as isize)
-        } else {
-            (ei as isize, 0)
-        };
-        self.st.leaf = Some(leaf);
-        match dir {
-            Dir::Fwd => {
-                self.st.ei = ei;
-                self.st.ti = ti;
-            }
-            Dir::Bwd => {
-                // The item before (ei, ti).
-                self.st.ei = ei;
-                self.st.ti = ti - 1;
-                if self.st.ti < 0 {
-                    self.st.ei -= 1;
-                    self.st.ti = isize::MAX;
-                }
-            }
-        }
-    }
-
-    /// Moves the static cursor onto a valid, matching entry; sets done at the
-    /// end of the range.
-    unsafe fn settle(&mut self, index: pg_sys::Relation, desc: &IndexDesc, dir: Dir) {
-        loop {
-            if self.st.done {
-                return;
-            }
-            let leaf = self.st.leaf.as_mut().unwrap();
-            let len = leaf.len() as isize;
-            if dir == Dir::Fwd && self.st.ei < 0 {
-                self.st.ei = 0;
-                self.st.ti = 0;
-                continue;
-            }
-            if dir == Dir::Bwd && self.st.ei >= len && len > 0 {
-                self.st.ei = len - 1;
-                self.st.ti = isize::MAX;
-                continue;
-            }
-            if self.st.ei >= len || self.st.ei < 0 {
-                let next = if dir == Dir::Fwd { leaf.right } else { leaf.left };
-                if next == NO_BLOCK {
-                    self.st.done = true;
-                    return;
-                }
-                let l = static_io::load_leaf(index, next, &self.stat);
-                self.st.ei = if dir == Dir::Fwd { 0 } else { l.len() as isize - 1 };
-                self.st.ti = if dir == Dir::Fwd { 0 } else { isize::MAX };
-                self.st.leaf = Some(l);
-                self.st.checked = None;
-                continue;
-            }
-            let blk = leaf.blk;
-            let (key, tids) = leaf.get(self.st.ei as usize);
-            let nt = tids.len() as isize;
-            if self.st.ti == isize::MAX {
-                self.st.ti = nt - 1;
-            }
-            if self.st.ti >= nt || self.st.ti < 0 || nt == 0 {
-                self.step_entry(dir);
-                continue;
-            }
-            let here = (blk, self.st.ei);
-            if self.st.checked == Some(here) {
-                return;
-            }
-            match dir {
-                Dir::Fwd => {
-                    if let Some(u) = &self.upper {
-                        if desc.compare_prefix(key, u) == Ordering::Greater {
-                            self.st.done = true;
-                            return;
-                        }
-                    }
-                }
-                Dir::Bwd => {
-                    if !self.lower.is_empty() && desc.compare_prefix(key, &self.lower) == Ordering::Less {
-                        self.st.done = true;
-                        return;
-                    }
-                }
-            }
-            if matches(desc, &self.conds, key) {
-                self.st.checked = Some(here);
-                return;
-            }
-            self.step_entry(dir);
-        }
-    }
-
-    fn step_entry(&mut self, dir: Dir) {
-        match dir {
-            Dir::Fwd => {
-                self.st.ei += 1;
-                self.st.ti = 0;
-            }
-            Dir::Bwd => {
-                self.st.ei -= 1;
-                self.st.ti = isize::MAX;
-            }
-        }
-    }
-
-    fn step_static(&mut self, dir: Dir) {
-        match dir {
-            Dir::Fwd => self.st.ti += 1,
-            Dir::Bwd => self.st.ti -= 1,
-        }
+    unsafe fn seek_after(&mut self, desc: &IndexDesc, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) {
+        self.dynamic.seek_after(desc, dir, key, tid, inclusive);
+        self.memo.valid = false;
+        self.base.seek_after(dir, key, tid, inclusive);
     }
 
     /// The key of the last item returned, for a re-seek: items returned
     /// without keys (`keyless`) have theirs read from the heap now. The
     /// item was returned to this scan, so its tuple cannot have been pruned
     /// unless it was dead to the scan's snapshot too.
-    unsafe fn key_for_seek(&mut self, index: pg_sys::Relation, key: Vec<u8>, tid: Tid) -> Vec<u8> {
+    unsafe fn key_for_seek(&mut self, index: pg_sys::Relation, key: &[u8], tid: Tid) -> Vec<u8> {
         if !key.is_empty() {
-            return key;
+            return key.to_vec();
         }
-        match self.el.as_mut().and_then(|el| el.key_of(tid)) {
+        match self.base.key_of(tid) {
             Some(k) => k,
             None => crate::raise(
                 PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
-                format!("elastic_btree index \"{}\": the scan position's heap tuple was pruned", crate::storage::page::rel_name(index)),
+                format!("index \"{}\": the scan position's heap tuple was pruned", crate::storage::page::rel_name(index)),
                 "Run the statement again.",
             ),
         }
     }
 
-    /// The elastic tree's next entry in range that matches the conditions.
-    unsafe fn settle_elastic(&mut self, desc: &IndexDesc, dir: Dir) -> Option<(Vec<u8>, Tid)> {
-        let el = self.el.as_mut()?;
+    /// Moves the base cursor to its next entry in range that matches the
+    /// conditions, and returns it (None at the end of the range).
+    unsafe fn settle_base(&mut self, desc: &IndexDesc, dir: Dir) -> Option<(&[u8], Tid)> {
         loop {
-            let (k, t) = el.peek(edir(dir))?;
+            let (k, _) = self.base.peek(dir)?;
             let out_of_range = match dir {
-                Dir::Fwd => self.upper.as_ref().is_some_and(|u| desc.compare_prefix(&k, u) == Ordering::Greater),
-                Dir::Bwd => !self.lower.is_empty() && desc.compare_prefix(&k, &self.lower) == Ordering::Less,
+                Dir::Fwd => self.upper.as_ref().is_some_and(|u| desc.compare_prefix(k, u) == Ordering::Greater),
+                Dir::Bwd => !self.lower.is_empty() && desc.compare_prefix(k, &self.lower) == Ordering::Less,
             };
             if out_of_range {
-                el.done = true;
+                self.base.stop();
                 return None;
             }
-            if matches(desc, &self.conds, &k) {
-                return Some((k, t));
+            let memo = &mut self.memo;
+            let ok = if memo.valid && memo.key == k {
+                memo.matched
+            } else {
+                memo.key.clear();
+                memo.key.extend_from_slice(k);
+                memo.valid = true;
+                memo.matched = matches(desc, &self.conds, k);
+                memo.matched
+            };
+            if ok {
+                return self.base.peek(dir);
             }
-            el.advance(edir(dir));
+            self.base.advance(dir);
         }
     }
 
-    /// Returns the next (key, tid) in `dir`, or None at the end of the range.
-    unsafe fn next(&mut self, index: pg_sys::Relation, desc: &IndexDesc, dir: Dir) -> Option<(Vec<u8>, Tid)> {
-        if self.keyless.is_some() && dir == Dir::Fwd && self.dyn_pos as usize >= self.dyn_items.len() {
-            if let Some(el) = self.el.as_mut().filter(|e| e.bounded_forward()) {
-                // Past the dynamic entries: the tree's entries in the
-                // searched range, in order, without keys.
-                let t = el.peek_tid()?;
-                el.advance(edir(dir));
-                return Some((Vec::new(), t));
+    /// The next (key, TID) in `dir`: the key goes to `key_out` (left empty
+    /// for keyless items). None at the end of the range.
+    unsafe fn next(&mut self, desc: &IndexDesc, dir: Dir, key_out: &mut Vec<u8>) -> Option<Tid> {
+        if self.keyless.is_some() && dir == Dir::Fwd && self.dynamic.exhausted(dir) && self.base.bounded_forward() {
+            // Past the dynamic entries: the structure's entries in the
+            // searched range, in order, without keys.
+            let t = self.base.peek_tid()?;
+            self.base.advance(dir);
+            key_out.clear();
+            return Some(t);
+        }
+        let from_base = match self.settle_base(desc, dir) {
+            Some((k, t)) => {
+                key_out.clear();
+                key_out.extend_from_slice(k);
+                Some(t)
             }
-        }
-        let s = if self.el.is_some() {
-            self.settle_elastic(desc, dir)
-        } else {
-            self.settle(index, desc, dir);
-            self.static_item()
+            None => None,
         };
-        self.merge_next(s, desc, dir)
-    }
-
-    fn static_item(&mut self) -> Option<(Vec<u8>, Tid)> {
-        if self.st.done {
-            None
-        } else {
-            let ei = self.st.ei as usize;
-            let leaf = self.st.leaf.as_mut().unwrap();
-            let (k, tids) = leaf.get(ei);
-            Some((k.clone(), tids[self.st.ti as usize]))
-        }
-    }
-
-    /// Takes the next of the static entry `s` and the dynamic one in `dir`.
-    fn merge_next(&mut self, s: Option<(Vec<u8>, Tid)>, desc: &IndexDesc, dir: Dir) -> Option<(Vec<u8>, Tid)> {
-        let d = if self.dyn_pos >= 0 && (self.dyn_pos as usize) < self.dyn_items.len() {
-            let (k, t) = &self.dyn_items[self.dyn_pos as usize];
-            Some((k, *t))
-        } else {
-            None
-        };
-        let take_static = match (&s, &d) {
+        let d = self.dynamic.peek();
+        let take_base = match (from_base, d) {
             (None, None) => return None,
             (Some(_), None) => true,
             (None, Some(_)) => false,
-            (Some((sk, st)), Some((dk, dt))) => {
-                let o = desc.compare(sk, dk).then(st.cmp(dt));
+            (Some(bt), Some((dk, dt))) => {
+                let o = desc.compare(key_out, dk).then(bt.cmp(&dt));
                 if dir == Dir::Fwd { o != Ordering::Greater } else { o != Ordering::Less }
             }
         };
-        if take_static {
-            let out = s.unwrap();
-            let t = out.1;
+        if take_base {
+            let t = from_base.unwrap();
             // An entry present in both stages (re-inserted TID) is returned once.
             if let Some((dk, dt)) = d {
-                if dt == t && desc.compare(dk, &out.0) == Ordering::Equal {
-                    self.dyn_pos += if dir == Dir::Fwd { 1 } else { -1 };
+                if dt == t && desc.compare(dk, key_out) == Ordering::Equal {
+                    self.dynamic.advance(dir);
                 }
             }
-            match self.el.as_mut() {
-                Some(el) => el.advance(edir(dir)),
-                None => self.step_static(dir),
-            }
-            Some(out)
+            self.base.advance(dir);
+            Some(t)
         } else {
             let (k, t) = d.unwrap();
-            let out = (k.clone(), t);
-            self.dyn_pos += if dir == Dir::Fwd { 1 } else { -1 };
-            Some(out)
+            key_out.clear();
+            key_out.extend_from_slice(k);
+            self.dynamic.advance(dir);
+            Some(t)
         }
     }
 }
 
 impl ScanState {
-    /// Next item of the whole scan in `dir`.
-    unsafe fn next_item(&mut self, index: pg_sys::Relation, dir: Dir) -> Option<(Vec<u8>, Tid)> {
+    /// Next item of the whole scan in `dir`; its key is in `last_key`.
+    unsafe fn next_item(&mut self, index: pg_sys::Relation, dir: Dir) -> Option<Tid> {
         if self.nsub == 0 {
             return None;
         }
+        let desc = self.desc.clone();
         if !self.started || self.exhausted && self.cur.is_none() {
             // A fresh scan, or a scan restarted after running off an end.
             if !self.started {
@@ -692,24 +559,23 @@ impl ScanState {
             self.exhausted = false;
             self.sub = if dir == Dir::Fwd { 0 } else { self.nsub as isize - 1 };
             let mut c = self.open_cursor(index, self.sub as usize);
-            c.start(index, &self.desc.clone(), dir);
+            c.start(&desc, dir);
             self.cur = Some(c);
             self.dir = dir;
         } else if dir != self.dir {
             self.dir = dir;
-            if let (Some(c), Some((k, t))) = (self.cur.as_mut(), self.last.clone()) {
-                let k = c.key_for_seek(index, k, t);
-                c.seek_after(index, &self.desc.clone(), dir, &k, t, false);
+            if let (Some(c), Some(t)) = (self.cur.as_mut(), self.last_tid) {
+                let k = c.key_for_seek(index, &self.last_key, t);
+                c.seek_after(&desc, dir, &k, t, false);
             }
         }
         loop {
-            let desc = self.desc.clone();
             let c = self.cur.as_mut()?;
-            if let Some(item) = c.next(index, &desc, dir) {
-                self.last = Some(item.clone());
-                return Some(item);
+            if let Some(t) = c.next(&desc, dir, &mut self.last_key) {
+                self.last_tid = Some(t);
+                return Some(t);
             }
-            let next_sub = self.sub + if dir == Dir::Fwd { 1 } else { -1 };
+            let next_sub = self.sub + dir.step();
             if next_sub < 0 || next_sub >= self.nsub as isize {
                 self.cur = None;
                 self.exhausted = true;
@@ -718,16 +584,9 @@ impl ScanState {
             }
             self.sub = next_sub;
             let mut c = self.open_cursor(index, self.sub as usize);
-            c.start(index, &desc, dir);
+            c.start(&desc, dir);
             self.cur = Some(c);
         }
-    }
-}
-
-fn edir(d: Dir) -> crate::elastic::scan::Dir {
-    match d {
-        Dir::Fwd => crate::elastic::scan::Dir::Fwd,
-        Dir::Bwd => crate::elastic::scan::Dir::Bwd,
     }
 }
 
@@ -743,7 +602,7 @@ pub unsafe extern "C-unwind" fn ambeginscan(index: pg_sys::Relation, nkeys: i32,
     let slot = shmem::slot_for(index);
     let tuple_cxt = pg_sys::AllocSetContextCreateExtended(
         pg_sys::CurrentMemoryContext,
-        c"hybrid_btree index-only tuples".as_ptr(),
+        c"pg_hybrid index-only tuples".as_ptr(),
         pg_sys::ALLOCSET_SMALL_MINSIZE as usize,
         pg_sys::ALLOCSET_SMALL_INITSIZE as usize,
         pg_sys::ALLOCSET_SMALL_MAXSIZE as usize,
@@ -751,14 +610,15 @@ pub unsafe extern "C-unwind" fn ambeginscan(index: pg_sys::Relation, nkeys: i32,
     let st = Box::new(ScanState {
         desc,
         slot,
-        base: Vec::new(),
+        fixed: Vec::new(),
         arrays: Vec::new(),
         impossible: false,
         nsub: 1,
         sub: 0,
         cur: None,
         dir: Dir::Fwd,
-        last: None,
+        last_key: Vec::new(),
+        last_tid: None,
         exhausted: false,
         started: false,
         mark: None,
@@ -789,7 +649,7 @@ pub unsafe extern "C-unwind" fn amrescan(
     };
     st.preprocess(ks);
     st.cur = None;
-    st.last = None;
+    st.last_tid = None;
     st.started = false;
     st.exhausted = false;
     st.mark = None;
@@ -801,7 +661,7 @@ pub unsafe extern "C-unwind" fn amgettuple(scan: pg_sys::IndexScanDesc, directio
     let dir = if direction == pg_sys::ScanDirection::BackwardScanDirection { Dir::Bwd } else { Dir::Fwd };
     let index = (*scan).indexRelation;
     st.want_keys = (*scan).xs_want_itup;
-    let Some((key, tid)) = st.next_item(index, dir) else { return false };
+    let Some(tid) = st.next_item(index, dir) else { return false };
     (*scan).xs_heaptid = tid_to_item(tid);
     (*scan).xs_recheck = false;
     if (*scan).xs_want_itup {
@@ -810,7 +670,7 @@ pub unsafe extern "C-unwind" fn amgettuple(scan: pg_sys::IndexScanDesc, directio
         let n = st.desc.natts;
         let mut values = vec![pg_sys::Datum::from(0usize); n];
         let mut nulls = vec![true; n];
-        st.desc.decode(&key, &mut values, &mut nulls);
+        st.desc.decode(&st.last_key, &mut values, &mut nulls);
         (*scan).xs_itup = pg_sys::index_form_tuple((*index).rd_att, values.as_mut_ptr(), nulls.as_mut_ptr());
         pg_sys::MemoryContextSwitchTo(old);
     }
@@ -826,7 +686,7 @@ pub unsafe extern "C-unwind" fn amgetbitmap(scan: pg_sys::IndexScanDesc, tbm: *m
     st.want_keys = false;
     let mut n = 0i64;
     let mut batch: Vec<pg_sys::ItemPointerData> = Vec::with_capacity(256);
-    while let Some((_, tid)) = st.next_item(index, Dir::Fwd) {
+    while let Some(tid) = st.next_item(index, Dir::Fwd) {
         batch.push(tid_to_item(tid));
         n += 1;
         if batch.len() == 256 {
@@ -854,33 +714,38 @@ pub unsafe extern "C-unwind" fn amendscan(scan: pg_sys::IndexScanDesc) {
 #[pg_guard]
 pub unsafe extern "C-unwind" fn ammarkpos(scan: pg_sys::IndexScanDesc) {
     let st = state(scan);
-    st.mark = Some((st.sub, st.last.clone(), st.exhausted));
+    let last = st.last_tid.map(|t| (st.last_key.clone(), t));
+    st.mark = Some(Mark { sub: st.sub, last, exhausted: st.exhausted });
 }
 
 #[pg_guard]
 pub unsafe extern "C-unwind" fn amrestrpos(scan: pg_sys::IndexScanDesc) {
     let st = state(scan);
     let index = (*scan).indexRelation;
-    let Some((sub, last, exhausted)) = st.mark.clone() else {
-        pgrx::error!("hybrid_btree: restore without a marked position");
+    let Some(mark) = st.mark.clone() else {
+        pgrx::error!("restore without a marked position");
     };
-    st.last = last.clone();
-    st.exhausted = exhausted;
-    match last {
+    st.exhausted = mark.exhausted;
+    match mark.last {
         None => {
+            st.last_tid = None;
             st.cur = None;
             st.started = false;
         }
-        Some((k, t)) if !exhausted => {
-            st.sub = sub;
-            let mut c = st.open_cursor(index, sub as usize);
-            let k = c.key_for_seek(index, k, t);
-            c.seek_after(index, &st.desc.clone(), st.dir, &k, t, false);
-            st.cur = Some(c);
-            st.started = true;
-        }
-        Some(_) => {
-            st.cur = None;
+        Some((k, t)) => {
+            st.last_key.clear();
+            st.last_key.extend_from_slice(&k);
+            st.last_tid = Some(t);
+            if mark.exhausted {
+                st.cur = None;
+            } else {
+                st.sub = mark.sub;
+                let desc = st.desc.clone();
+                let mut c = st.open_cursor(index, mark.sub as usize);
+                let k = c.key_for_seek(index, &k, t);
+                c.seek_after(&desc, st.dir, &k, t, false);
+                st.cur = Some(c);
+            }
             st.started = true;
         }
     }
@@ -888,15 +753,8 @@ pub unsafe extern "C-unwind" fn amrestrpos(scan: pg_sys::IndexScanDesc) {
 
 #[pg_guard]
 pub unsafe extern "C-unwind" fn amcanreturn(index: pg_sys::Relation, attno: i32) -> bool {
-    // Compact leaves hold no keys: an index-only scan would read the heap
-    // for every entry to learn its key. An elastic index with a size bound
-    // (one that makes compact leaves) is planned through the heap instead;
-    // decided from the reloptions, so planning reads no page.
-    if crate::elastic::is_elastic(index) && crate::elastic::options::size_bound(index).is_some() {
-        return false;
-    }
     let desc = index_desc(index);
-    attno >= 1 && (attno as usize) <= desc.natts && desc.cols[attno as usize - 1].returnable
+    ams::base(index).can_return(index, &desc, attno)
 }
 
 /// pgstat_count_index_scan(), a macro in C: feeds idx_scan of pg_stat_*_indexes.

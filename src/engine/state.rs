@@ -1,5 +1,6 @@
-//! The shared-memory dual-stage state of one index and the protocols that
-//! keep it equal to the delta log (README.md, "Dynamic stage").
+//! The shared-memory dual-stage state of one index (the payload of its
+//! shmem slot) and the protocols that keep it equal to the delta log
+//! (README.md, "Dynamic stage").
 
 use std::cmp::Ordering;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
@@ -11,9 +12,9 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use super::delta;
-use super::meta::{self, MaintenanceLock, StaticInfo};
+use super::meta::{self, BaseInfo, MaintenanceLock};
 use crate::keys::IndexDesc;
-use crate::shmem::{self, ArenaPool, SlotRef};
+use crate::shmem::{self, ArenaPool, SlotPayload, SlotRef};
 
 pub const MAX_BLOOM_BLOCKS: usize = 256;
 const BLOOM_BITS_PER_ITEM: usize = 10;
@@ -141,13 +142,13 @@ impl KeyFilter {
 #[repr(C)]
 pub struct DualStageState {
     /// Primary: the tree holds every delta-log entry at or above
-    /// `stat.merged_upto` (inserters add theirs as they append).
+    /// `base.merged_upto` (inserters add theirs as they append).
     pub valid: bool,
     /// Standby: the tree was synced from the log up to `applied_upto`.
     pub synced_in_recovery: bool,
     pub merge_requested: bool,
     pub merge_running: bool,
-    pub stat: StaticInfo,
+    pub base: BaseInfo,
     pub applied_upto: u64,
     pub applied_block: u32,
     pub tree: DynTree,
@@ -157,10 +158,10 @@ pub struct DualStageState {
     pub bloom_checks: AtomicU64,
     /// Last known delta-log tail block (0 = unknown; block 0 is the metapage).
     pub tail_hint: std::sync::atomic::AtomicU32,
-    /// Readers of static stages (readers.rs): those of `stat.generation`,
+    /// Readers of base structures (readers.rs): those of `base.generation`,
     /// and of older generations still being read.
     pub readers: super::readers::ReaderCounts,
-    /// elastic_btree: heap reads made to learn keys of compact leaves.
+    /// Heap reads base structures made to learn keys they do not store.
     pub key_fetches: AtomicU64,
 }
 
@@ -189,7 +190,7 @@ impl DualStageState {
         self.synced_in_recovery = false;
         self.merge_requested = false;
         self.merge_running = false;
-        self.stat = StaticInfo::default();
+        self.base = BaseInfo::default();
         self.applied_upto = 0;
         self.applied_block = 0;
         self.bloom_skips = AtomicU64::new(0);
@@ -202,11 +203,11 @@ impl DualStageState {
     /// Switches to another static stage; readers of the one left behind
     /// keep being counted under its generation. Caller holds the slot lock
     /// exclusively.
-    pub fn set_stat(&mut self, stat: StaticInfo) {
-        if stat.generation != self.stat.generation {
-            self.readers.retire_current(self.stat.generation);
+    pub fn set_base(&mut self, base: BaseInfo) {
+        if base.generation != self.base.generation {
+            self.readers.retire_current(self.base.generation);
         }
-        self.stat = stat;
+        self.base = base;
     }
 
     pub fn drop_key_filter(&mut self, pool: &mut ArenaPool) {
@@ -215,7 +216,7 @@ impl DualStageState {
     }
 
     /// Replaces the key filter by `f` (or drops it); caller holds the slot
-    /// lock exclusively and switches `stat` to `f`'s generation with it.
+    /// lock exclusively and switches `base` to `f`'s generation with it.
     pub fn install_key_filter(&mut self, f: Option<PendingKeyFilter>) {
         self.drop_key_filter(&mut ArenaPool);
         if let Some(mut f) = f {
@@ -285,7 +286,7 @@ pub unsafe fn ensure_synced(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotR
     }
     {
         let _g = slot.shared();
-        if slot.get().dual.valid {
+        if slot.state().valid {
             return;
         }
     }
@@ -302,16 +303,16 @@ unsafe fn out_of_arena(rel: pg_sys::Relation) -> ! {
 unsafe fn rebuild_primary(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
     let _ml = MaintenanceLock::share(rel);
     let m = meta::read(rel);
-    let (recs, end, _) = delta::read_from(rel, m.delta_head, m.stat.merged_upto, u64::MAX);
+    let (recs, end, _) = delta::read_from(rel, m.delta_head, m.base.merged_upto, u64::MAX);
     let _g = slot.exclusive();
-    let st = &mut slot.get().dual;
+    let st = &mut slot.state();
     if st.valid {
         return;
     }
-    let merged = m.stat.merged_upto;
+    let merged = m.base.merged_upto;
     // Entries at or past `end` were added by inserters after our read.
     st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= end && p >= merged);
-    st.set_stat(m.stat);
+    st.set_base(m.base);
     for r in &recs {
         if !st.insert(desc, &r.key, r.tid, r.pos) {
             st.tree.clear(&mut ArenaPool);
@@ -319,16 +320,16 @@ unsafe fn rebuild_primary(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef
             out_of_arena(rel);
         }
     }
-    let expected = expected_dynamic(desc, &m.stat, rel);
+    let expected = expected_dynamic(desc, &m.base, rel);
     st.rebuild_bloom(desc, expected.max(st.tree.nentries));
     st.valid = true;
     st.synced_in_recovery = false;
 }
 
 /// The dynamic-stage size at which a merge triggers, for Bloom sizing.
-pub unsafe fn expected_dynamic(_desc: &IndexDesc, stat: &StaticInfo, rel: pg_sys::Relation) -> u64 {
-    let ratio = super::options::merge_ratio(rel).max(1) as u64;
-    (stat.tids / ratio).max(crate::guc::MERGE_MIN_ENTRIES.get() as u64)
+pub unsafe fn expected_dynamic(_desc: &IndexDesc, base: &BaseInfo, rel: pg_sys::Relation) -> u64 {
+    let ratio = super::ams::base(rel).merge_ratio(rel).max(1) as u64;
+    (base.entries / ratio).max(crate::guc::MERGE_MIN_ENTRIES.get() as u64)
 }
 
 unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
@@ -337,31 +338,31 @@ unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
         let (end, _tail) = delta::end_pos(rel, m.delta_tail);
         let (full, from_blk, from_pos) = {
             let _g = slot.shared();
-            let st = &slot.get().dual;
+            let st = &slot.state();
             let same = st.synced_in_recovery
-                && st.stat.generation == m.stat.generation
-                && st.stat.vacuum_epoch == m.stat.vacuum_epoch
-                && st.stat.merged_upto == m.stat.merged_upto;
+                && st.base.generation == m.base.generation
+                && st.base.vacuum_epoch == m.base.vacuum_epoch
+                && st.base.merged_upto == m.base.merged_upto;
             if same && st.applied_upto >= end {
                 return;
             }
             if same {
                 (false, st.applied_block, st.applied_upto)
             } else {
-                (true, m.delta_head, m.stat.merged_upto)
+                (true, m.delta_head, m.base.merged_upto)
             }
         };
         let (recs, seen_end, last_blk) = delta::read_from(rel, from_blk, from_pos, u64::MAX);
         let m2 = meta::read(rel);
-        if m2.stat.generation != m.stat.generation || m2.stat.vacuum_epoch != m.stat.vacuum_epoch {
+        if m2.base.generation != m.base.generation || m2.base.vacuum_epoch != m.base.vacuum_epoch {
             continue; // replay moved under us; try again
         }
         let _g = slot.exclusive();
-        let st = &mut slot.get().dual;
+        let st = &mut slot.state();
         if full {
             st.tree.clear(&mut ArenaPool);
-            st.set_stat(m.stat);
-        } else if st.applied_upto != from_pos || st.stat.generation != m.stat.generation {
+            st.set_base(m.base);
+        } else if st.applied_upto != from_pos || st.base.generation != m.base.generation {
             continue; // another backend synced meanwhile
         }
         for r in &recs {
@@ -373,7 +374,7 @@ unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
             }
         }
         if full {
-            let expected = expected_dynamic(desc, &m.stat, rel);
+            let expected = expected_dynamic(desc, &m.base, rel);
             st.rebuild_bloom(desc, expected.max(st.tree.nentries));
         }
         st.applied_upto = seen_end;
@@ -382,17 +383,17 @@ unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
         st.valid = false;
         return;
     }
-    crate::raise(PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE, "could not read a stable dynamic stage of a hybrid_btree index during recovery", "Retry the query.");
+    crate::raise(PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE, format!("could not read a stable dynamic stage of index \"{}\" during recovery", crate::storage::page::rel_name(rel)), "Retry the query.");
 }
 
 /// Entries of the dynamic stage matching a scan range, copied out together
-/// with the static stage they complement.
+/// with the base structure they complement.
 pub struct DynSnapshot {
-    pub stat: StaticInfo,
+    pub base: BaseInfo,
     pub items: Vec<(Vec<u8>, Tid)>,
-    /// False when the key filter rules the point key out of `stat`'s stage.
+    /// False when the key filter rules the point key out of `base`.
     pub static_may_contain: bool,
-    /// Keeps `stat`'s pages from being recycled while it lives.
+    /// Keeps `base`'s pages from being recycled while it lives.
     pub reader: super::readers::ReaderToken,
 }
 
@@ -411,7 +412,7 @@ pub unsafe fn snapshot(
     loop {
         ensure_synced(rel, desc, slot);
         let _g = slot.shared();
-        let st = &slot.get().dual;
+        let st = &slot.state();
         let usable = if pg_sys::RecoveryInProgress() { st.synced_in_recovery } else { st.valid };
         if !usable {
             continue;
@@ -430,7 +431,7 @@ pub unsafe fn snapshot(
                 None => false,
             };
             if !skip {
-                let merged = st.stat.merged_upto;
+                let merged = st.base.merged_upto;
                 let mut bound = |k: &[u8]| desc.compare_prefix(k, lower);
                 st.tree.scan(&ArenaPool, &mut bound, |k: &[u8], t: Tid, p: u64| {
                     if let Some(u) = upper {
@@ -445,8 +446,71 @@ pub unsafe fn snapshot(
                 });
             }
         }
-        let static_may_contain = point_hash.is_none_or(|h| st.key_filter.may_contain(st.stat.generation, h));
+        let static_may_contain = point_hash.is_none_or(|h| st.key_filter.may_contain(st.base.generation, h));
         let reader = super::readers::ReaderToken::register(slot, st);
-        return DynSnapshot { stat: st.stat, items, static_may_contain, reader };
+        return DynSnapshot { base: st.base, items, static_may_contain, reader };
+    }
+}
+
+/// The engine's state as the payload of a shmem slot (shmem::SlotPayload).
+pub struct EnginePayload;
+
+pub static PAYLOAD: EnginePayload = EnginePayload;
+
+unsafe fn payload<'a>(p: *const u8) -> &'a mut DualStageState {
+    &mut *(p as *mut DualStageState)
+}
+
+impl SlotPayload for EnginePayload {
+    fn size(&self) -> usize {
+        std::mem::size_of::<DualStageState>()
+    }
+    unsafe fn init(&self, p: *mut u8) {
+        payload(p).init_empty();
+    }
+    unsafe fn reset(&self, p: *mut u8) {
+        payload(p).reset(&mut ArenaPool);
+    }
+    unsafe fn idle(&self, p: *const u8) -> bool {
+        let st = payload(p);
+        st.tree.nentries == 0 && !st.merge_running && !st.readers.any()
+    }
+    unsafe fn arena_blocks(&self, p: *const u8) -> u32 {
+        let st = payload(p);
+        if st.merge_requested || st.merge_running {
+            0
+        } else {
+            st.tree.nblocks
+        }
+    }
+    unsafe fn claim_merge(&self, p: *mut u8) -> bool {
+        let st = payload(p);
+        if st.merge_requested || st.merge_running {
+            return false;
+        }
+        st.merge_requested = true;
+        true
+    }
+    unsafe fn unclaim_merge(&self, p: *mut u8) {
+        payload(p).merge_requested = false;
+    }
+}
+
+/// The dual-stage state in a slot.
+pub trait SlotState {
+    /// Lock the slot first (shared to read, exclusive to change).
+    fn state(&self) -> &'static mut DualStageState;
+}
+
+impl SlotState for SlotRef {
+    fn state(&self) -> &'static mut DualStageState {
+        unsafe { payload(self.payload()) }
+    }
+}
+
+/// Adds heap reads a base structure made for keys to the index's counter.
+pub fn add_key_fetches(slot: SlotRef, n: u64) {
+    if n > 0 {
+        slot.state().key_fetches.fetch_add(n, AtomicOrdering::Relaxed);
     }
 }

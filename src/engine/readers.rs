@@ -1,4 +1,4 @@
-//! Who is still reading a retired static stage.
+//! Who is still reading a retired base structure.
 //!
 //! A merge retires the old stage's pages to a recycle segment. They may be
 //! reused once no scan or unique check can still be on them. The xid
@@ -122,12 +122,12 @@ pub struct ReaderToken {
 }
 
 impl ReaderToken {
-    /// Registers a reader of `st.stat.generation`; the caller holds `slot`'s
+    /// Registers a reader of `st.base.generation`; the caller holds `slot`'s
     /// lock (shared is enough).
     pub fn register(slot: SlotRef, st: &DualStageState) -> ReaderToken {
         ensure_callback();
         st.readers.current.fetch_add(1, Ordering::Relaxed);
-        let reg = Registration { slot_index: slot.index, key: slot.key, epoch: st.readers.epoch, generation: st.stat.generation };
+        let reg = Registration { slot_index: slot.index, key: slot.key, epoch: st.readers.epoch, generation: st.base.generation };
         let id = ACTIVE.with(|a| {
             let mut a = a.borrow_mut();
             a.0 += 1;
@@ -155,11 +155,12 @@ fn deregister(reg: &Registration) {
     let h = shmem::header();
     let _g = shmem::LwGuard::shared(shmem::slot_lock(reg.slot_index));
     let s = unsafe { &*h.slot(reg.slot_index) };
-    let r = &s.dual.readers;
+    let st = unsafe { &*(s.payload() as *const DualStageState) };
+    let r = &st.readers;
     if !s.in_use || s.db != reg.key.db || s.relnode != reg.key.relnode || r.epoch != reg.epoch {
         return;
     }
-    if reg.generation == s.dual.stat.generation {
+    if reg.generation == st.base.generation {
         dec(&r.current);
     } else if let Some(o) = r.old.iter().find(|o| o.generation == reg.generation && o.count.load(Ordering::Relaxed) > 0) {
         dec(&o.count);

@@ -1,4 +1,6 @@
-//! CREATE INDEX: scan the heap, sort, write the static stage bottom-up.
+//! CREATE INDEX: scan the heap, sort, check uniqueness, and hand the sorted
+//! entries to the base structure; the metapage and an empty delta log are
+//! the engine's.
 
 use std::cmp::Ordering;
 
@@ -6,8 +8,11 @@ use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use super::meta::{self, HybridMeta, META_BLOCK};
-use super::{delta, options, static_io};
+use super::ams;
+use super::base::EntryRef;
+use super::meta::{self, IndexMeta, META_BLOCK};
+use super::state::SlotState;
+use super::{delta, merge};
 use crate::keys::{index_desc, IndexDesc};
 use crate::storage::buffer::{nblocks, Buf};
 use crate::storage::page::{self, PageKind};
@@ -16,18 +21,28 @@ use crate::storage::wal::WalRecord;
 const PHASE_SORT: i64 = 2;
 const PHASE_WRITE: i64 = 3;
 
+/// One heap tuple of the build: where its key is in the spool's bytes.
+struct SpoolItem {
+    key_off: u64,
+    key_len: u32,
+    tid: Tid,
+    /// Live (not just recently dead): only live tuples conflict in a
+    /// unique build.
+    alive: bool,
+}
+
 /// Keys of all heap tuples, stored back to back to keep memory at about
 /// key bytes + 24 bytes per tuple.
 struct Spool {
     desc: std::rc::Rc<IndexDesc>,
     bytes: Vec<u8>,
-    entries: Vec<(u64, u32, Tid, bool)>,
+    entries: Vec<SpoolItem>,
     scratch: Vec<u8>,
 }
 
 impl Spool {
-    fn key(&self, e: &(u64, u32, Tid, bool)) -> &[u8] {
-        &self.bytes[e.0 as usize..e.0 as usize + e.1 as usize]
+    fn key(&self, e: &SpoolItem) -> &[u8] {
+        &self.bytes[e.key_off as usize..e.key_off as usize + e.key_len as usize]
     }
 }
 
@@ -45,7 +60,7 @@ unsafe extern "C-unwind" fn build_callback(
     spool.desc.encode_tuple(values, isnull, &mut scratch);
     let off = spool.bytes.len() as u64;
     spool.bytes.extend_from_slice(&scratch);
-    spool.entries.push((off, scratch.len() as u32, item_to_tid(tid), alive));
+    spool.entries.push(SpoolItem { key_off: off, key_len: scratch.len() as u32, tid: item_to_tid(tid), alive });
     spool.scratch = scratch;
 }
 
@@ -72,10 +87,8 @@ pub unsafe extern "C-unwind" fn ambuild(
         pgrx::error!("index \"{}\" already contains data", page::rel_name(index));
     }
     let desc = index_desc(index);
-    let elastic = crate::elastic::is_elastic(index);
-    if elastic {
-        crate::elastic::check_keys(index, &desc);
-    }
+    let base = ams::base(index);
+    base.check_definition(index, &desc);
     let mut spool = Spool { desc: desc.clone(), bytes: Vec::new(), entries: Vec::new(), scratch: Vec::new() };
     let reltuples = pg_sys::table_index_build_scan(
         heap,
@@ -89,7 +102,7 @@ pub unsafe extern "C-unwind" fn ambuild(
     );
     pg_sys::pgstat_progress_update_param(pg_sys::PROGRESS_CREATEIDX_SUBPHASE as i32, PHASE_SORT);
     let mut entries = std::mem::take(&mut spool.entries);
-    entries.sort_unstable_by(|a, b| desc.compare(spool.key(a), spool.key(b)).then(a.2.cmp(&b.2)));
+    entries.sort_unstable_by(|a, b| desc.compare(spool.key(a), spool.key(b)).then(a.tid.cmp(&b.tid)));
     // Uniqueness comes from the IndexInfo PostgreSQL passes, not the
     // catalog: VACUUM FULL and CLUSTER rebuild an invalid unique index (a
     // failed CREATE UNIQUE INDEX CONCURRENTLY) with ii_Unique = false.
@@ -100,69 +113,30 @@ pub unsafe extern "C-unwind" fn ambuild(
     let ntuples = entries.len() as f64;
 
     pg_sys::pgstat_progress_update_param(pg_sys::PROGRESS_CREATEIDX_SUBPHASE as i32, PHASE_WRITE);
-    if elastic {
-        let m = init_empty(index);
-        let batch: Vec<(Vec<u8>, Tid)> = entries.iter().map(|e| (spool.key(e).to_vec(), e.2)).collect();
-        drop(entries);
-        drop(spool);
-        let out = crate::elastic::tree::apply_batch(index, &desc, &m, &batch, true, &mut |n| {
-            pg_sys::pgstat_progress_update_param(pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE as i32, n.min(batch.len()) as i64)
-        });
-        super::merge::list_for_recycling(index, &out.deleted);
-        meta::update(index, |m| {
-            m.next_generation = 2;
-            m.stat.generation = 1;
-            m.stat.root = out.meta_blk;
-            m.stat.first_leaf = out.root;
-            m.stat.height = out.stats.height as u32;
-            m.stat.keys = out.entries;
-            m.stat.tids = out.entries;
-            m.stat.pages = out.tree_pages;
-        });
-        if crate::shmem::available() {
-            crate::shmem::forget_index(pg_sys::MyDatabaseId, (*index).rd_id, Some(crate::shmem::slot_key(index)));
-        }
-        let r = pg_sys::palloc0(std::mem::size_of::<pg_sys::IndexBuildResult>()) as *mut pg_sys::IndexBuildResult;
-        (*r).heap_tuples = reltuples;
-        (*r).index_tuples = ntuples;
-        return r;
-    }
-    let mut m = init_empty(index);
+    let m = init_empty(index);
     let gen = m.next_generation;
-    let mut grouped = Grouped { spool: &spool, entries: &entries, i: 0 };
-    let res = static_io::write_stage(
-        index,
-        &mut grouped,
-        gen,
-        options::compression_lz4(index),
-        &mut |n| pg_sys::pgstat_progress_update_param(pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE as i32, n as i64),
-    );
-    m = meta::update(index, |m| {
-        m.next_generation = gen + 1;
-        m.stat.generation = gen;
-        m.stat.root = res.root;
-        m.stat.height = res.height;
-        m.stat.first_leaf = res.first_leaf;
-        m.stat.last_leaf = res.last_leaf;
-        m.stat.compressed = options::compression_lz4(index) as u32;
-        m.stat.keys = res.nkeys;
-        m.stat.tids = res.ntids;
-        m.stat.pages = (res.nleaves + res.ninner) as u64;
-        m.stat.body_bytes = res.body_bytes;
+    let mut items = entries.iter().map(|e| EntryRef { key: spool.key(e), tid: e.tid });
+    let res = base.build(index, &desc, &m, &mut items, entries.len(), gen, &mut |n| {
+        pg_sys::pgstat_progress_update_param(pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE as i32, n as i64)
     });
-    let _ = m;
+    merge::list_for_recycling(index, &res.freed);
+    meta::update(index, |m| {
+        m.next_generation = gen + 1;
+        m.base.generation = gen;
+        m.base.set_shape(&res.shape);
+    });
     // The index's previous storage (REINDEX, TRUNCATE) is gone, and a
     // relfilenode reused by the system must not inherit a stale slot.
     if crate::shmem::available() {
         crate::shmem::forget_index(pg_sys::MyDatabaseId, (*index).rd_id, Some(crate::shmem::slot_key(index)));
         // A unique index starts with a filter over its keys (state.rs,
-        // KeyFilter) so the first inserts skip the static descent.
+        // KeyFilter) so the first inserts skip the base structure.
         if unique && desc.hashable && !entries.is_empty() {
             let hashes: Vec<u64> = entries.iter().filter_map(|e| desc.key_hash(spool.key(e))).collect();
             if let Some(f) = super::state::KeyFilter::build(gen, &hashes) {
                 let slot = crate::shmem::slot_for(index);
                 let _g = slot.exclusive();
-                slot.get().dual.install_key_filter(Some(f));
+                slot.state().install_key_filter(Some(f));
             }
         }
     }
@@ -172,34 +146,9 @@ pub unsafe extern "C-unwind" fn ambuild(
     r
 }
 
-/// Groups equal keys into (key, tids) for the static stage builder.
-struct Grouped<'a> {
-    spool: &'a Spool,
-    entries: &'a [(u64, u32, Tid, bool)],
-    i: usize,
-}
-
-impl Iterator for Grouped<'_> {
-    type Item = (Vec<u8>, Vec<Tid>);
-    fn next(&mut self) -> Option<Self::Item> {
-        let first = self.entries.get(self.i)?;
-        let key = self.spool.key(first);
-        let mut tids = vec![first.2];
-        self.i += 1;
-        while let Some(e) = self.entries.get(self.i) {
-            if self.spool.key(e) != key {
-                break;
-            }
-            tids.push(e.2);
-            self.i += 1;
-        }
-        Some((key.to_vec(), tids))
-    }
-}
-
-unsafe fn check_unique_build(index: pg_sys::Relation, desc: &IndexDesc, nulls_not_distinct: bool, spool: &Spool, entries: &[(u64, u32, Tid, bool)]) {
-    let mut prev: Option<&(u64, u32, Tid, bool)> = None;
-    for e in entries.iter().filter(|e| e.3) {
+unsafe fn check_unique_build(index: pg_sys::Relation, desc: &IndexDesc, nulls_not_distinct: bool, spool: &Spool, entries: &[SpoolItem]) {
+    let mut prev: Option<&SpoolItem> = None;
+    for e in entries.iter().filter(|e| e.alive) {
         let k = spool.key(e);
         if let Some(p) = prev {
             let pk = spool.key(p);
@@ -212,10 +161,10 @@ unsafe fn check_unique_build(index: pg_sys::Relation, desc: &IndexDesc, nulls_no
 }
 
 /// Writes the metapage and the first delta page of an empty index.
-unsafe fn init_empty(index: pg_sys::Relation) -> HybridMeta {
+unsafe fn init_empty(index: pg_sys::Relation) -> IndexMeta {
     let metab = Buf::extend(index);
     assert_eq!(metab.blkno(), META_BLOCK);
-    let mut m = HybridMeta::new();
+    let mut m = IndexMeta::new();
     {
         let mut w = WalRecord::start(index);
         meta::write_meta_page(w.register_new(&metab), &m);
@@ -237,7 +186,7 @@ pub unsafe extern "C-unwind" fn ambuildempty(index: pg_sys::Relation) {
     // The init fork: metapage and one empty delta page, written directly
     // and WAL-logged as full pages, as unlogged indexes require.
     let smgr = pg_sys::RelationGetSmgr(index);
-    let mut m = HybridMeta::new();
+    let mut m = IndexMeta::new();
     m.delta_head = 1;
     m.delta_tail = 1;
     m.delta_pages = 1;
@@ -262,7 +211,7 @@ pub unsafe extern "C-unwind" fn ambuildempty(index: pg_sys::Relation) {
 pub unsafe extern "C-unwind" fn ambuildphasename(phase: i64) -> *mut std::os::raw::c_char {
     match phase {
         PHASE_SORT => c"sorting keys".as_ptr() as *mut _,
-        PHASE_WRITE => c"writing static stage".as_ptr() as *mut _,
+        PHASE_WRITE => c"writing the base structure".as_ptr() as *mut _,
         _ => std::ptr::null_mut(),
     }
 }

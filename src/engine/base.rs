@@ -1,0 +1,254 @@
+//! The trait an access method implements to run on the staged-index engine:
+//! its *base structure*, the on-disk structure that the dynamic stage is
+//! merged into (hybrid_btree's compact static stage, elastic_btree's elastic
+//! tree). The engine owns everything around it: metapage, delta log and its
+//! WAL, the shared-memory dynamic stage, readers, inserts, unique checks,
+//! ON CONFLICT, scan keys and the merged cursor, merges, VACUUM of the delta
+//! log, recycling, SQL functions. README.md draws how they fit.
+//!
+//! A base structure is told what to do with sorted batches of entries and
+//! answers with named results; it never sees the dynamic stage, and the
+//! engine never reads its pages.
+
+use std::collections::HashSet;
+use std::ffi::CStr;
+use std::rc::Rc;
+
+use pg_hybrid_core::tid::Tid;
+use pgrx::pg_sys;
+
+use super::meta::{BaseInfo, BaseRoots, IndexMeta};
+use crate::keys::IndexDesc;
+use crate::storage::page::PageKind;
+
+/// Scan direction.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Dir {
+    Fwd,
+    Bwd,
+}
+
+impl Dir {
+    pub fn step(self) -> isize {
+        match self {
+            Dir::Fwd => 1,
+            Dir::Bwd => -1,
+        }
+    }
+}
+
+/// One (key, TID) index entry; batches are sorted by key, then TID.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub key: Vec<u8>,
+    pub tid: Tid,
+}
+
+/// An entry of CREATE INDEX's sorted spool, borrowed from it.
+#[derive(Clone, Copy, Debug)]
+pub struct EntryRef<'a> {
+    pub key: &'a [u8],
+    pub tid: Tid,
+}
+
+/// The part of the metapage a base structure fills: where it is and how
+/// big (the engine adds generation, merge position and VACUUM epoch).
+#[derive(Clone, Copy, Debug)]
+pub struct BaseShape {
+    pub roots: BaseRoots,
+    /// Distinct keys and entries (TIDs) it holds.
+    pub keys: u64,
+    pub entries: u64,
+    /// Pages it occupies, and the bytes of their bodies.
+    pub pages: u64,
+    pub bytes: u64,
+}
+
+/// What CREATE INDEX wrote.
+pub struct BuildResult {
+    pub shape: BaseShape,
+    /// Pages the build freed again (an elastic leaf converted away), to be
+    /// listed for recycling.
+    pub freed: Vec<u32>,
+}
+
+/// What a merge of a sorted batch wrote.
+pub struct MergeResult {
+    pub shape: BaseShape,
+    /// Pages that leave the structure with this merge; the engine lists
+    /// them for recycling under the generation the merge replaces.
+    pub retired: Vec<u32>,
+    /// Hashes of every key of the new structure, when it had them all at
+    /// hand (a unique index's key filter); None drops the filter.
+    pub key_hashes: Option<Vec<u64>>,
+    /// Heap reads made to learn keys (structures that store none).
+    pub key_fetches: u64,
+}
+
+/// What VACUUM did to the structure.
+pub struct VacuumResult {
+    pub removed: u64,
+    pub kept: u64,
+    /// The structure could not drop its dead TIDs in place: the engine runs
+    /// a merge that drops them instead.
+    pub need_merge: bool,
+    /// Set when the structure's shape changed (roots, pages).
+    pub shape: Option<BaseShape>,
+    /// Pages it deleted; listed for recycling once the xid horizon passes.
+    pub retired: Vec<u32>,
+    pub key_fetches: u64,
+}
+
+/// Columns of `pg_hybrid.index_stats` only some structures have.
+#[derive(Default)]
+pub struct BaseStats {
+    /// The structure reads keys from the heap (key_fetches is reported).
+    pub fetches_keys: bool,
+    pub standard_leaves: Option<i64>,
+    pub compact_leaves: Option<i64>,
+    pub state: Option<String>,
+    pub size_bound: Option<i64>,
+}
+
+/// The range a scan reads: inclusive key prefixes as the engine computes
+/// them from its conditions.
+pub struct ScanRange<'a> {
+    pub lower: &'a [u8],
+    pub upper: Option<&'a [u8]>,
+    /// The bounds are whole keys (a one-column index), so a structure may
+    /// search their positions as keys and honour `strict`.
+    pub whole_key: bool,
+    /// (lower, upper) exclude the bound itself.
+    pub strict: (bool, bool),
+}
+
+/// A position in the base structure. It yields entries in index order from
+/// where `start` or `seek_after` put it; the engine checks range ends and
+/// conditions, merges in the dynamic stage and remembers the last entry
+/// returned. It holds no lock between calls.
+pub trait BaseCursor {
+    /// Positions before the first entry of `range` in `dir`.
+    unsafe fn start(&mut self, dir: Dir, range: &ScanRange);
+    /// Positions at the entry after (key, tid) in `dir`, or at it when
+    /// `inclusive`.
+    unsafe fn seek_after(&mut self, dir: Dir, key: &[u8], tid: Tid, inclusive: bool);
+    /// The entry at the position (moving past page ends), or None at the
+    /// end of the structure or of a range it bounded by search.
+    unsafe fn peek(&mut self, dir: Dir) -> Option<(&[u8], Tid)>;
+    fn advance(&mut self, dir: Dir);
+    /// The engine saw the range end: nothing more until the next start.
+    fn stop(&mut self);
+    /// Whether the structure can return entries without their keys
+    /// (`peek_tid`), for scans whose bounds imply their conditions.
+    fn keyless(&self) -> bool {
+        false
+    }
+    /// Whether the position is in a forward range whose end `start` found
+    /// by search, so `peek_tid` may be used.
+    fn bounded_forward(&self) -> bool {
+        false
+    }
+    /// With `bounded_forward`: the TID at the position without reading its
+    /// key; every entry it returns lies in the searched range. None at the
+    /// end of the range.
+    unsafe fn peek_tid(&mut self) -> Option<Tid> {
+        None
+    }
+    /// The key of `tid` (for repositioning after keyless items); None when
+    /// the structure cannot tell or the tuple is gone.
+    unsafe fn key_of(&mut self, _tid: Tid) -> Option<Vec<u8>> {
+        None
+    }
+    /// Heap reads made so far to learn keys the structure does not store
+    /// (the engine adds them to the index's counter when the cursor ends).
+    fn key_fetches(&self) -> u64 {
+        0
+    }
+}
+
+/// An access method's base structure. One static instance per AM, found by
+/// the engine through the AM's OID (registry.rs).
+pub trait BaseStructure: Sync {
+    /// pg_am.amname of the access method.
+    fn am_name(&self) -> &'static CStr;
+
+    /// Raises an ERROR (with a hint) for index definitions the structure
+    /// cannot serve; called by CREATE INDEX.
+    unsafe fn check_definition(&self, _index: pg_sys::Relation, _desc: &IndexDesc) {}
+
+    /// Merge trigger: a merge runs when the dynamic stage holds
+    /// entries / merge_ratio entries.
+    unsafe fn merge_ratio(&self, index: pg_sys::Relation) -> i32;
+
+    /// A cap on unmerged entries when the delta log counts against a size
+    /// bound; past twice the cap inserters merge themselves.
+    unsafe fn delta_cap(&self, _index: pg_sys::Relation, _key_len: usize) -> Option<u64> {
+        None
+    }
+
+    /// Whether the structure holds nothing (no pages at all).
+    fn is_empty(&self, info: &BaseInfo) -> bool;
+
+    /// CREATE INDEX: writes the structure for `entries` (`count` of them,
+    /// sorted by key, then TID) as generation `gen`, into an index that has
+    /// its metapage and delta log.
+    unsafe fn build(
+        &self,
+        index: pg_sys::Relation,
+        desc: &Rc<IndexDesc>,
+        meta: &IndexMeta,
+        entries: &mut dyn Iterator<Item = EntryRef<'_>>,
+        count: usize,
+        gen: u32,
+        progress: &mut dyn FnMut(u64),
+    ) -> BuildResult;
+
+    /// A merge: `fresh` (sorted, deduplicated) goes into the structure of
+    /// `meta`, entries whose TID `dead` accepts leave it; the result is
+    /// generation `gen`. The caller holds the maintenance lock exclusively.
+    unsafe fn merge(
+        &self,
+        index: pg_sys::Relation,
+        desc: &Rc<IndexDesc>,
+        meta: &IndexMeta,
+        fresh: Vec<Entry>,
+        dead: Option<&mut dyn FnMut(Tid) -> bool>,
+        gen: u32,
+    ) -> MergeResult;
+
+    /// VACUUM: removes entries whose TID `dead` accepts.
+    unsafe fn bulk_delete(&self, index: pg_sys::Relation, desc: &Rc<IndexDesc>, meta: &IndexMeta, dead: &mut dyn FnMut(Tid) -> bool) -> VacuumResult;
+
+    /// VACUUM's cleanup pass (also when bulk delete was skipped): a chance
+    /// to apply changed reloptions. None when there is nothing to do.
+    unsafe fn vacuum_cleanup(&self, _index: pg_sys::Relation, _desc: &Rc<IndexDesc>, _meta: &IndexMeta) -> Option<VacuumResult> {
+        None
+    }
+
+    /// A cursor over the structure described by `info`.
+    unsafe fn cursor(&self, index: pg_sys::Relation, desc: &Rc<IndexDesc>, info: &BaseInfo) -> Box<dyn BaseCursor>;
+
+    /// amcanreturn for key column `attno` (1-based).
+    unsafe fn can_return(&self, _index: pg_sys::Relation, desc: &IndexDesc, attno: i32) -> bool {
+        attno >= 1 && (attno as usize) <= desc.natts && desc.cols[attno as usize - 1].returnable
+    }
+
+    /// amcheck-like check; returns the entries found and, with `all`, adds
+    /// each (key columns, TID) to it.
+    unsafe fn verify(&self, index: pg_sys::Relation, desc: &Rc<IndexDesc>, meta: &IndexMeta, all: Option<&mut HashSet<(Vec<u8>, Tid)>>) -> u64;
+
+    /// The structure's own index_stats columns.
+    unsafe fn stats(&self, _index: pg_sys::Relation, _meta: &IndexMeta) -> BaseStats {
+        BaseStats::default()
+    }
+
+    /// Whether a page of `kind` that no recycle list names was left behind
+    /// by an operation that crashed (VACUUM's sweep frees it).
+    unsafe fn is_orphan(&self, page: pg_sys::Page, kind: PageKind, meta: &IndexMeta) -> bool;
+
+    /// Whether standby queries may hold links to retired pages, so their
+    /// reuse must cancel queries older than the pages' horizon.
+    fn retired_pages_linked(&self) -> bool {
+        false
+    }
+}

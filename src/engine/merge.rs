@@ -1,0 +1,353 @@
+//! Merges: the dynamic stage (the delta log above `merged_upto`) goes into
+//! the base structure as one sorted batch; the base writes what changed
+//! and names the pages that leave it; the metapage switches to the new
+//! generation in one WAL record, and retired pages are recycled once no
+//! reader of an older generation is left, or the xid horizon passed them.
+
+use std::time::Instant;
+
+use pg_hybrid_core::tid::Tid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use super::ams;
+use super::base::Entry;
+use super::delta;
+use super::meta::{self, BaseInfo, MaintenanceLock};
+use super::state::{add_key_fetches, expected_dynamic, KeyFilter, SlotState};
+use crate::keys::index_desc;
+use crate::shmem::{self, ArenaPool, SlotRef};
+use crate::storage::alloc::{alloc_page, free_pages};
+use crate::storage::buffer::{Buf, Lock};
+use crate::storage::page::{self, PageKind, BODY_CAP, NO_BLOCK};
+use crate::storage::wal::WalRecord;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    Manual,
+    Ratio,
+    ArenaFull,
+    Vacuum,
+}
+
+pub struct MergeOutcome {
+    pub merged_entries: u64,
+    pub static_entries: u64,
+    pub millis: f64,
+}
+
+/// Runs one merge of `index` in this process. Waits for a merge or VACUUM
+/// already running on the index.
+pub unsafe fn merge_index(index: pg_sys::Relation, reason: Reason) -> MergeOutcome {
+    crate::require_preload();
+    if pg_sys::RecoveryInProgress() {
+        crate::raise(
+            PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
+            "cannot merge an index during recovery",
+            "Merges run on the primary and reach standbys through WAL.",
+        );
+    }
+    let _ml = MaintenanceLock::exclusive(index);
+    merge_locked(index, reason, None)
+}
+
+/// The merge proper; the caller holds the maintenance lock exclusively.
+/// `dead` (VACUUM's callback) drops TIDs from the old static stage on the way.
+pub unsafe fn merge_locked(
+    index: pg_sys::Relation,
+    _reason: Reason,
+    dead: Option<&mut dyn FnMut(Tid) -> bool>,
+) -> MergeOutcome {
+    let start = Instant::now();
+    let desc = index_desc(index);
+    let slot = shmem::slot_for(index);
+    {
+        let _g = slot.exclusive();
+        slot.state().merge_running = true;
+    }
+    struct Running(SlotRef);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            // Also on ERROR: flags are plain stores, no lock needed for them.
+            let st = self.0.state();
+            st.merge_running = false;
+            st.merge_requested = false;
+        }
+    }
+    let _running = Running(slot);
+
+    recycle_if_safe(index);
+    let m = meta::read(index);
+    let (cutoff, _) = delta::end_pos(index, m.delta_tail);
+    let (recs, _, _) = delta::read_from(index, m.delta_head, m.base.merged_upto, cutoff);
+    let mut fresh: Vec<Entry> = recs.into_iter().map(|r| Entry { key: r.key, tid: r.tid }).collect();
+    fresh.sort_unstable_by(|a, b| desc.compare(&a.key, &b.key).then(a.tid.cmp(&b.tid)));
+    fresh.dedup();
+    let merged_entries = fresh.len() as u64;
+    // Nothing to move and no dead TIDs to drop: the structure on disk is
+    // what a merge would write again (a rewrite would only grow the file).
+    if merged_entries == 0 && dead.is_none() {
+        return MergeOutcome { merged_entries, static_entries: m.base.entries, millis: 0.0 };
+    }
+
+    // Every merge starts a new reader generation: readers registered before
+    // the switch may be on pages this merge retires; readers that start
+    // after it never see them.
+    let gen = m.next_generation;
+    meta::update(index, |mm| mm.next_generation = gen + 1);
+    let res = ams::base(index).merge(index, &desc, &m, fresh, dead, gen);
+    add_key_fetches(slot, res.key_fetches);
+    let key_filter = if desc.unique && desc.hashable { res.key_hashes.as_deref().and_then(|h| KeyFilter::build(gen, h)) } else { None };
+
+    // Everything the new generation replaces: retired base pages and fully
+    // merged delta pages, listed as one segment before the switch.
+    let mut retired = res.retired;
+    let (dead_delta, new_head) = delta::pages_below(index, m.delta_head, cutoff);
+    let ndead_delta = dead_delta.len() as u32;
+    retired.extend(dead_delta);
+    let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.base.generation);
+
+    let millis = start.elapsed().as_secs_f64() * 1000.0;
+    let mut new_base = BaseInfo { generation: gen, merged_upto: cutoff, vacuum_epoch: m.base.vacuum_epoch, ..Default::default() };
+    new_base.set_shape(&res.shape);
+    let switch = Switch { new_base, new_head, recycle_head, ndead_delta, millis, key_filter, cutoff };
+    switch.apply(index, &desc, slot, &m);
+    // With no reader left on the old generation its pages are free right away.
+    recycle_if_safe(index);
+    MergeOutcome { merged_entries, static_entries: res.shape.entries, millis }
+}
+
+/// What a merge switches to, in one WAL record and then in shared memory.
+struct Switch {
+    new_base: BaseInfo,
+    new_head: u32,
+    recycle_head: u32,
+    ndead_delta: u32,
+    millis: f64,
+    key_filter: Option<super::state::PendingKeyFilter>,
+    cutoff: u64,
+}
+
+impl Switch {
+    /// The metapage (new base, delta head, recycle list) in one WAL record,
+    /// then the shared state. Metapage first, so the lock order (buffer,
+    /// then slot LWLock) matches inserters.
+    unsafe fn apply(self, index: pg_sys::Relation, desc: &crate::keys::IndexDesc, slot: SlotRef, m: &meta::IndexMeta) {
+        // The previous newest recycle segment keeps its own horizon from
+        // now on, stamped in the same WAL record, so it can be freed before
+        // ours.
+        let old_head = if self.recycle_head != m.recycle_head && m.recycle_head != NO_BLOCK {
+            Some(Buf::read(index, m.recycle_head, Lock::Exclusive))
+        } else {
+            None
+        };
+        let metab = Buf::read(index, meta::META_BLOCK, Lock::Exclusive);
+        let mut mm = meta::load(index, &metab);
+        mm.base = self.new_base;
+        mm.delta_head = self.new_head;
+        let old_safexid = mm.recycle_safexid;
+        if self.recycle_head != mm.recycle_head {
+            mm.recycle_head = self.recycle_head;
+            mm.recycle_safexid = pg_sys::ReadNextFullTransactionId().value;
+        }
+        mm.merges += 1;
+        mm.last_merge_us = (self.millis * 1000.0) as u64;
+        mm.delta_pages = mm.delta_pages.saturating_sub(self.ndead_delta).max(1);
+        store_meta_and_old_horizon(index, &metab, &mm, old_head.as_ref().map(|b| (b, m.recycle_head)), old_safexid);
+        drop(old_head);
+        {
+            let _g = slot.exclusive();
+            let st = slot.state();
+            let cutoff = self.cutoff;
+            st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff);
+            st.set_base(self.new_base);
+            st.install_key_filter(self.key_filter);
+            let expected = expected_dynamic(desc, &self.new_base, index);
+            st.rebuild_bloom(desc, expected);
+        }
+        drop(metab);
+    }
+}
+
+/// Lists `blocks` (pages a base structure deleted outside a merge) on a new
+/// recycle segment of their own, with today's horizon; freed once no
+/// snapshot can still be on them. Caller holds the maintenance lock
+/// exclusively.
+pub unsafe fn list_for_recycling(index: pg_sys::Relation, blocks: &[u32]) {
+    if blocks.is_empty() {
+        return;
+    }
+    let m = meta::read(index);
+    let head = write_recycle_list(index, blocks, m.recycle_head, 0);
+    let old_head = if m.recycle_head != NO_BLOCK { Some(Buf::read(index, m.recycle_head, Lock::Exclusive)) } else { None };
+    let metab = Buf::read(index, meta::META_BLOCK, Lock::Exclusive);
+    let mut mm = meta::load(index, &metab);
+    let old_safexid = mm.recycle_safexid;
+    mm.recycle_head = head;
+    mm.recycle_safexid = pg_sys::ReadNextFullTransactionId().value;
+    store_meta_and_old_horizon(index, &metab, &mm, old_head.as_ref().map(|b| (b, m.recycle_head)), old_safexid);
+}
+
+/// One WAL record: the metapage `mm`, and the horizon `old_safexid` stamped
+/// on the first page of the segment that was newest until now (its own
+/// horizon from now on; the metapage holds the newest segment's).
+unsafe fn store_meta_and_old_horizon(index: pg_sys::Relation, metab: &Buf, mm: &meta::IndexMeta, old_head: Option<(&Buf, u32)>, old_safexid: u64) {
+    let mut w = WalRecord::start(index);
+    if let Some((ob, blk)) = old_head {
+        let op = w.register(ob);
+        page::check_page(index, blk, op, &[PageKind::Recycle]);
+        page::body_mut(op)[8..16].copy_from_slice(&old_safexid.to_le_bytes());
+    }
+    meta::store(w.register(metab), mm);
+    w.finish();
+}
+
+/// Recycle page body: `n u32 | segment_first u32 | safexid u64 | n blocks`.
+/// Each merge writes one segment; its first page carries the segment's
+/// horizon once a newer segment exists (the newest one's is in the metapage).
+const RECYCLE_HDR: usize = 16;
+const RECYCLE_CAP: usize = (BODY_CAP - RECYCLE_HDR) / 4;
+
+/// Writes `blocks` as a new segment in front of the chain `tail`; returns the
+/// new head (or `tail` when there is nothing to list). Unreferenced until the
+/// metapage points at it.
+unsafe fn write_recycle_list(index: pg_sys::Relation, blocks: &[u32], tail: u32, retired_gen: u32) -> u32 {
+    let mut next = tail;
+    let chunks: Vec<&[u32]> = blocks.chunks(RECYCLE_CAP).collect();
+    for (i, chunk) in chunks.iter().enumerate() {
+        let b = alloc_page(index);
+        let mut w = WalRecord::start(index);
+        let p = w.register_new(&b);
+        // The page's generation names the stage the segment retires.
+        page::init_page(p, PageKind::Recycle, 0, retired_gen);
+        page::opaque_mut(p).right = next;
+        let body = page::body_mut(p);
+        body[..4].copy_from_slice(&(chunk.len() as u32).to_le_bytes());
+        let first = (i + 1 == chunks.len()) as u32; // written last, read first
+        body[4..8].copy_from_slice(&first.to_le_bytes());
+        body[8..16].copy_from_slice(&0u64.to_le_bytes());
+        for (j, blk) in chunk.iter().enumerate() {
+            body[RECYCLE_HDR + 4 * j..RECYCLE_HDR + 4 * j + 4].copy_from_slice(&blk.to_le_bytes());
+        }
+        page::set_body_len(p, RECYCLE_HDR + 4 * chunk.len());
+        w.finish();
+        next = b.blkno();
+    }
+    next
+}
+
+struct Segment {
+    safexid: u64,
+    /// Generation of the stage whose pages these are; 0 = not recorded.
+    generation: u32,
+    pages: Vec<u32>,
+    blocks: Vec<u32>,
+}
+
+/// The recycle chain, newest segment first.
+pub unsafe fn recycle_segments(index: pg_sys::Relation, head: u32, head_safexid: u64) -> Vec<(u64, u32, Vec<u32>, Vec<u32>)> {
+    let mut segs: Vec<Segment> = Vec::new();
+    let mut blk = head;
+    while blk != NO_BLOCK {
+        let b = Buf::read(index, blk, Lock::Share);
+        page::check_page(index, blk, b.page(), &[PageKind::Recycle]);
+        let body = page::body(b.page());
+        if body.len() < RECYCLE_HDR {
+            page::corrupted(&page::rel_name(index), blk, "recycle page too short");
+        }
+        let n = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
+        let first = u32::from_le_bytes(body[4..8].try_into().unwrap()) != 0;
+        if RECYCLE_HDR + 4 * n > body.len() {
+            page::corrupted(&page::rel_name(index), blk, "recycle list overruns page");
+        }
+        if first || segs.is_empty() {
+            let x = u64::from_le_bytes(body[8..16].try_into().unwrap());
+            let generation = page::opaque(b.page()).generation;
+            segs.push(Segment { safexid: if segs.is_empty() { head_safexid } else { x }, generation, pages: Vec::new(), blocks: Vec::new() });
+        }
+        let seg = segs.last_mut().unwrap();
+        seg.pages.push(blk);
+        for i in 0..n {
+            seg.blocks.push(u32::from_le_bytes(body[RECYCLE_HDR + 4 * i..RECYCLE_HDR + 4 * i + 4].try_into().unwrap()));
+        }
+        blk = page::opaque(b.page()).right;
+    }
+    segs.into_iter().map(|s| (s.safexid, s.generation, s.pages, s.blocks)).collect()
+}
+
+/// Frees the recycle segments whose horizon every snapshot has passed (the
+/// nbtree rule for deleted pages). Segments are newest first and horizons
+/// only grow, so those are a suffix of the chain. Caller holds the
+/// maintenance lock exclusively.
+pub unsafe fn recycle_if_safe(index: pg_sys::Relation) -> u64 {
+    let m = meta::read(index);
+    if m.recycle_head == NO_BLOCK {
+        return 0;
+    }
+    let segs = recycle_segments(index, m.recycle_head, m.recycle_safexid);
+    let visible = |x: u64| pg_sys::GlobalVisCheckRemovableFullXid(std::ptr::null_mut(), pg_sys::FullTransactionId { value: x });
+    // No slot: no backend is reading through one (readers.rs).
+    let slot = shmem::existing_slot(index);
+    let unread = |gen: u32| {
+        gen != 0
+            && match slot {
+                Some(s) => {
+                    let _g = s.shared();
+                    s.state().readers.generation_free(gen)
+                }
+                None => true,
+            }
+    };
+    // Newest first; once one segment is free, every older one is too.
+    let Some(cut) = segs.iter().position(|s| visible(s.0) || unread(s.1)) else {
+        return 0;
+    };
+    // Unlink first: a crash after this leaks pages until VACUUM's sweep, but
+    // never frees a page twice.
+    if cut == 0 {
+        meta::update(index, |mm| mm.recycle_head = NO_BLOCK);
+    } else {
+        let last = *segs[cut - 1].2.last().unwrap();
+        let b = Buf::read(index, last, Lock::Exclusive);
+        let mut w = WalRecord::start(index);
+        page::opaque_mut(w.register(&b)).right = NO_BLOCK;
+        w.finish();
+    }
+    if ams::base(index).retired_pages_linked() {
+        // Standby queries as old as the newest horizon freed here may still
+        // hold links to these pages.
+        let newest = segs[cut..].iter().map(|s| s.0).max().unwrap_or(0);
+        super::wal::log_recycle_conflict(index, newest);
+    }
+    let mut blocks = Vec::new();
+    let mut lists = Vec::new();
+    for (_, _, pages, blks) in &segs[cut..] {
+        blocks.extend_from_slice(blks);
+        lists.extend_from_slice(pages);
+    }
+    free_pages(index, &blocks);
+    free_pages(index, &lists);
+    pg_sys::IndexFreeSpaceMapVacuum(index);
+    (blocks.len() + lists.len()) as u64
+}
+
+/// Starts a background merge worker for the index; false when background
+/// merges are off or no worker slot is free (the caller merges itself).
+pub unsafe fn launch_merge_worker(index: pg_sys::Relation) -> bool {
+    crate::guc::BACKGROUND_MERGE.get() && crate::workers::launch_merge_worker(pg_sys::MyDatabaseId, (*index).rd_id)
+}
+
+/// pg_hybrid.merge(index): merges now and returns the entries moved.
+#[pg_extern(sql = "
+CREATE FUNCTION pg_hybrid.merge(index regclass) RETURNS bigint
+    LANGUAGE c STRICT VOLATILE AS 'MODULE_PATHNAME', 'merge_wrapper';
+COMMENT ON FUNCTION pg_hybrid.merge(regclass) IS 'merge the dynamic stage of an index of pg_hybrid into its base structure now';
+")]
+fn merge(index: pg_sys::Oid) -> i64 {
+    unsafe {
+        let rel = ams::open_index(index, pg_sys::RowExclusiveLock as i32);
+        let out = merge_index(rel, Reason::Manual);
+        pg_sys::index_close(rel, pg_sys::RowExclusiveLock as i32);
+        out.merged_entries as i64
+    }
+}

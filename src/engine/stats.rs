@@ -1,0 +1,232 @@
+//! pg_hybrid.index_stats() and pg_hybrid.verify().
+
+use std::cmp::Ordering;
+use std::collections::HashSet;
+
+use pg_hybrid_core::tid::Tid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use super::ams;
+use super::build::item_to_tid;
+use super::delta;
+use super::meta::{self, MaintenanceLock};
+use super::state::{ensure_synced, SlotState};
+use crate::keys::{index_desc, IndexDesc};
+use crate::shmem::{self, ArenaPool};
+use crate::storage::buffer::nblocks;
+use crate::storage::page::{self, BLCKSZ};
+
+#[pg_extern(sql = "
+CREATE FUNCTION pg_hybrid.index_stats(index regclass) RETURNS TABLE (
+    dynamic_entries bigint, dynamic_bytes bigint,
+    static_entries bigint, static_keys bigint, static_pages bigint,
+    static_bytes bigint, relation_bytes bigint, delta_pages bigint,
+    generation bigint, merges bigint, last_merge_ms double precision,
+    bloom_checks bigint, bloom_skips bigint, bytes_per_entry double precision,
+    standard_leaves bigint, compact_leaves bigint, state text, size_bound bigint,
+    key_fetches bigint)
+    LANGUAGE c STRICT VOLATILE AS 'MODULE_PATHNAME', 'index_stats_wrapper';
+COMMENT ON FUNCTION pg_hybrid.index_stats(regclass) IS 'sizes and counters of both stages of an index of pg_hybrid (leaf forms, state and bound: elastic_btree only)';
+")]
+fn index_stats(
+    index: pg_sys::Oid,
+) -> TableIterator<
+    'static,
+    (
+        name!(dynamic_entries, i64),
+        name!(dynamic_bytes, i64),
+        name!(static_entries, i64),
+        name!(static_keys, i64),
+        name!(static_pages, i64),
+        name!(static_bytes, i64),
+        name!(relation_bytes, i64),
+        name!(delta_pages, i64),
+        name!(generation, i64),
+        name!(merges, i64),
+        name!(last_merge_ms, f64),
+        name!(bloom_checks, i64),
+        name!(bloom_skips, i64),
+        name!(bytes_per_entry, f64),
+        name!(standard_leaves, Option<i64>),
+        name!(compact_leaves, Option<i64>),
+        name!(state, Option<String>),
+        name!(size_bound, Option<i64>),
+        name!(key_fetches, Option<i64>),
+    ),
+> {
+    unsafe {
+        let rel = ams::open_index(index, pg_sys::AccessShareLock as i32);
+        let desc = index_desc(rel);
+        let slot = shmem::slot_for(rel);
+        ensure_synced(rel, &desc, slot);
+        let m = meta::read(rel);
+        let (dyn_entries, dyn_bytes, checks, skips, fetches) = {
+            let _g = slot.shared();
+            let st = slot.state();
+            (
+                st.tree.nentries,
+                st.shared_bytes(),
+                st.bloom_checks.load(std::sync::atomic::Ordering::Relaxed),
+                st.bloom_skips.load(std::sync::atomic::Ordering::Relaxed),
+                st.key_fetches.load(std::sync::atomic::Ordering::Relaxed),
+            )
+        };
+        let base_stats = {
+            let _ml = if pg_sys::RecoveryInProgress() { None } else { Some(MaintenanceLock::share(rel)) };
+            let m = meta::read(rel);
+            ams::base(rel).stats(rel, &m)
+        };
+        // Key fetches are counted for structures that read keys from the heap.
+        let key_fetches = base_stats.fetches_keys.then_some(fetches as i64);
+        let rel_bytes = nblocks(rel) as u64 * BLCKSZ as u64;
+        let entries = m.base.entries + dyn_entries;
+        let bpe = if entries == 0 { 0.0 } else { (rel_bytes + dyn_bytes) as f64 / entries as f64 };
+        pg_sys::relation_close(rel, pg_sys::AccessShareLock as i32);
+        TableIterator::once((
+            dyn_entries as i64,
+            dyn_bytes as i64,
+            m.base.entries as i64,
+            m.base.keys as i64,
+            m.base.pages as i64,
+            (m.base.pages * BLCKSZ as u64) as i64,
+            rel_bytes as i64,
+            m.delta_pages as i64,
+            m.base.generation as i64,
+            m.merges as i64,
+            m.last_merge_us as f64 / 1000.0,
+            checks as i64,
+            skips as i64,
+            bpe,
+            base_stats.standard_leaves,
+            base_stats.compact_leaves,
+            base_stats.state,
+            base_stats.size_bound,
+            key_fetches,
+        ))
+    }
+}
+
+/// The ERROR of a failed verification.
+pub fn fail(index: &str, what: String) -> ! {
+    crate::raise(PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED, format!("index \"{index}\" failed verification: {what}"), "REINDEX the index.");
+}
+
+#[pg_extern(sql = "
+CREATE FUNCTION pg_hybrid.verify(index regclass, heapallindexed boolean DEFAULT false) RETURNS void
+    LANGUAGE c STRICT VOLATILE AS 'MODULE_PATHNAME', 'verify_wrapper';
+COMMENT ON FUNCTION pg_hybrid.verify(regclass, boolean) IS 'check order, structure and stage consistency of an index of pg_hybrid; optionally that every live heap tuple is indexed';
+")]
+fn verify(index: pg_sys::Oid, heapallindexed: bool) {
+    unsafe {
+        let rel = ams::open_index(index, pg_sys::AccessShareLock as i32);
+        let heap_oid = (*(*rel).rd_index).indrelid;
+        let in_recovery = pg_sys::RecoveryInProgress();
+        if in_recovery && heapallindexed {
+            crate::raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                "pg_hybrid.verify(heapallindexed => true) cannot run during recovery",
+                "Replay keeps changing the heap under the check; run it on the primary, or verify the structure here with heapallindexed => false.",
+            );
+        }
+        let heap_lock = if in_recovery { pg_sys::AccessShareLock } else { pg_sys::ShareLock } as i32;
+        let heap = pg_sys::table_open(heap_oid, heap_lock);
+        let name = page::rel_name(rel);
+        let desc = index_desc(rel);
+        let _ml = if in_recovery { None } else { Some(MaintenanceLock::share(rel)) };
+        let m = meta::read(rel);
+        let mut all: HashSet<(Vec<u8>, Tid)> = HashSet::new();
+        let nstatic = ams::base(rel).verify(rel, &desc, &m, heapallindexed.then_some(&mut all));
+        if nstatic != m.base.entries {
+            fail(&name, format!("base structure holds {nstatic} TIDs, metapage says {}", m.base.entries));
+        }
+        // Dynamic stage: the shared tree must equal the delta log.
+        let slot = shmem::slot_for(rel);
+        ensure_synced(rel, &desc, slot);
+        let (recs, _, _) = delta::read_from(rel, m.delta_head, m.base.merged_upto, u64::MAX);
+        let mut log: Vec<(Vec<u8>, Tid)> = recs.into_iter().map(|r| (r.key, r.tid)).collect();
+        log.sort_by(|a, b| desc.compare(&a.0, &b.0).then(a.1.cmp(&b.1)));
+        log.dedup();
+        let mut tree = Vec::new();
+        {
+            let _g = slot.shared();
+            let st = slot.state();
+            if st.base.generation == m.base.generation {
+                st.tree.scan_all(&ArenaPool, |k: &[u8], t: Tid, p: u64| {
+                    if p >= m.base.merged_upto {
+                        tree.push((k.to_vec(), t));
+                    }
+                    true
+                });
+            } else {
+                tree = log.clone();
+            }
+        }
+        for w in tree.windows(2) {
+            if desc.compare(&w[0].0, &w[1].0).then(w[0].1.cmp(&w[1].1)) != Ordering::Less {
+                fail(&name, "dynamic stage is out of order".into());
+            }
+        }
+        // Inserts racing with us may add to the tree after we read the log.
+        for e in &log {
+            if tree.binary_search_by(|x| desc.compare(&x.0, &e.0).then(x.1.cmp(&e.1))).is_err() {
+                fail(&name, format!("delta log entry with TID ({},{}) is missing from the shared dynamic stage", e.1.block, e.1.offset));
+            }
+        }
+        if heapallindexed {
+            for (k, t) in tree {
+                all.insert((desc.keycols(&k).to_vec(), t));
+            }
+            check_heap(heap, rel, &desc, &name, &all);
+        }
+        pg_sys::table_close(heap, heap_lock);
+        pg_sys::relation_close(rel, pg_sys::AccessShareLock as i32);
+    }
+}
+
+struct HeapCheck<'a> {
+    desc: &'a IndexDesc,
+    all: &'a HashSet<(Vec<u8>, Tid)>,
+    missing: Option<Tid>,
+    key: Vec<u8>,
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn heap_check_callback(
+    _index: pg_sys::Relation,
+    tid: pg_sys::ItemPointer,
+    values: *mut pg_sys::Datum,
+    isnull: *mut bool,
+    alive: bool,
+    state: *mut std::ffi::c_void,
+) {
+    let hc = &mut *(state as *mut HeapCheck);
+    if !alive || hc.missing.is_some() {
+        return;
+    }
+    let mut key = std::mem::take(&mut hc.key);
+    hc.desc.encode_tuple(values, isnull, &mut key);
+    let t = item_to_tid(tid);
+    if !hc.all.contains(&(hc.desc.keycols(&key).to_vec(), t)) {
+        hc.missing = Some(t);
+    }
+    hc.key = key;
+}
+
+unsafe fn check_heap(heap: pg_sys::Relation, index: pg_sys::Relation, desc: &IndexDesc, name: &str, all: &HashSet<(Vec<u8>, Tid)>) {
+    let info = pg_sys::BuildIndexInfo(index);
+    let mut hc = HeapCheck { desc, all, missing: None, key: Vec::new() };
+    pg_sys::table_index_build_scan(
+        heap,
+        index,
+        info,
+        true,
+        false,
+        Some(heap_check_callback),
+        &mut hc as *mut HeapCheck as *mut std::ffi::c_void,
+        std::ptr::null_mut(),
+    );
+    if let Some(t) = hc.missing {
+        fail(name, format!("heap tuple ({},{}) of table \"{}\" has no index entry", t.block, t.offset, page::rel_name(heap)));
+    }
+}

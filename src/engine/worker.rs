@@ -1,0 +1,33 @@
+//! The body of the merge worker that `workers::launch_merge_worker` starts.
+
+use pgrx::bgworkers::*;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+#[pg_guard]
+#[no_mangle]
+pub extern "C-unwind" fn pg_hybrid_merge_worker_main(arg: pg_sys::Datum) {
+    let index_oid = pg_sys::Oid::from(arg.value() as u32);
+    let db: u32 = BackgroundWorker::get_extra().parse().unwrap_or(0);
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
+    BackgroundWorker::transaction(|| unsafe {
+        // The index may be gone by now; then there is nothing to do.
+        let rel = pg_sys::try_relation_open(index_oid, pg_sys::RowExclusiveLock as i32);
+        if rel.is_null() {
+            return;
+        }
+        if super::ams::base_of(rel).is_some() {
+            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+            let out = super::merge::merge_index(rel, super::merge::Reason::Ratio);
+            pg_sys::PopActiveSnapshot();
+            pgrx::debug1!(
+                "pg_hybrid: merged {} entries into index {} in {:.1} ms",
+                out.merged_entries,
+                index_oid.to_u32(),
+                out.millis
+            );
+        }
+        pg_sys::relation_close(rel, pg_sys::RowExclusiveLock as i32);
+    });
+}
