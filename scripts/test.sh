@@ -9,6 +9,9 @@
 #   crash         tests/crash.sh        (kill -9 during inserts and during a merge)
 #   standby       tests/standby.sh      (streaming replica gives the same answers)
 #   concurrency   tests/concurrency.sh  (pgbench, 8 clients + merges, UNIQUE index)
+#   isolation     tests/isolation.sh    (pg_isolation_regress: SERIALIZABLE and UNIQUE interleavings,
+#                                        same output as btree; tests/isolation/schedule only,
+#                                        PH_ISOLATION_PREDLOCKS=1 adds schedule_predlocks)
 #   corrupt       tests/corrupt.sh      (damaged index pages: clean XX002 ERROR, no crash, REINDEX repairs)
 #   arena         tests/arena.sh        (8MB pg_hybrid.shared_memory: merges under arena pressure,
 #                                        background merge on/off, restart rebuilds the dynamic stages)
@@ -17,11 +20,12 @@
 # Second pass, with elastic_btree (skipped when the AM under test is already
 # elastic_btree or btree, or when elastic_btree is not installed); always short
 # (--quick), set PH_ELASTIC_FULL=1 for the full forms.  `--only elastic` /
-# `--skip elastic` select all six:
+# `--skip elastic` select all seven:
 #   differential-elastic  differential.py --am elastic_btree --size-bound mixed (20 s, 45 s full)
 #   crash-elastic         crash.sh with size_bound 1MB (PH_ELASTIC_BOUND_CRASH)
 #   standby-elastic       standby.sh with size_bound 256kB (PH_ELASTIC_BOUND_STANDBY)
 #   concurrency-elastic   concurrency.sh with size_bound 512kB (PH_ELASTIC_BOUND_CONC)
+#   isolation-elastic     isolation.sh with size_bound 128kB (PH_ELASTIC_BOUND_ISO; compact leaves)
 #   convert-elastic       tests/convert.sh: readers check exact answers while a writer
 #                         grows the index past its bound and shrinks it back (conversions
 #                         both ways under concurrent readers)
@@ -38,13 +42,14 @@
 #                      no preload, tests/standin_shim.sql instead of the extension)
 #   --keep             keep scratch data directories (PH_KEEP=1)
 # Environment: PH_SEED (differential seed, default 1), PH_DIFF_TIME (seconds),
+#   PH_ISOLATION_PREDLOCKS=1 (isolation steps also run tests/isolation/schedule_predlocks),
 #   PH_REGRESS_INPUTDIR (directory holding sql/ and expected/, default the repo),
 #   and the PH_* settings of scripts/lib.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ELASTIC_STEPS=(differential-elastic crash-elastic standby-elastic concurrency-elastic convert-elastic corrupt-elastic)
-ALL_STEPS=(setup core regress differential crash standby concurrency corrupt arena bench "${ELASTIC_STEPS[@]}")
+ELASTIC_STEPS=(differential-elastic crash-elastic standby-elastic concurrency-elastic isolation-elastic convert-elastic corrupt-elastic)
+ALL_STEPS=(setup core regress differential crash standby concurrency isolation corrupt arena bench "${ELASTIC_STEPS[@]}")
 quick=0
 only=()
 skip=()
@@ -255,7 +260,7 @@ run_step setup step_setup
 if selected setup && [[ ${results[-1]} == *FAIL* ]]; then setup_ok=0; fi
 
 if ((setup_ok == 0)); then
-    ns=(core regress differential crash standby concurrency corrupt arena bench)
+    ns=(core regress differential crash standby concurrency isolation corrupt arena bench)
     ((ELASTIC_PASS)) && ns+=("${ELASTIC_STEPS[@]}")
     for s in "${ns[@]}"; do
         selected "$s" && record "$s" FAIL 0 "(not run: setup failed)"
@@ -281,6 +286,7 @@ else
     run_step crash bash "$PH_REPO/tests/crash.sh" "${qarg[@]}"
     run_step standby bash "$PH_REPO/tests/standby.sh" "${qarg[@]}"
     run_step concurrency bash "$PH_REPO/tests/concurrency.sh" "${qarg[@]}"
+    run_step isolation bash "$PH_REPO/tests/isolation.sh" "${qarg[@]}"
     run_step corrupt bash "$PH_REPO/tests/corrupt.sh" "${qarg[@]}"
     run_step arena bash "$PH_REPO/tests/arena.sh" "${qarg[@]}"
     run_step bench bash "$PH_REPO/bench/smoke.sh" "${qarg[@]}"
@@ -288,6 +294,7 @@ else
         run_step crash-elastic elastic_step crash.sh "${PH_ELASTIC_BOUND_CRASH:-1MB}" "${eqarg[@]}"
         run_step standby-elastic elastic_step standby.sh "${PH_ELASTIC_BOUND_STANDBY:-256kB}" "${eqarg[@]}"
         run_step concurrency-elastic elastic_step concurrency.sh "${PH_ELASTIC_BOUND_CONC:-512kB}" "${eqarg[@]}"
+        run_step isolation-elastic elastic_step isolation.sh "${PH_ELASTIC_BOUND_ISO:-128kB}" "${eqarg[@]}"
         run_step convert-elastic elastic_step convert.sh "${PH_ELASTIC_BOUND_CONVERT:-768kB}" "${eqarg[@]}"
         run_step corrupt-elastic elastic_step corrupt.sh "" "${eqarg[@]}"
     fi
