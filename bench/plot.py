@@ -54,7 +54,7 @@ def ratio_chart(rows, out, title):
         good = x < 1 if r["better"] == "lower" else x > 1
         labels.append("%s: %s" % (r["case"], r["metric"]))
         ratios.append(x)
-        colors.append("#999999" if abs(x - 1) < 0.02 else ("#2e8b57" if good else "#c0392b"))
+        colors.append("#999999" if abs(x - 1) < 0.02 or r["better"] == "none" else ("#2e8b57" if good else "#c0392b"))
     fig, ax = plt.subplots(figsize=(10, 0.38 * len(labels) + 1.8))
     y = list(range(len(labels)))[::-1]
     ax.barh(y, [x - 1.0 for x in ratios], left=1.0, color=colors)  # bars grow from the 1.0 line
