@@ -333,7 +333,7 @@ FULL = {"probe_rows": 5000000, "scale": 50, "seconds": 60, "ycsb_rows": 1000000,
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("suite", choices=["probe", "pgbench", "ycsb", "tpcc", "tpch", "elastic"])
+    ap.add_argument("suite", choices=["probe", "pgbench", "ycsb", "tpcc", "tpch", "elastic", "engine"])
     ap.add_argument("--index-am", required=True)
     ap.add_argument("--table-am", default="heap")
     ap.add_argument("--baseline", default="btree")
@@ -392,6 +392,9 @@ def main():
         elif a.suite == "elastic":
             import suite_elastic
             suite_elastic.run(a, cl, res)
+        elif a.suite == "engine":
+            import suite_engine
+            suite_engine.run(a, cl, res)
     except BenchError as e:
         ok = False
         log("FAILED: %s" % e)

@@ -4,7 +4,7 @@
 elastic: <stem>.png is the paper's Figure 5 shape from <stem>-curve.csv
 (index MB, probe and range cost of both sides against rows in the index,
 growth then removal), <stem>-ratios.png the ratio bars as for probe.
-probe: one bar per (case, metric) with the ratio AM / baseline on a log axis
+probe, engine: one bar per (case, metric) with the ratio AM / baseline on a log axis
 (green where the AM is better), since its metrics have a dozen units.
 Other suites: the baseline and the AM side by side (median, whiskers min–max
 when repeated) in up to three panels: throughput (or TPC-H per-query time),
@@ -38,7 +38,7 @@ def title_of(src, rows):
     r = rows[0]
     t = "%s: %s vs %s" % (r["suite"], r["am"], r["baseline"])
     bits = [("%s %s" % (k, facts[k])) for k in ("scale factor", "warehouses", "usertable rows", "pgbench scale",
-                                                 "rows per case", "rows per key type", "clients", "shared_buffers") if k in facts]
+                                                 "rows per case", "rows per key type", "kv rows", "clients", "shared_buffers") if k in facts]
     bits += ["%s CPUs" % facts["nproc"]] if "nproc" in facts else []
     if facts.get("smoke"):
         bits.append("SMOKE")
@@ -54,7 +54,7 @@ def ratio_chart(rows, out, title):
         good = x < 1 if r["better"] == "lower" else x > 1
         labels.append("%s: %s" % (r["case"], r["metric"]))
         ratios.append(x)
-        colors.append("#999999" if abs(x - 1) < 0.02 else ("#2e8b57" if good else "#c0392b"))
+        colors.append("#999999" if abs(x - 1) < 0.02 or r["better"] == "none" else ("#2e8b57" if good else "#c0392b"))
     fig, ax = plt.subplots(figsize=(10, 0.38 * len(labels) + 1.8))
     y = list(range(len(labels)))[::-1]
     ax.barh(y, [x - 1.0 for x in ratios], left=1.0, color=colors)  # bars grow from the 1.0 line
@@ -203,7 +203,7 @@ def plot(src, out):
             elastic_chart(src, out, title)
         else:
             ratio_chart(rows, out, title)
-    elif rows[0]["suite"] == "probe":
+    elif rows[0]["suite"] in ("probe", "engine"):
         ratio_chart(rows, out, title)
     else:
         panels_chart(rows, out, title)

@@ -11,6 +11,10 @@
 #            elastic  elastic_btree under a size bound: 5M int8 and 5M 32-byte text keys, (a) no bound,
 #                     (b) bound 40%/25% of btree's size crossed by inserts, (c) 80% deleted + VACUUM;
 #                     probe/range cost and bytes vs btree, targets of issue 4, Figure 5 curve
+#            engine   the engine issue's targets: 50-row / 100-row scans with a full dynamic stage
+#                     (2M rows + 50k unmerged) vs after a merge, SERIALIZABLE read+insert mix
+#                     (failures per 1000 tx), UNIQUE index bytes after a 5M build and 5M random
+#                     inserts, relation bytes around a merge of an empty dynamic stage; PASS/FAIL
 #            all      all of the above, one report set per suite (elastic only with --index-am elastic_btree)
 # Options:
 #   --smoke               tiny sizes (the test suite's step); results go to
@@ -24,8 +28,10 @@
 #   --out DIR             where reports go (default bench/results)
 #   --shared-buffers SIZE default 1GB;  --shared-memory SIZE: pg_hybrid.shared_memory, default 256MB
 #   --clients N --threads N   load generators (default 4 clients, 2 threads)
-#   --seconds S           measured seconds per workload and side (pgbench, ycsb, tpcc)
-#   --rows N              probe: rows per case;  ycsb: usertable rows;  elastic: rows per key type
+#   --seconds S           measured seconds per workload and side (pgbench, ycsb, tpcc; engine: per
+#                         scan measurement and SERIALIZABLE mix)
+#   --rows N              probe: rows per case;  ycsb: usertable rows;  elastic: rows per key type;
+#                         engine: kv rows (the unmerged inserts and the size case scale with it)
 #   --scale N             pgbench scale
 #   --warehouses N        tpcc warehouses (default 1)
 #   --sf X                tpch scale factor (default 1; smoke 0.1)
@@ -40,7 +46,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
-SUITES=(probe pgbench ycsb tpcc tpch elastic)
+SUITES=(probe pgbench ycsb tpcc tpch elastic engine)
 # AMs the project knows about; anything else is a typo.  The planned ones fail
 # later with "not installed" until their code lands.
 KNOWN_INDEX_AMS=(btree hybrid_btree elastic_btree griffin tiered_btree tiered_hash)
@@ -82,7 +88,7 @@ done
 
 [[ -n $suite ]] || ph_die "bench/run.sh: name a suite: ${SUITES[*]} all (see --help)"
 if [[ $suite == all ]]; then
-    run_suites=(probe pgbench ycsb tpcc tpch)
+    run_suites=(probe pgbench ycsb tpcc tpch engine)
     # the elastic suite is about elastic_btree's size bound; with another AM it is only a stand-in
     if [[ $index_am == elastic_btree ]]; then run_suites+=(elastic); fi
 elif [[ " ${SUITES[*]} " == *" $suite "* ]]; then

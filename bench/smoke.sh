@@ -8,6 +8,9 @@
 # 2. `bench/run.sh all --smoke` with the AM under test (PH_AM; btree in stand-in
 #    mode) against btree: every suite must finish (TPC-H answers checked against
 #    DuckDB inside the harness) and write its csv/md/png with both sides measured.
+#    The engine suite (part of `all`) must also write its targets CSV, with
+#    the AM's dynamic stage filled before the unmerged scans, and no wrong
+#    answers.
 # 3. `bench/run.sh elastic --smoke --index-am elastic_btree` (50k rows per key
 #    type; with PH_AM=elastic_btree it already ran in step 2; if elastic_btree
 #    is not installed, with PH_AM as a stand-in): report, Figure 5 curve CSV,
@@ -69,7 +72,7 @@ rc=0
 bash "$PH_REPO/bench/run.sh" all --smoke --index-am "$PH_AM" --out "$out" || rc=$?
 ((rc == 0)) || fail "bench/run.sh all --smoke --index-am $PH_AM exited $rc"
 no_server_left "all"
-for s in probe pgbench ycsb tpcc tpch; do
+for s in probe pgbench ycsb tpcc tpch engine; do
     for ext in csv md png; do
         f=$(ls "$out/$s-"*"-smoke.$ext" 2>/dev/null | head -n1 || true)
         [[ -n $f && -s $f ]] || fail "$s: no .$ext report in $out"
@@ -82,6 +85,14 @@ for s in probe pgbench ycsb tpcc tpch; do
     echo "ok: $s report $(basename "$csv"): $n metrics with both sides"
 done
 if grep -q "WRONG ANSWER" "$out"/tpch-*-smoke.md 2>/dev/null; then fail "tpch: wrong answers"; fi
+# engine: targets reported, answers equal on both sides, the dynamic stage really filled
+ls "$out"/engine-*-smoke-targets.csv >/dev/null 2>&1 || fail "engine: no -targets.csv in $out"
+if grep -qs "WRONG COUNT" "$out"/engine-*-smoke.md; then fail "engine: wrong answers"; fi
+csv=$(ls "$out/engine-"*"-smoke.csv" 2>/dev/null | head -n1 || true)
+if [[ -n $csv && $PH_AM != btree ]]; then
+    dyn=$(awk -F, '$2 == "kv" && $3 == "dynamic_entries_unmerged" {print $11}' "$csv")
+    [[ -n $dyn && ${dyn%.*} -gt 0 ]] || fail "engine: no entries in the dynamic stage before the unmerged scans ($csv)"
+fi
 
 # the elastic suite (elastic_btree vs btree under a size bound)
 if [[ $PH_AM != elastic_btree ]]; then
