@@ -711,6 +711,86 @@ impl DynTree {
         self.walk(pool, id, idx + exists as usize, &mut visit);
     }
 
+    /// Reverse scan, in descending order, of the entries for which
+    /// `before(key, tid)` holds, until `visit` returns false. `before` must
+    /// be monotone in entry order (true up to some entry, false after it):
+    /// "strictly before (k, t)", "key prefix <= u", or always true for a
+    /// scan from the end. Leaves have no left links, so after each leaf the
+    /// walk descends again for the entries below that leaf's lower
+    /// separator: inner entry i routes [separator i, separator i+1), and
+    /// separators stay valid bounds when leaves shrink.
+    pub fn scan_before<P: BlockPool + ?Sized>(
+        &self,
+        pool: &P,
+        cmp: &mut dyn FnMut(&[u8], &[u8]) -> Ordering,
+        before: &mut dyn FnMut(&[u8], Tid) -> bool,
+        mut visit: impl FnMut(&[u8], Tid, u64) -> bool,
+    ) {
+        if self.root == NONE {
+            return;
+        }
+        // Entries at or above `floor` (the lower separator of the last leaf
+        // walked) are done.
+        let mut floor: Option<(Vec<u8>, Tid)> = None;
+        loop {
+            let mut below = |k: &[u8], t: Tid| -> bool {
+                let under_floor = match &floor {
+                    None => true,
+                    Some((fk, ft)) => cmp(k, fk).then_with(|| t.cmp(ft)) == Ordering::Less,
+                };
+                under_floor && before(k, t)
+            };
+            let mut id = self.root;
+            // The lower separator of the leaf reached (None: leftmost path).
+            let mut lower: Option<(Vec<u8>, Tid)> = None;
+            for lvl in (1..self.height as usize).rev() {
+                // SAFETY: read-only view of a live block.
+                let b = unsafe { self.node(pool, id) };
+                let n = nkeys(b);
+                // The last child whose separator is below the bound
+                // (separator 0 stands for -infinity).
+                let (mut lo, mut hi) = (1, n);
+                while lo < hi {
+                    let mid = (lo + hi) / 2;
+                    let o = off(b, mid);
+                    if below(key_at(b, lvl, o), tid_at(b, o)) {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                let i = lo - 1;
+                if i > 0 {
+                    let o = off(b, i);
+                    lower = Some((key_at(b, lvl, o).to_vec(), tid_at(b, o)));
+                }
+                id = val_at(b, lvl, off(b, i)) as u32;
+            }
+            // SAFETY: as above.
+            let b = unsafe { self.node(pool, id) };
+            let (mut lo, mut hi) = (0, nkeys(b));
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                let o = off(b, mid);
+                if below(key_at(b, 0, o), tid_at(b, o)) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            for i in (0..lo).rev() {
+                let o = off(b, i);
+                if !visit(key_at(b, 0, o), tid_at(b, o), val_at(b, 0, o)) {
+                    return;
+                }
+            }
+            match lower {
+                None => return,
+                Some(l) => floor = Some(l),
+            }
+        }
+    }
+
     /// Whether some entry's key equals the bound.
     pub fn contains_key<P: BlockPool + ?Sized>(
         &self,
@@ -1308,6 +1388,8 @@ mod tests {
         Vacuum(u8),
         Scan(Vec<u8>, usize),
         After(Vec<u8>, u32, u16),
+        /// Reverse scan before (key, tid); an empty key means from the end.
+        Before(Vec<u8>, u32, u16),
         Contains(Vec<u8>),
         Limit(usize),
     }
@@ -1336,6 +1418,7 @@ mod tests {
             1 => any::<u8>().prop_map(Op::Vacuum),
             3 => (k(), 0usize..40).prop_map(|(k, n)| Op::Scan(k, n)),
             2 => (k(), 0u32..3, 0u16..4).prop_map(|(k, b, o)| Op::After(k, b, o)),
+            3 => (k(), 0u32..3, 0u16..4).prop_map(|(k, b, o)| Op::Before(k, b, o)),
             2 => k().prop_map(Op::Contains),
             1 => (1usize..60).prop_map(Op::Limit),
         ]
@@ -1406,6 +1489,35 @@ mod tests {
                         .map(|((k, t), p)| (k.0.clone(), *t, *p))
                         .collect();
                     assert_eq!(got, want);
+                }
+                Op::Before(k, b, off) => {
+                    let tid = Tid::new(b, off);
+                    let from = (!k.is_empty()).then_some((&k[..], tid));
+                    let mut got = Vec::new();
+                    // off 3: "key <= k" (a bound on keys alone, as a
+                    // backward scan's upper bound is).
+                    let keys_only = off == 3;
+                    let mut before = |key: &[u8], t: Tid| match from {
+                        None => true,
+                        Some((fk, _)) if keys_only => kcmp(key, fk) != Ordering::Greater,
+                        Some((fk, ft)) => kcmp(key, fk).then(t.cmp(&ft)) == Ordering::Less,
+                    };
+                    t.scan_before(&pool, &mut kcmp, &mut before, |key, tid, p| {
+                        got.push((key.to_vec(), tid, p));
+                        got.len() < 25
+                    });
+                    let upper = match from {
+                        Some(_) if keys_only => Included((K(k.clone()), Tid::new(u32::MAX, u16::MAX))),
+                        Some(_) => Excluded((K(k.clone()), tid)),
+                        None => Unbounded,
+                    };
+                    let want: Vec<_> = o
+                        .range((Unbounded, upper))
+                        .rev()
+                        .take(25)
+                        .map(|((k, t), p)| (k.0.clone(), *t, *p))
+                        .collect();
+                    assert_eq!(got, want, "scan before {k:?}");
                 }
                 Op::Contains(k) => {
                     let want = o

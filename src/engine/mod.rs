@@ -11,6 +11,7 @@ pub mod build;
 pub mod conflict;
 pub mod cost;
 pub mod delta;
+pub mod dynscan;
 pub mod handler;
 pub mod insert;
 pub mod merge;

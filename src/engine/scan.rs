@@ -21,6 +21,7 @@ use pgrx::prelude::*;
 
 use super::ams;
 use super::base::{BaseCursor, Dir, ScanRange};
+use super::dynscan::{DynPeek, DynReader};
 use super::build::tid_to_item;
 use super::state;
 use crate::keys::{index_desc, IndexDesc};
@@ -47,57 +48,6 @@ struct ArrayKey {
     elems: Vec<Cond>,
 }
 
-/// The dynamic-stage entries of a subscan's range, in index order, and a
-/// position among them.
-struct DynReader {
-    items: Vec<(Vec<u8>, Tid)>,
-    pos: isize,
-}
-
-impl DynReader {
-    fn start(&mut self, dir: Dir) {
-        self.pos = if dir == Dir::Fwd { 0 } else { self.items.len() as isize - 1 };
-    }
-
-    fn peek(&self) -> Option<(&[u8], Tid)> {
-        if self.pos >= 0 && (self.pos as usize) < self.items.len() {
-            let (k, t) = &self.items[self.pos as usize];
-            Some((k, *t))
-        } else {
-            None
-        }
-    }
-
-    fn exhausted(&self, dir: Dir) -> bool {
-        match dir {
-            Dir::Fwd => self.pos as usize >= self.items.len(),
-            Dir::Bwd => self.pos < 0,
-        }
-    }
-
-    fn advance(&mut self, dir: Dir) {
-        self.pos += dir.step();
-    }
-
-    /// Positions after (key, tid) in `dir` (at it when `inclusive`).
-    fn seek_after(&mut self, desc: &IndexDesc, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) {
-        let cmp_item = |k: &[u8], t: Tid| desc.compare(k, key).then(t.cmp(&tid));
-        self.pos = match dir {
-            Dir::Fwd => self.items.partition_point(|(k, t)| {
-                let o = cmp_item(k, *t);
-                o == Ordering::Less || (!inclusive && o == Ordering::Equal)
-            }) as isize,
-            Dir::Bwd => {
-                self.items.partition_point(|(k, t)| {
-                    let o = cmp_item(k, *t);
-                    o == Ordering::Less || (inclusive && o == Ordering::Equal)
-                }) as isize
-                    - 1
-            }
-        };
-    }
-}
-
 /// Whether the last key the conditions were evaluated on matched (posting
 /// lists repeat a key for every TID).
 #[derive(Default)]
@@ -122,7 +72,11 @@ struct Cursor {
     slot: SlotRef,
     /// Registered reader of the base's generation for as long as the cursor
     /// lives, so its pages are not recycled under it (readers.rs).
-    _reader: super::readers::ReaderToken,
+    reader: super::readers::ReaderToken,
+    /// The last item this cursor returned (its key is in the scan's key
+    /// buffer), for re-seeking after a merge.
+    returned: Option<Tid>,
+    point_hash: Option<u64>,
 }
 
 impl Drop for Cursor {
@@ -393,7 +347,7 @@ impl ScanState {
         let conds = self.sub_conds(sub);
         let (lower, upper) = bounds(&self.desc, &conds);
         let desc = &self.desc;
-        let point = {
+        let point_hash = {
             let full_eq = (0..desc.nkeyatts).all(|c| conds.iter().any(|x| x.col == c && matches!(x.kind, CondKind::Cmp(3))));
             if full_eq && desc.hashable && upper.as_deref() == Some(&lower[..]) {
                 Some(pg_hybrid_core::bloom::key_hash(&lower))
@@ -401,28 +355,33 @@ impl ScanState {
                 None
             }
         };
-        let snap = state::snapshot(index, desc, self.slot, &lower, upper.as_deref(), point, &mut |k| matches(desc, &conds, k));
-        let base = ams::base(index).cursor(index, desc, &snap.base);
+        let start = state::start_scan(index, desc, self.slot, point_hash);
+        let base = ams::base(index).cursor(index, desc, &start.base);
         let keyless = if base.keyless() && !self.want_keys && !conds.is_empty() { implied_bounds(desc, &conds) } else { None };
+        let dynamic = DynReader::new(self.slot, desc.clone(), start.base.generation, start.base.merged_upto, &lower, upper.as_deref(), !start.dynamic_may_contain);
         Cursor {
             keyless,
             base,
             conds,
             lower,
             upper,
-            dynamic: DynReader { items: snap.items, pos: 0 },
+            dynamic,
             memo: MatchMemo::default(),
             slot: self.slot,
-            _reader: snap.reader,
+            reader: start.reader,
+            returned: None,
+            point_hash,
         }
     }
 }
 
 impl Cursor {
     /// Positions at the first item of the range in `dir`.
-    unsafe fn start(&mut self, desc: &IndexDesc, dir: Dir) {
-        self.dynamic.start(dir);
+    unsafe fn start(&mut self, index: pg_sys::Relation, desc: &IndexDesc, dir: Dir) {
+        let conds = &self.conds;
+        self.dynamic.start(index, dir, &mut |k| matches(desc, conds, k));
         self.memo.valid = false;
+        self.returned = None;
         match self.keyless {
             Some((ls, us)) => {
                 // A missing bound is the edge of the non-NULL keys: every
@@ -440,10 +399,30 @@ impl Cursor {
     }
 
     /// Positions strictly after (key, tid) in `dir` (or at it when `inclusive`).
-    unsafe fn seek_after(&mut self, desc: &IndexDesc, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) {
-        self.dynamic.seek_after(desc, dir, key, tid, inclusive);
+    unsafe fn seek_after(&mut self, index: pg_sys::Relation, desc: &IndexDesc, dir: Dir, key: &[u8], tid: Tid) {
+        let conds = &self.conds;
+        self.dynamic.seek_after(index, dir, key, tid, &mut |k| matches(desc, conds, k));
         self.memo.valid = false;
-        self.base.seek_after(dir, key, tid, inclusive);
+        self.base.seek_after(dir, key, tid, false);
+        self.returned = Some(tid);
+    }
+
+    /// A merge moved the dynamic stage into a new generation of the base
+    /// structure: both streams are opened again in it, after the last item
+    /// returned (or at the range's start).
+    unsafe fn reseek(&mut self, index: pg_sys::Relation, desc: &Rc<IndexDesc>, dir: Dir, last_key: &[u8]) {
+        let start = state::start_scan(index, desc, self.slot, self.point_hash);
+        state::add_key_fetches(self.slot, self.base.key_fetches());
+        self.base = ams::base(index).cursor(index, desc, &start.base);
+        self.reader = start.reader;
+        self.dynamic = DynReader::new(self.slot, desc.clone(), start.base.generation, start.base.merged_upto, &self.lower, self.upper.as_deref(), !start.dynamic_may_contain);
+        match self.returned {
+            Some(t) => {
+                let k = self.key_for_seek(index, last_key, t);
+                self.seek_after(index, desc, dir, &k, t);
+            }
+            None => self.start(index, desc, dir),
+        }
     }
 
     /// The key of the last item returned, for a re-seek: items returned
@@ -495,9 +474,25 @@ impl Cursor {
     }
 
     /// The next (key, TID) in `dir`: the key goes to `key_out` (left empty
-    /// for keyless items). None at the end of the range.
-    unsafe fn next(&mut self, desc: &IndexDesc, dir: Dir, key_out: &mut Vec<u8>) -> Option<Tid> {
-        if self.keyless.is_some() && dir == Dir::Fwd && self.dynamic.exhausted(dir) && self.base.bounded_forward() {
+    /// for keyless items), which holds the previous item's key on entry.
+    /// None at the end of the range.
+    unsafe fn next(&mut self, index: pg_sys::Relation, desc: &Rc<IndexDesc>, dir: Dir, key_out: &mut Vec<u8>) -> Option<Tid> {
+        let t = self.next_inner(index, desc, dir, key_out);
+        if t.is_some() {
+            self.returned = t;
+        }
+        t
+    }
+
+    unsafe fn next_inner(&mut self, index: pg_sys::Relation, desc: &Rc<IndexDesc>, dir: Dir, key_out: &mut Vec<u8>) -> Option<Tid> {
+        // The dynamic side first: a refill may find the stage merged.
+        let conds = &self.conds;
+        let mut filter = |k: &[u8]| matches(desc, conds, k);
+        if let DynPeek::Stale = self.dynamic.peek(index, &mut filter) {
+            self.reseek(index, desc, dir, key_out);
+            return self.next_inner(index, desc, dir, key_out);
+        }
+        if self.keyless.is_some() && dir == Dir::Fwd && self.dynamic.exhausted() && self.base.bounded_forward() {
             // Past the dynamic entries: the structure's entries in the
             // searched range, in order, without keys.
             let t = self.base.peek_tid()?;
@@ -513,7 +508,13 @@ impl Cursor {
             }
             None => None,
         };
-        let d = self.dynamic.peek();
+        let conds = &self.conds;
+        let mut filter = |k: &[u8]| matches(desc, conds, k);
+        let d = match self.dynamic.peek(index, &mut filter) {
+            DynPeek::Item(k, t) => Some((k, t)),
+            DynPeek::End => None,
+            DynPeek::Stale => unreachable!("checked above; no refill happens in between"),
+        };
         let take_base = match (from_base, d) {
             (None, None) => return None,
             (Some(_), None) => true,
@@ -526,10 +527,9 @@ impl Cursor {
         if take_base {
             let t = from_base.unwrap();
             // An entry present in both stages (re-inserted TID) is returned once.
-            if let Some((dk, dt)) = d {
-                if dt == t && desc.compare(dk, key_out) == Ordering::Equal {
-                    self.dynamic.advance(dir);
-                }
+            let dup = d.is_some_and(|(dk, dt)| dt == t && desc.compare(dk, key_out) == Ordering::Equal);
+            if dup {
+                self.dynamic.advance();
             }
             self.base.advance(dir);
             Some(t)
@@ -537,7 +537,7 @@ impl Cursor {
             let (k, t) = d.unwrap();
             key_out.clear();
             key_out.extend_from_slice(k);
-            self.dynamic.advance(dir);
+            self.dynamic.advance();
             Some(t)
         }
     }
@@ -559,19 +559,19 @@ impl ScanState {
             self.exhausted = false;
             self.sub = if dir == Dir::Fwd { 0 } else { self.nsub as isize - 1 };
             let mut c = self.open_cursor(index, self.sub as usize);
-            c.start(&desc, dir);
+            c.start(index, &desc, dir);
             self.cur = Some(c);
             self.dir = dir;
         } else if dir != self.dir {
             self.dir = dir;
             if let (Some(c), Some(t)) = (self.cur.as_mut(), self.last_tid) {
                 let k = c.key_for_seek(index, &self.last_key, t);
-                c.seek_after(&desc, dir, &k, t, false);
+                c.seek_after(index, &desc, dir, &k, t);
             }
         }
         loop {
             let c = self.cur.as_mut()?;
-            if let Some(t) = c.next(&desc, dir, &mut self.last_key) {
+            if let Some(t) = c.next(index, &desc, dir, &mut self.last_key) {
                 self.last_tid = Some(t);
                 return Some(t);
             }
@@ -584,7 +584,7 @@ impl ScanState {
             }
             self.sub = next_sub;
             let mut c = self.open_cursor(index, self.sub as usize);
-            c.start(&desc, dir);
+            c.start(index, &desc, dir);
             self.cur = Some(c);
         }
     }
@@ -743,7 +743,7 @@ pub unsafe extern "C-unwind" fn amrestrpos(scan: pg_sys::IndexScanDesc) {
                 let desc = st.desc.clone();
                 let mut c = st.open_cursor(index, mark.sub as usize);
                 let k = c.key_for_seek(index, &k, t);
-                c.seek_after(&desc, st.dir, &k, t, false);
+                c.seek_after(index, &desc, st.dir, &k, t);
                 st.cur = Some(c);
             }
             st.started = true;

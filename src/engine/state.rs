@@ -386,6 +386,45 @@ unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
     crate::raise(PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE, format!("could not read a stable dynamic stage of index \"{}\" during recovery", crate::storage::page::rel_name(rel)), "Retry the query.");
 }
 
+/// The start of a scan: the base structure it reads (registered, so its
+/// pages stay), and whether the dynamic stage can hold a point key.
+pub struct ScanStart {
+    pub base: BaseInfo,
+    /// False when the Bloom filter rules the point key out of the
+    /// dynamic stage.
+    pub dynamic_may_contain: bool,
+    pub reader: super::readers::ReaderToken,
+}
+
+/// Registers a reader of the current base generation; `point_hash` is the
+/// key hash of a full-key equality scan, which the Bloom filter may rule
+/// out of the dynamic stage.
+pub unsafe fn start_scan(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, point_hash: Option<u64>) -> ScanStart {
+    loop {
+        ensure_synced(rel, desc, slot);
+        let _g = slot.shared();
+        let st = slot.state();
+        let usable = if pg_sys::RecoveryInProgress() { st.synced_in_recovery } else { st.valid };
+        if !usable {
+            continue;
+        }
+        let dynamic_may_contain = st.tree.nentries > 0
+            && match point_hash {
+                Some(h) => {
+                    st.bloom_checks.fetch_add(1, AtomicOrdering::Relaxed);
+                    let maybe = st.bloom_may_contain(h);
+                    if !maybe {
+                        st.bloom_skips.fetch_add(1, AtomicOrdering::Relaxed);
+                    }
+                    maybe
+                }
+                None => true,
+            };
+        let reader = super::readers::ReaderToken::register(slot, st);
+        return ScanStart { base: st.base, dynamic_may_contain, reader };
+    }
+}
+
 /// Entries of the dynamic stage matching a scan range, copied out together
 /// with the base structure they complement.
 pub struct DynSnapshot {
