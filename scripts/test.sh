@@ -10,8 +10,7 @@
 #   standby       tests/standby.sh      (streaming replica gives the same answers)
 #   concurrency   tests/concurrency.sh  (pgbench, 8 clients + merges, UNIQUE index)
 #   isolation     tests/isolation.sh    (pg_isolation_regress: SERIALIZABLE and UNIQUE interleavings,
-#                                        same output as btree; tests/isolation/schedule only,
-#                                        PH_ISOLATION_PREDLOCKS=1 adds schedule_predlocks)
+#                                        same output as btree, tests/isolation/schedule)
 #   corrupt       tests/corrupt.sh      (damaged index pages: clean XX002 ERROR, no crash, REINDEX repairs)
 #   arena         tests/arena.sh        (8MB pg_hybrid.shared_memory: merges under arena pressure,
 #                                        background merge on/off, restart rebuilds the dynamic stages)
@@ -42,7 +41,6 @@
 #                      no preload, tests/standin_shim.sql instead of the extension)
 #   --keep             keep scratch data directories (PH_KEEP=1)
 # Environment: PH_SEED (differential seed, default 1), PH_DIFF_TIME (seconds),
-#   PH_ISOLATION_PREDLOCKS=1 (isolation steps also run tests/isolation/schedule_predlocks),
 #   PH_REGRESS_INPUTDIR (directory holding sql/ and expected/, default the repo),
 #   and the PH_* settings of scripts/lib.sh.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/isolation.sh [--predlocks] [--am AM] [--accept] [--quick]
+# tests/isolation.sh [--am AM] [--accept] [--quick]
 #
 # Interleavings with PostgreSQL's pg_isolation_regress, with btree as the
 # oracle.  Each spec in tests/isolation/specs/ is a template whose index is
@@ -7,17 +7,13 @@
 # AM under test ($PH_AM, or --am), and both runs are compared with the same
 # tests/isolation/expected/NAME.out, which is btree's output.  So the AM must
 # give exactly btree's answers, waits and serialization failures.
-#   schedule            specs whose outcome already matches btree with an AM
-#                       that has ampredlocks = false (SERIALIZABLE scans lock
-#                       the whole index): range write skew, absent key, the
-#                       read-only anomaly, unique insert and ON CONFLICT races
-#   schedule_predlocks  specs that need page/key-level predicate locks to
-#                       match btree: disjoint ranges (btree commits both),
-#                       check-then-insert of one key on a UNIQUE index
-#                       (btree: serialization failure, not unique violation)
+# tests/isolation/schedule: range write skew, absent key, the read-only
+# anomaly, unique insert and ON CONFLICT races, disjoint ranges (btree commits
+# both: the AM's key-range predicate locks must not conflict either), and a
+# check-then-insert of one key on a UNIQUE index (btree: serialization
+# failure, not unique violation).
 # Each spec's header comment says what btree does and why.
 # Options:
-#   --predlocks   run schedule_predlocks too (also PH_ISOLATION_PREDLOCKS=1)
 #   --am AM       the AM under test (default $PH_AM); with btree only the
 #                 oracle run happens
 #   --accept      write btree's outputs into tests/isolation/expected/ (after
@@ -32,12 +28,10 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
-predlocks=${PH_ISOLATION_PREDLOCKS:-0}
 accept=0
 AM=$PH_AM
 while (($#)); do
     case $1 in
-        --predlocks) predlocks=1 ;;
         --am) shift; AM=${1:?--am needs a name} ;;
         --am=*) AM=${1#*=} ;;
         --accept) accept=1 ;;
@@ -60,7 +54,6 @@ ISOREG=$PGXS/src/test/isolation/pg_isolation_regress
     ph_die "pg_isolation_regress / isolationtester not found under $PGXS/src/test/isolation (package postgresql-server-dev-15)"
 
 schedules=(schedule)
-((predlocks)) && schedules+=(schedule_predlocks)
 
 ph_trap_install
 t0=$(date +%s)

@@ -10,3 +10,4 @@ pub mod dynamic;
 pub mod static_stage;
 pub mod clock_cache;
 pub mod elastic;
+pub mod partition;

@@ -11,7 +11,9 @@ use pgrx::prelude::*;
 use super::ams;
 use super::base::EntryRef;
 use super::meta::{self, IndexMeta, META_BLOCK};
+use super::predlock;
 use super::state::SlotState;
+use pg_hybrid_core::partition::choose_boundaries;
 use super::{delta, merge};
 use crate::keys::{index_desc, IndexDesc};
 use crate::storage::buffer::{nblocks, Buf};
@@ -120,7 +122,15 @@ pub unsafe extern "C-unwind" fn ambuild(
         pg_sys::pgstat_progress_update_param(pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE as i32, n as i64)
     });
     merge::list_for_recycling(index, &res.freed);
+    // The key-range partitions of predicate locking, from the keys at hand.
+    let lockmap = if predlock::mappable(&desc) && !entries.is_empty() {
+        let bounds = choose_boundaries(entries.iter().map(|e| desc.keycols(spool.key(e))), page::BODY_CAP);
+        predlock::write_map(index, &bounds)
+    } else {
+        0
+    };
     meta::update(index, |m| {
+        m.lockmap = lockmap;
         m.next_generation = gen + 1;
         m.base.generation = gen;
         m.base.set_shape(&res.shape);

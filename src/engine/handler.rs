@@ -23,7 +23,7 @@ pub unsafe fn ordered_routine(amoptions: pg_sys::amoptions_function) -> pg_sys::
     (*r).amsearchnulls = true;
     (*r).amstorage = false;
     (*r).amclusterable = true;
-    (*r).ampredlocks = false;
+    (*r).ampredlocks = true;
     (*r).amcanparallel = false;
     (*r).amcaninclude = true;
     (*r).amusemaintenanceworkmem = true;

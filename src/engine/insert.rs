@@ -13,7 +13,7 @@ use super::ams;
 use super::base::{Dir, ScanRange};
 use super::build::{item_to_tid, tid_to_item};
 use super::state::{self, ensure_synced, SlotState};
-use super::{delta, merge};
+use super::{delta, merge, predlock};
 use crate::keys::{index_desc, IndexDesc};
 use crate::shmem::{self, LwGuard, SlotRef};
 use crate::storage::page;
@@ -41,6 +41,7 @@ pub unsafe extern "C-unwind" fn aminsert(
         && (desc.nulls_not_distinct || !desc.has_null_keycol(&key));
     if !checks {
         let merge_now = insert_entry(index, &desc, slot, &key, tid);
+        check_serializable(index, &desc, slot, &key);
         merge_if_overrun(index, merge_now);
         return true;
     }
@@ -51,8 +52,12 @@ pub unsafe extern "C-unwind" fn aminsert(
         let guard = LwGuard::exclusive(stripe);
         match find_conflict(index, heap, &desc, slot, &key, tid) {
             Conflict::None => {
-                let merge_now = check != pg_sys::IndexUniqueCheck::UNIQUE_CHECK_EXISTING && insert_entry(index, &desc, slot, &key, tid);
+                let inserting = check != pg_sys::IndexUniqueCheck::UNIQUE_CHECK_EXISTING;
+                let merge_now = inserting && insert_entry(index, &desc, slot, &key, tid);
                 drop(guard);
+                if inserting {
+                    check_serializable(index, &desc, slot, &key);
+                }
                 merge_if_overrun(index, merge_now);
                 return true;
             }
@@ -60,6 +65,7 @@ pub unsafe extern "C-unwind" fn aminsert(
                 if check == pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL {
                     let merge_now = insert_entry(index, &desc, slot, &key, tid);
                     drop(guard);
+                    check_serializable(index, &desc, slot, &key);
                     merge_if_overrun(index, merge_now);
                     return false;
                 }
@@ -75,10 +81,14 @@ pub unsafe extern "C-unwind" fn aminsert(
                 if check == pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL {
                     let merge_now = insert_entry(index, &desc, slot, &key, tid);
                     drop(guard);
+                    check_serializable(index, &desc, slot, &key);
                     merge_if_overrun(index, merge_now);
                     return false;
                 }
                 drop(guard);
+                // As nbtree: a conflict SSI would report is not masked by
+                // the unique violation.
+                check_serializable(index, &desc, slot, &key);
                 report_duplicate(index, &desc, &key, false);
             }
         }
@@ -169,6 +179,19 @@ pub unsafe fn report_duplicate(index: pg_sys::Relation, desc: &IndexDesc, key: &
     }
     r.report(PgLogLevel::ERROR);
     unreachable!()
+}
+
+/// SERIALIZABLE writers meet the SIREAD locks of scans that read the key's
+/// range (predlock.rs); called once the entry is in the dynamic stage.
+unsafe fn check_serializable(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8]) {
+    if !predlock::serializable() {
+        return;
+    }
+    let lockmap = {
+        let _g = slot.shared();
+        slot.state().lockmap
+    };
+    predlock::check_write(index, desc, lockmap, key);
 }
 
 /// Back-pressure (insert_entry): merges in this backend, once the caller

@@ -14,6 +14,8 @@ use super::ams;
 use super::base::Entry;
 use super::delta;
 use super::meta::{self, BaseInfo, MaintenanceLock};
+use super::predlock;
+use pg_hybrid_core::partition::choose_boundaries;
 use super::state::{add_key_fetches, expected_dynamic, KeyFilter, SlotState};
 use crate::keys::index_desc;
 use crate::shmem::{self, ArenaPool, SlotRef};
@@ -95,6 +97,14 @@ pub unsafe fn merge_locked(
     // after it never see them.
     let gen = m.next_generation;
     meta::update(index, |mm| mm.next_generation = gen + 1);
+    // An index built empty gets its predicate-lock partitions from its
+    // first sizeable batch (predlock.rs: the map never changes after).
+    let lockmap = if m.lockmap == 0 && predlock::mappable(&desc) && fresh.len() >= predlock::MIN_MAP_ENTRIES {
+        let bounds = choose_boundaries(fresh.iter().map(|e| desc.keycols(&e.key)), BODY_CAP);
+        predlock::write_map(index, &bounds)
+    } else {
+        m.lockmap
+    };
     let res = ams::base(index).merge(index, &desc, &m, fresh, dead, gen);
     add_key_fetches(slot, res.key_fetches);
     let key_filter = if desc.unique && desc.hashable { res.key_hashes.as_deref().and_then(|h| KeyFilter::build(gen, h)) } else { None };
@@ -110,7 +120,7 @@ pub unsafe fn merge_locked(
     let millis = start.elapsed().as_secs_f64() * 1000.0;
     let mut new_base = BaseInfo { generation: gen, merged_upto: cutoff, vacuum_epoch: m.base.vacuum_epoch, ..Default::default() };
     new_base.set_shape(&res.shape);
-    let switch = Switch { new_base, new_head, recycle_head, ndead_delta, millis, key_filter, cutoff };
+    let switch = Switch { new_base, new_head, recycle_head, ndead_delta, millis, key_filter, cutoff, lockmap };
     switch.apply(index, &desc, slot, &m);
     // With no reader left on the old generation its pages are free right away.
     recycle_if_safe(index);
@@ -126,6 +136,7 @@ struct Switch {
     millis: f64,
     key_filter: Option<super::state::PendingKeyFilter>,
     cutoff: u64,
+    lockmap: u32,
 }
 
 impl Switch {
@@ -145,6 +156,7 @@ impl Switch {
         let mut mm = meta::load(index, &metab);
         mm.base = self.new_base;
         mm.delta_head = self.new_head;
+        mm.lockmap = self.lockmap;
         let old_safexid = mm.recycle_safexid;
         if self.recycle_head != mm.recycle_head {
             mm.recycle_head = self.recycle_head;
@@ -161,6 +173,7 @@ impl Switch {
             let cutoff = self.cutoff;
             st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff);
             st.set_base(self.new_base);
+            st.lockmap = self.lockmap;
             st.install_key_filter(self.key_filter);
             let expected = expected_dynamic(desc, &self.new_base, index);
             st.rebuild_bloom(desc, expected);

@@ -76,7 +76,10 @@ pub struct IndexMeta {
     pub delta_tail: u32,
     pub delta_pages: u32,
     pub recycle_head: u32,
-    pub _pad: u32,
+    /// Block of the key-range partition map of predicate locking
+    /// (predlock.rs); 0 = none yet (block 0 is this page). Version-1
+    /// metapages had a zero pad here.
+    pub lockmap: u32,
     pub recycle_safexid: u64,
     pub merges: u64,
     pub last_merge_us: u64,
@@ -93,7 +96,7 @@ impl IndexMeta {
             delta_tail: NO_BLOCK,
             delta_pages: 0,
             recycle_head: NO_BLOCK,
-            _pad: 0,
+            lockmap: 0,
             recycle_safexid: 0,
             merges: 0,
             last_merge_us: 0,

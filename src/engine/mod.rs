@@ -16,6 +16,7 @@ pub mod handler;
 pub mod insert;
 pub mod merge;
 pub mod meta;
+pub mod predlock;
 pub mod readers;
 pub mod scan;
 pub mod state;

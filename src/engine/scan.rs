@@ -22,6 +22,7 @@ use pgrx::prelude::*;
 use super::ams;
 use super::base::{BaseCursor, Dir, ScanRange};
 use super::dynscan::{DynPeek, DynReader};
+use super::predlock;
 use super::build::tid_to_item;
 use super::state;
 use crate::keys::{index_desc, IndexDesc};
@@ -107,6 +108,8 @@ pub struct ScanState {
     started: bool,
     mark: Option<Mark>,
     tuple_cxt: pg_sys::MemoryContext,
+    /// The scan's snapshot, for predicate locks.
+    snapshot: pg_sys::Snapshot,
     /// Items must carry their keys (index-only scans).
     want_keys: bool,
 }
@@ -356,6 +359,8 @@ impl ScanState {
             }
         };
         let start = state::start_scan(index, desc, self.slot, point_hash);
+        // SIREAD locks on the range before reading it (predlock.rs).
+        predlock::lock_scan(index, desc, start.lockmap, &lower, upper.as_deref(), self.snapshot);
         let base = ams::base(index).cursor(index, desc, &start.base);
         let keyless = if base.keyless() && !self.want_keys && !conds.is_empty() { implied_bounds(desc, &conds) } else { None };
         let dynamic = DynReader::new(self.slot, desc.clone(), start.base.generation, start.base.merged_upto, &lower, upper.as_deref(), !start.dynamic_may_contain);
@@ -623,6 +628,7 @@ pub unsafe extern "C-unwind" fn ambeginscan(index: pg_sys::Relation, nkeys: i32,
         started: false,
         mark: None,
         tuple_cxt,
+        snapshot: std::ptr::null_mut(),
         want_keys: true,
     });
     (*scan).opaque = Box::into_raw(st) as *mut std::ffi::c_void;
@@ -661,6 +667,7 @@ pub unsafe extern "C-unwind" fn amgettuple(scan: pg_sys::IndexScanDesc, directio
     let dir = if direction == pg_sys::ScanDirection::BackwardScanDirection { Dir::Bwd } else { Dir::Fwd };
     let index = (*scan).indexRelation;
     st.want_keys = (*scan).xs_want_itup;
+    st.snapshot = (*scan).xs_snapshot;
     let Some(tid) = st.next_item(index, dir) else { return false };
     (*scan).xs_heaptid = tid_to_item(tid);
     (*scan).xs_recheck = false;
@@ -684,6 +691,7 @@ pub unsafe extern "C-unwind" fn amgetbitmap(scan: pg_sys::IndexScanDesc, tbm: *m
     st.cur = None;
     st.started = false;
     st.want_keys = false;
+    st.snapshot = (*scan).xs_snapshot;
     let mut n = 0i64;
     let mut batch: Vec<pg_sys::ItemPointerData> = Vec::with_capacity(256);
     while let Some(tid) = st.next_item(index, Dir::Fwd) {

@@ -161,6 +161,8 @@ pub struct DualStageState {
     /// Readers of base structures (readers.rs): those of `base.generation`,
     /// and of older generations still being read.
     pub readers: super::readers::ReaderCounts,
+    /// The metapage's predicate-lock partition map (predlock.rs), 0 = none.
+    pub lockmap: u32,
     /// Heap reads base structures made to learn keys they do not store.
     pub key_fetches: AtomicU64,
 }
@@ -197,6 +199,7 @@ impl DualStageState {
         self.bloom_checks = AtomicU64::new(0);
         self.tail_hint = std::sync::atomic::AtomicU32::new(0);
         self.readers.clear();
+        self.lockmap = 0;
         self.key_fetches = AtomicU64::new(0);
     }
 
@@ -310,6 +313,7 @@ unsafe fn rebuild_primary(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef
         return;
     }
     let merged = m.base.merged_upto;
+    st.lockmap = m.lockmap;
     // Entries at or past `end` were added by inserters after our read.
     st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= end && p >= merged);
     st.set_base(m.base);
@@ -362,6 +366,7 @@ unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
         if full {
             st.tree.clear(&mut ArenaPool);
             st.set_base(m.base);
+            st.lockmap = m.lockmap;
         } else if st.applied_upto != from_pos || st.base.generation != m.base.generation {
             continue; // another backend synced meanwhile
         }
@@ -390,6 +395,8 @@ unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
 /// pages stay), and whether the dynamic stage can hold a point key.
 pub struct ScanStart {
     pub base: BaseInfo,
+    /// The predicate-lock partition map (predlock.rs), 0 = none.
+    pub lockmap: u32,
     /// False when the Bloom filter rules the point key out of the
     /// dynamic stage.
     pub dynamic_may_contain: bool,
@@ -421,7 +428,7 @@ pub unsafe fn start_scan(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
                 None => true,
             };
         let reader = super::readers::ReaderToken::register(slot, st);
-        return ScanStart { base: st.base, dynamic_may_contain, reader };
+        return ScanStart { base: st.base, lockmap: st.lockmap, dynamic_may_contain, reader };
     }
 }
 

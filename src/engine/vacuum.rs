@@ -196,6 +196,12 @@ unsafe fn sweep(index: pg_sys::Relation) -> (Vec<u32>, Vec<u32>) {
                 }
             }
             PageKind::Meta | PageKind::Delta => {}
+            // A map a crashed build or merge wrote but never linked.
+            PageKind::LockMap => {
+                if blk != m.lockmap {
+                    orphans.push(blk);
+                }
+            }
             kind => {
                 if !listed.contains(&blk) && base.is_orphan(p, kind, &m) {
                     orphans.push(blk);

@@ -30,6 +30,8 @@ pub enum PageKind {
     /// still hold a link to it, `first_pos` = the xid after which it may be
     /// recycled.
     ElasticDeleted = 8,
+    /// The key-range partition map of predicate locking (engine/predlock.rs).
+    LockMap = 9,
 }
 
 impl PageKind {
@@ -43,6 +45,7 @@ impl PageKind {
             6 => PageKind::Free,
             7 => PageKind::Elastic,
             8 => PageKind::ElasticDeleted,
+            9 => PageKind::LockMap,
             _ => return None,
         })
     }

@@ -1,0 +1,167 @@
+//! Predicate locks (SSI) at key-range granularity, so a SERIALIZABLE scan
+//! conflicts only with inserts into the ranges it read (`ampredlocks`).
+//!
+//! Neither stage has pages that stay put for a key range (the dynamic
+//! stage lives in shared memory; merges move entries between base pages),
+//! so the lock targets are *virtual* block numbers of the index: key-range
+//! partitions that scans and inserts compute the same way, as GIN locks
+//! its metapage for the pending list. The partitions are fixed per index
+//! storage by a *partition map*: up to a few hundred boundary keys
+//! (quantiles of the keys, prefixes of at most 32 bytes) on one WAL-logged
+//! page that the metapage points at (`lockmap`). The partition of a key is
+//! the number of boundaries <= the key, in byte order; that is monotone in
+//! the key, so a range [lower, upper] covers partitions [f(lower),
+//! f(successor(upper))].
+//!
+//! - Scans lock the partitions of their range (the whole index relation
+//!   when it spans more than `MAX_SCAN_LOCKS`, when the index has no map
+//!   yet, or when its key order is not byte order), after reading the map
+//!   and before reading entries.
+//! - Inserts check the partition of their key after their entry is in the
+//!   dynamic stage (a scan that started before the entry was there holds
+//!   its lock by now; one that starts later sees the entry and meets the
+//!   writer through the heap tuple's SSI check). Unique checks check it
+//!   before reporting a duplicate, as nbtree does, so a conflict that SSI
+//!   would report is not masked by the unique violation.
+//! - The map is written by CREATE INDEX, or by the first merge of an index
+//!   built empty; it never changes afterwards. Until it exists scans lock
+//!   the relation, whose lock every insert's check also meets, so the
+//!   switch from no map to a map needs no lock transfer.
+//!
+//! Only SERIALIZABLE transactions lock or check anything.
+
+use std::cell::RefCell;
+
+use pgrx::pg_sys;
+
+use pg_hybrid_core::partition::PartitionMap;
+
+use crate::keys::IndexDesc;
+use crate::storage::alloc::alloc_page;
+use crate::storage::buffer::{Buf, Lock};
+use crate::storage::page::{self, PageKind};
+use crate::storage::wal::WalRecord;
+
+extern "C-unwind" {
+    // storage/predicate.h; not among pgrx's bindings. Called only through
+    // pg_guard_ffi_boundary, so an ERROR inside becomes a Rust panic.
+    fn PredicateLockPage(relation: pg_sys::Relation, blkno: pg_sys::BlockNumber, snapshot: pg_sys::Snapshot);
+    fn PredicateLockRelation(relation: pg_sys::Relation, snapshot: pg_sys::Snapshot);
+    fn CheckForSerializableConflictIn(relation: pg_sys::Relation, tid: pg_sys::ItemPointer, blkno: pg_sys::BlockNumber);
+}
+
+/// Virtual block numbers of partitions start here, far above any page.
+const VIRTUAL_BASE: u32 = 0x4000_0000;
+/// A scan spanning more partitions locks the relation instead (PostgreSQL
+/// would promote that many page locks anyway).
+const MAX_SCAN_LOCKS: usize = 32;
+/// An index built empty gets its map at the first merge of at least this
+/// many entries.
+pub const MIN_MAP_ENTRIES: usize = 1000;
+
+/// Whether this transaction takes predicate locks at all.
+pub fn serializable() -> bool {
+    unsafe { pg_sys::XactIsoLevel == pg_sys::XACT_SERIALIZABLE as i32 }
+}
+
+/// Whether partitions can describe the index's order (byte order).
+pub fn mappable(desc: &IndexDesc) -> bool {
+    desc.memcmp
+}
+
+/// Writes a map page for `boundaries` (core's `choose_boundaries`, which
+/// fit a page body); returns its block (referenced once the caller stores
+/// it in the metapage).
+pub unsafe fn write_map(index: pg_sys::Relation, boundaries: &[Vec<u8>]) -> u32 {
+    let b = alloc_page(index);
+    let mut w = WalRecord::start(index);
+    let p = w.register_new(&b);
+    page::init_page(p, PageKind::LockMap, 0, 0);
+    let body = page::body_mut(p);
+    body[..2].copy_from_slice(&(boundaries.len() as u16).to_le_bytes());
+    let mut at = 2;
+    for k in boundaries {
+        body[at..at + 2].copy_from_slice(&(k.len() as u16).to_le_bytes());
+        body[at + 2..at + 2 + k.len()].copy_from_slice(k);
+        at += 2 + k.len();
+    }
+    page::set_body_len(p, at);
+    w.finish();
+    b.blkno()
+}
+
+thread_local! {
+    /// Maps never change once written: cached by (relfilenode, block).
+    static MAPS: RefCell<Vec<((u32, u32), std::rc::Rc<PartitionMap>)>> = const { RefCell::new(Vec::new()) };
+}
+
+unsafe fn load_map(index: pg_sys::Relation, blk: u32) -> std::rc::Rc<PartitionMap> {
+    let key = ((*index).rd_node.relNode.to_u32(), blk);
+    if let Some(m) = MAPS.with(|c| c.borrow().iter().find(|e| e.0 == key).map(|e| e.1.clone())) {
+        return m;
+    }
+    let b = Buf::read(index, blk, Lock::Share);
+    page::check_page(index, blk, b.page(), &[PageKind::LockMap]);
+    let body = page::body(b.page());
+    let bad = || page::corrupted(&page::rel_name(index), blk, "partition map overruns its page");
+    if body.len() < 2 {
+        bad();
+    }
+    let n = u16::from_le_bytes([body[0], body[1]]) as usize;
+    let mut at = 2;
+    let mut boundaries = Vec::with_capacity(n);
+    for _ in 0..n {
+        if at + 2 > body.len() {
+            bad();
+        }
+        let len = u16::from_le_bytes([body[at], body[at + 1]]) as usize;
+        if at + 2 + len > body.len() {
+            bad();
+        }
+        boundaries.push(body[at + 2..at + 2 + len].to_vec());
+        at += 2 + len;
+    }
+    if boundaries.windows(2).any(|w| w[0] >= w[1]) {
+        page::corrupted(&page::rel_name(index), blk, "partition map boundaries out of order");
+    }
+    let m = std::rc::Rc::new(PartitionMap::new(boundaries));
+    MAPS.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= 64 {
+            c.remove(0);
+        }
+        c.push((key, m.clone()));
+    });
+    m
+}
+
+/// A scan of key prefixes [lower, upper] under `snapshot` locks what it
+/// reads; `lockmap` as the scan's start saw it.
+pub unsafe fn lock_scan(index: pg_sys::Relation, desc: &IndexDesc, lockmap: u32, lower: &[u8], upper: Option<&[u8]>, snapshot: pg_sys::Snapshot) {
+    if !serializable() {
+        return;
+    }
+    if lockmap == 0 || !mappable(desc) {
+        pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockRelation(index, snapshot));
+        return;
+    }
+    let map = load_map(index, lockmap);
+    let (lo, hi) = map.span(lower, upper);
+    if (hi - lo) as usize >= MAX_SCAN_LOCKS {
+        pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockRelation(index, snapshot));
+        return;
+    }
+    for p in lo..=hi {
+        pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockPage(index, VIRTUAL_BASE + p, snapshot));
+    }
+}
+
+/// A write of `key` meets the locks of the scans that read its range (and
+/// whole-index locks).
+pub unsafe fn check_write(index: pg_sys::Relation, desc: &IndexDesc, lockmap: u32, key: &[u8]) {
+    if !serializable() {
+        return;
+    }
+    let blk = if lockmap == 0 || !mappable(desc) { VIRTUAL_BASE } else { VIRTUAL_BASE + load_map(index, lockmap).of(desc.keycols(key)) };
+    pg_sys::ffi::pg_guard_ffi_boundary(|| CheckForSerializableConflictIn(index, std::ptr::null_mut(), blk));
+}
