@@ -141,12 +141,18 @@ impl DynReader {
         }
         let limit = self.next_size;
         self.next_size = (self.next_size * 4).min(MAX_CHUNK);
+        let in_recovery = pgrx::pg_sys::RecoveryInProgress();
+        // As state::start_scan: a primary's valid stage needs just the lock.
+        let mut synced = !in_recovery;
         loop {
-            ensure_synced(index, &self.desc, self.slot);
+            if !synced {
+                ensure_synced(index, &self.desc, self.slot);
+            }
             let _g = self.slot.shared();
             let st = self.slot.state();
-            let usable = if pgrx::pg_sys::RecoveryInProgress() { st.synced_in_recovery } else { st.valid };
+            let usable = if in_recovery { st.synced_in_recovery } else { st.valid };
             if !usable {
+                synced = false;
                 continue;
             }
             if st.base.generation != self.generation || st.base.merged_upto != self.merged_upto {

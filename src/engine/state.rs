@@ -407,12 +407,20 @@ pub struct ScanStart {
 /// key hash of a full-key equality scan, which the Bloom filter may rule
 /// out of the dynamic stage.
 pub unsafe fn start_scan(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, point_hash: Option<u64>) -> ScanStart {
+    let in_recovery = pg_sys::RecoveryInProgress();
+    // A primary's valid stage needs nothing more than this one lock; a
+    // stage that needs a rebuild, or a standby's (which catches up with
+    // replay), is synced first.
+    let mut synced = !in_recovery;
     loop {
-        ensure_synced(rel, desc, slot);
+        if !synced {
+            ensure_synced(rel, desc, slot);
+        }
         let _g = slot.shared();
         let st = slot.state();
-        let usable = if pg_sys::RecoveryInProgress() { st.synced_in_recovery } else { st.valid };
+        let usable = if in_recovery { st.synced_in_recovery } else { st.valid };
         if !usable {
+            synced = false;
             continue;
         }
         let dynamic_may_contain = st.tree.nentries > 0
