@@ -13,6 +13,7 @@ use std::rc::Rc;
 
 use pg_hybrid_core::elastic::tree::{ElasticTree, Leaf, NO_BLOCK};
 use pg_hybrid_core::elastic::{KeyFetcher, Target, TidPos};
+use pg_hybrid_core::partition::prefix_successor;
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 
@@ -79,21 +80,6 @@ pub struct ElasticCursor {
     buf: Vec<u8>,
     /// The key of the entry `peek` returned last.
     cur_key: Vec<u8>,
-}
-
-/// The smallest byte string greater than every string starting with `p`
-/// (None: there is none).
-pub fn prefix_successor(p: &[u8]) -> Option<Vec<u8>> {
-    let mut s = p.to_vec();
-    while let Some(&last) = s.last() {
-        if last == 0xFF {
-            s.pop();
-        } else {
-            *s.last_mut().unwrap() += 1;
-            return Some(s);
-        }
-    }
-    None
 }
 
 impl ElasticCursor {

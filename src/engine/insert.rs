@@ -52,23 +52,19 @@ pub unsafe extern "C-unwind" fn aminsert(
         let guard = LwGuard::exclusive(stripe);
         match find_conflict(index, heap, &desc, slot, &key, tid) {
             Conflict::None => {
-                let inserting = check != pg_sys::IndexUniqueCheck::UNIQUE_CHECK_EXISTING;
-                let merge_now = inserting && insert_entry(index, &desc, slot, &key, tid);
-                drop(guard);
-                if inserting {
-                    check_serializable(index, &desc, slot, &key);
+                if check == pg_sys::IndexUniqueCheck::UNIQUE_CHECK_EXISTING {
+                    return true;
                 }
-                merge_if_overrun(index, merge_now);
+                insert_after_check(index, &desc, slot, &key, tid, guard);
                 return true;
             }
+            // A partial check (speculative insertion, deferred constraints)
+            // inserts and reports the possible conflict instead of raising it.
+            Conflict::Wait { .. } | Conflict::Live if check == pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL => {
+                insert_after_check(index, &desc, slot, &key, tid, guard);
+                return false;
+            }
             Conflict::Wait { xid, spec_token, other } => {
-                if check == pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL {
-                    let merge_now = insert_entry(index, &desc, slot, &key, tid);
-                    drop(guard);
-                    check_serializable(index, &desc, slot, &key);
-                    merge_if_overrun(index, merge_now);
-                    return false;
-                }
                 drop(guard);
                 let mut item = tid_to_item(other);
                 if spec_token != 0 {
@@ -78,13 +74,6 @@ pub unsafe extern "C-unwind" fn aminsert(
                 }
             }
             Conflict::Live => {
-                if check == pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL {
-                    let merge_now = insert_entry(index, &desc, slot, &key, tid);
-                    drop(guard);
-                    check_serializable(index, &desc, slot, &key);
-                    merge_if_overrun(index, merge_now);
-                    return false;
-                }
                 drop(guard);
                 // As nbtree: a conflict SSI would report is not masked by
                 // the unique violation.
@@ -179,6 +168,16 @@ pub unsafe fn report_duplicate(index: pg_sys::Relation, desc: &IndexDesc, key: &
     }
     r.report(PgLogLevel::ERROR);
     unreachable!()
+}
+
+/// The insert of a unique check that found no blocking conflict: the entry
+/// goes in while the stripe is held, then (the stripe released) the SSI
+/// check and a back-pressure merge.
+unsafe fn insert_after_check(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8], tid: Tid, stripe: LwGuard) {
+    let merge_now = insert_entry(index, desc, slot, key, tid);
+    drop(stripe);
+    check_serializable(index, desc, slot, key);
+    merge_if_overrun(index, merge_now);
 }
 
 /// SERIALIZABLE writers meet the SIREAD locks of scans that read the key's
