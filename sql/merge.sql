@@ -91,3 +91,16 @@ SELECT a.slots_in_use = ar0.slots_in_use AS reindex_reused_slot FROM pg_hybrid.a
 DROP TABLE mg;
 SELECT a.slots_in_use = ar0.slots_in_use - 2 AS slots_freed, a.free_bytes > ar0.free_bytes AS blocks_freed
   FROM pg_hybrid.arena_stats() a, ar0;
+-- A SERIALIZABLE transaction never merges in its own backend (a merge of
+-- seconds inside it would hold back SSI's cleanup of every other
+-- serializable transaction's predicate locks); the next insert outside one
+-- does (background merges are off in this file).
+CREATE TABLE ser (k int8);
+CREATE INDEX ser_k ON ser USING hybrid_btree (k);
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+INSERT INTO ser SELECT g FROM generate_series(1, 500) g;
+SELECT merges, dynamic_entries FROM pg_hybrid.index_stats('ser_k');
+COMMIT;
+INSERT INTO ser VALUES (501);
+SELECT merges, dynamic_entries, static_entries FROM pg_hybrid.index_stats('ser_k');
+DROP TABLE ser;

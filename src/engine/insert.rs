@@ -257,6 +257,23 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         }
         return false;
     }
+    if !want_merge && !overrun {
+        return false;
+    }
+    if predlock::serializable() {
+        // Not in a SERIALIZABLE transaction: a merge of seconds inside it
+        // holds back SSI's cleanup of every other serializable
+        // transaction's predicate locks, which pile up until the lock
+        // table is full ("out of shared memory"). The merge is left to a
+        // worker; when none can start, a later insert asks again, and
+        // back-pressure waits for the worker's merge instead of running its
+        // own.
+        if want_merge && !merge::launch_merge_worker(index) {
+            let _g = slot.exclusive();
+            slot.state().merge_requested = false;
+        }
+        return false;
+    }
     // Without a background worker the merge runs here, after the caller's
     // locks are released, like the back-pressure one.
     overrun || (want_merge && !merge::launch_merge_worker(index))
