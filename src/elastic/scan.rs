@@ -78,8 +78,11 @@ pub struct ElasticCursor {
     hikey: Option<(Vec<u8>, Tid)>,
     pub done: bool,
     buf: Vec<u8>,
-    /// The key of the entry `peek` returned last.
+    /// The key of the entry `peek` returned last, and where it was (block,
+    /// position, TID): a second peek there answers from it, without
+    /// reading a compact entry's key from the heap again.
     cur_key: Vec<u8>,
+    peeked: Option<(u32, isize, Tid)>,
 }
 
 impl ElasticCursor {
@@ -109,6 +112,7 @@ impl ElasticCursor {
             done: meta_blk == NO_BLOCK,
             buf: Vec::new(),
             cur_key: Vec::new(),
+            peeked: None,
         }
     }
 
@@ -147,6 +151,7 @@ impl ElasticCursor {
     /// its entries are copied (a probe copies one entry, not the page) and
     /// `stop` is set; otherwise the whole body is copied.
     unsafe fn load(&mut self, blk: u32, t: Option<&Target>, end: Option<&Target>) -> usize {
+        self.peeked = None;
         let b = Buf::read(self.index, blk, Lock::Share);
         check_tree_page(self.index, blk, b.page());
         let op = *page::opaque(b.page());
@@ -451,16 +456,24 @@ impl ElasticCursor {
 
 impl BaseCursor for ElasticCursor {
     unsafe fn start(&mut self, dir: Dir, range: &ScanRange) {
+        self.peeked = None;
         self.start_range(dir, range.lower, range.upper, range.whole_key, range.strict);
     }
 
     unsafe fn seek_after(&mut self, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) {
+        self.peeked = None;
         self.seek_entry(dir, key, tid, inclusive);
     }
 
     unsafe fn peek(&mut self, dir: Dir) -> Option<(&[u8], Tid)> {
+        if let Some((blk, pos, tid)) = self.peeked {
+            if blk == self.blk && pos == self.pos && !self.done {
+                return Some((&self.cur_key, tid));
+            }
+        }
         let (k, t) = self.peek_entry(dir)?;
         self.cur_key = k;
+        self.peeked = Some((self.blk, self.pos, t));
         Some((&self.cur_key, t))
     }
 
@@ -470,6 +483,7 @@ impl BaseCursor for ElasticCursor {
 
     fn stop(&mut self) {
         self.done = true;
+        self.peeked = None;
     }
 
     fn keyless(&self) -> bool {
