@@ -1200,7 +1200,7 @@ impl DynTree {
         };
         for i in 0..n {
             let e = entry(i);
-            // Separator 0 of an inner node is a placeholder; not checked.
+            // Separator 0 of an inner node stands for -infinity; not checked.
             if lvl > 0 && i == 0 {
                 continue;
             }
