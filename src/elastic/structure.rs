@@ -11,7 +11,7 @@ use pgrx::pg_sys;
 use super::scan::ElasticCursor;
 use super::tree::{self, WriteOutcome};
 use super::{options, check_keys};
-use crate::engine::base::{BaseCursor, BaseShape, BaseStats, BaseStructure, BuildResult, Dir, Entry, EntryRef, MergeResult, ScanRange, VacuumResult};
+use crate::engine::base::{BaseCursor, BaseShape, BaseStats, BaseStructure, BuildResult, Dir, EntryRef, MergeResult, MergeStep, ScanRange, VacuumResult};
 use crate::engine::meta::{BaseInfo, BaseRoots, IndexMeta};
 use crate::keys::IndexDesc;
 use crate::storage::page::{self, PageKind, NO_BLOCK};
@@ -45,10 +45,6 @@ pub static ELASTIC: ElasticBase = ElasticBase;
 fn shape_of(out: &WriteOutcome) -> BaseShape {
     let roots = TreeRoots { tree_meta: out.meta_blk, height: out.stats.height as u32, root: out.root };
     BaseShape { roots: roots.roots(), keys: out.entries, entries: out.entries, pages: out.tree_pages, bytes: 0 }
-}
-
-fn pairs(entries: Vec<Entry>) -> Vec<(Vec<u8>, Tid)> {
-    entries.into_iter().map(|e| (e.key, e.tid)).collect()
 }
 
 impl BaseStructure for ElasticBase {
@@ -98,12 +94,21 @@ impl BaseStructure for ElasticBase {
         index: pg_sys::Relation,
         desc: &Rc<IndexDesc>,
         meta: &IndexMeta,
-        fresh: Vec<Entry>,
+        step: MergeStep<'_>,
         dead: Option<&mut dyn FnMut(Tid) -> bool>,
         _gen: u32,
     ) -> MergeResult {
-        let out = tree::apply_batch(index, desc, meta, &pairs(fresh), false, &mut |_| {});
-        let mut res = MergeResult { shape: shape_of(&out), retired: out.deleted, key_hashes: None, key_fetches: out.key_fetches };
+        // The tree takes the batch in place, in one step.
+        let batch: Vec<(Vec<u8>, Tid)> = step.fresh.iter().map(|e| (e.key.clone(), e.tid)).collect();
+        let out = tree::apply_batch(index, desc, meta, &batch, false, &mut |_| {});
+        let mut res = MergeResult {
+            shape: shape_of(&out),
+            retired: out.deleted,
+            key_hashes: None,
+            key_fetches: out.key_fetches,
+            consumed: step.fresh.len(),
+            next: None,
+        };
         if let Some(dead) = dead {
             // The engine asks for this only after a VACUUM that could not
             // drop dead TIDs in place, which the tree always can; honoured
@@ -184,9 +189,11 @@ impl BaseStructure for ElasticBase {
 
     /// A leaf deleted by an operation that failed before listing it, once
     /// no snapshot can still follow a link to it.
-    unsafe fn is_orphan(&self, p: pg_sys::Page, kind: PageKind, _meta: &IndexMeta) -> bool {
-        kind == PageKind::ElasticDeleted
-            && pg_sys::GlobalVisCheckRemovableFullXid(std::ptr::null_mut(), pg_sys::FullTransactionId { value: page::opaque(p).first_pos })
+    unsafe fn orphan_test<'a>(&'a self, _index: pg_sys::Relation, _meta: &'a IndexMeta) -> Box<dyn FnMut(u32, pg_sys::Page, PageKind) -> bool + 'a> {
+        Box::new(|_blk, p, kind| unsafe {
+            kind == PageKind::ElasticDeleted
+                && pg_sys::GlobalVisCheckRemovableFullXid(std::ptr::null_mut(), pg_sys::FullTransactionId { value: page::opaque(p).first_pos })
+        })
     }
 
     /// Standby queries that read a leaf before it was merged away may still

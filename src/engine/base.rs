@@ -72,17 +72,33 @@ pub struct BuildResult {
     pub freed: Vec<u32>,
 }
 
-/// What a merge of a sorted batch wrote.
+/// One step of a merge: what is left of the sorted batch, and where the
+/// previous step of the same merge stopped.
+#[derive(Clone, Copy)]
+pub struct MergeStep<'a> {
+    /// Sorted by key, then TID; deduplicated.
+    pub fresh: &'a [Entry],
+    /// The key the previous step stopped before; None for the first step.
+    pub from: Option<&'a [u8]>,
+}
+
+/// What one step of a merge wrote.
 pub struct MergeResult {
     pub shape: BaseShape,
-    /// Pages that leave the structure with this merge; the engine lists
-    /// them for recycling under the generation the merge replaces.
+    /// Pages that leave the structure with this step; the engine lists
+    /// them for recycling under the generation the step replaces.
     pub retired: Vec<u32>,
-    /// Hashes of every key of the new structure, when it had them all at
-    /// hand (a unique index's key filter); None drops the filter.
+    /// Hashes of every key of the part of the structure the step covered
+    /// (from `from` to `next`, or to the end), when it had them all at hand
+    /// (a unique index's key filter); None drops the filter.
     pub key_hashes: Option<Vec<u64>>,
     /// Heap reads made to learn keys (structures that store none).
     pub key_fetches: u64,
+    /// How many entries of the step's `fresh` (a prefix) it merged.
+    pub consumed: usize,
+    /// Where the next step starts (its `from`); None when the merge is
+    /// complete.
+    pub next: Option<Vec<u8>>,
 }
 
 /// What VACUUM did to the structure.
@@ -203,15 +219,21 @@ pub trait BaseStructure: Sync {
         progress: &mut dyn FnMut(u64),
     ) -> BuildResult;
 
-    /// A merge: `fresh` (sorted, deduplicated) goes into the structure of
-    /// `meta`, entries whose TID `dead` accepts leave it; the result is
-    /// generation `gen`. The caller holds the maintenance lock exclusively.
+    /// One step of a merge: a prefix of `step.fresh` goes into the
+    /// structure of `meta`, entries whose TID `dead` accepts leave the part
+    /// it covers; the result is generation `gen`. The engine switches to
+    /// each step's result (and may recycle what it retired) before the
+    /// next step, so a structure that rewrites itself in key-range segments
+    /// keeps only one segment doubled at a time. Entries a step merged stay
+    /// in the dynamic stage until the last step (scans return an entry
+    /// present in both stages once), so a merge cut short by a crash is
+    /// simply run again. The caller holds the maintenance lock exclusively.
     unsafe fn merge(
         &self,
         index: pg_sys::Relation,
         desc: &Rc<IndexDesc>,
         meta: &IndexMeta,
-        fresh: Vec<Entry>,
+        step: MergeStep<'_>,
         dead: Option<&mut dyn FnMut(Tid) -> bool>,
         gen: u32,
     ) -> MergeResult;
@@ -242,9 +264,10 @@ pub trait BaseStructure: Sync {
         BaseStats::default()
     }
 
-    /// Whether a page of `kind` that no recycle list names was left behind
-    /// by an operation that crashed (VACUUM's sweep frees it).
-    unsafe fn is_orphan(&self, page: pg_sys::Page, kind: PageKind, meta: &IndexMeta) -> bool;
+    /// VACUUM's sweep (under the maintenance lock): a test of whether a
+    /// page (block, page, kind) that no recycle list names was left behind
+    /// by an operation that crashed, so the sweep frees it.
+    unsafe fn orphan_test<'a>(&'a self, index: pg_sys::Relation, meta: &'a IndexMeta) -> Box<dyn FnMut(u32, pg_sys::Page, PageKind) -> bool + 'a>;
 
     /// Whether standby queries may hold links to retired pages, so their
     /// reuse must cancel queries older than the pages' horizon.

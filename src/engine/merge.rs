@@ -11,7 +11,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use super::ams;
-use super::base::Entry;
+use super::base::{Entry, MergeStep};
 use super::delta;
 use super::meta::{self, BaseInfo, MaintenanceLock};
 use super::predlock;
@@ -55,10 +55,18 @@ pub unsafe fn merge_index(index: pg_sys::Relation, reason: Reason) -> MergeOutco
 
 /// The merge proper; the caller holds the maintenance lock exclusively.
 /// `dead` (VACUUM's callback) drops TIDs from the old static stage on the way.
+///
+/// The base structure works in steps (a segmented structure rewrites one
+/// key-range segment per step); each step is switched to on its own, and
+/// its retired pages are recycled before the next step allocates, so the
+/// file grows by one segment, not by a second copy of the structure. The
+/// batch stays in the dynamic stage until the last step: a scan between
+/// steps meets entries present in both stages and returns them once, and a
+/// merge cut short is run again from the same delta-log position.
 pub unsafe fn merge_locked(
     index: pg_sys::Relation,
     _reason: Reason,
-    dead: Option<&mut dyn FnMut(Tid) -> bool>,
+    mut dead: Option<&mut dyn FnMut(Tid) -> bool>,
 ) -> MergeOutcome {
     let start = Instant::now();
     let desc = index_desc(index);
@@ -79,7 +87,7 @@ pub unsafe fn merge_locked(
     let _running = Running(slot);
 
     recycle_if_safe(index);
-    let m = meta::read(index);
+    let mut m = meta::read(index);
     let (cutoff, _) = delta::end_pos(index, m.delta_tail);
     let (recs, _, _) = delta::read_from(index, m.delta_head, m.base.merged_upto, cutoff);
     let mut fresh: Vec<Entry> = recs.into_iter().map(|r| Entry { key: r.key, tid: r.tid }).collect();
@@ -92,11 +100,6 @@ pub unsafe fn merge_locked(
         return MergeOutcome { merged_entries, static_entries: m.base.entries, millis: 0.0 };
     }
 
-    // Every merge starts a new reader generation: readers registered before
-    // the switch may be on pages this merge retires; readers that start
-    // after it never see them.
-    let gen = m.next_generation;
-    meta::update(index, |mm| mm.next_generation = gen + 1);
     // An index built empty gets its predicate-lock partitions from its
     // first sizeable batch (predlock.rs: the map never changes after).
     let lockmap = if m.lockmap == 0 && predlock::mappable(&desc) && fresh.len() >= predlock::MIN_MAP_ENTRIES {
@@ -105,29 +108,63 @@ pub unsafe fn merge_locked(
     } else {
         m.lockmap
     };
-    let res = ams::base(index).merge(index, &desc, &m, fresh, dead, gen);
-    add_key_fetches(slot, res.key_fetches);
-    let key_filter = if desc.unique && desc.hashable { res.key_hashes.as_deref().and_then(|h| KeyFilter::build(gen, h)) } else { None };
+    let want_filter = desc.unique && desc.hashable;
+    let mut hashes: Option<Vec<u64>> = Some(Vec::new());
+    let mut rest: &[Entry] = &fresh;
+    let mut from: Option<Vec<u8>> = None;
+    loop {
+        // Every step starts a new reader generation: readers registered
+        // before its switch may be on pages it retires; readers that start
+        // after it never see them.
+        let gen = m.next_generation;
+        meta::update(index, |mm| mm.next_generation = gen + 1);
+        let step = MergeStep { fresh: rest, from: from.as_deref() };
+        let dead_now = dead.as_mut().map(|d| &mut **d as &mut dyn FnMut(Tid) -> bool);
+        let res = ams::base(index).merge(index, &desc, &m, step, dead_now, gen);
+        add_key_fetches(slot, res.key_fetches);
+        hashes = match (hashes, res.key_hashes) {
+            (Some(mut all), Some(h)) if want_filter => {
+                all.extend(h);
+                Some(all)
+            }
+            _ => None,
+        };
+        rest = &rest[res.consumed.min(rest.len())..];
+        let last = res.next.is_none();
 
-    // Everything the new generation replaces: retired base pages and fully
-    // merged delta pages, listed as one segment before the switch.
-    let mut retired = res.retired;
-    let (dead_delta, new_head) = delta::pages_below(index, m.delta_head, cutoff);
-    let ndead_delta = dead_delta.len() as u32;
-    retired.extend(dead_delta);
-    let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.base.generation);
-
-    let millis = start.elapsed().as_secs_f64() * 1000.0;
-    let mut new_base = BaseInfo { generation: gen, merged_upto: cutoff, vacuum_epoch: m.base.vacuum_epoch, ..Default::default() };
-    new_base.set_shape(&res.shape);
-    let switch = Switch { new_base, new_head, recycle_head, ndead_delta, millis, key_filter, cutoff, lockmap };
-    switch.apply(index, &desc, slot, &m);
-    // With no reader left on the old generation its pages are free right away.
-    recycle_if_safe(index);
-    MergeOutcome { merged_entries, static_entries: res.shape.entries, millis }
+        let mut new_base = BaseInfo { generation: gen, merged_upto: m.base.merged_upto, vacuum_epoch: m.base.vacuum_epoch, ..Default::default() };
+        new_base.set_shape(&res.shape);
+        let mut retired = res.retired;
+        let millis = start.elapsed().as_secs_f64() * 1000.0;
+        let switch = if last {
+            // The batch leaves the dynamic stage, and the delta pages it
+            // filled retire with this step's pages, as one recycle segment.
+            let key_filter = hashes.as_deref().and_then(|h| KeyFilter::build(gen, h));
+            let (dead_delta, new_head) = delta::pages_below(index, m.delta_head, cutoff);
+            let ndead_delta = dead_delta.len() as u32;
+            retired.extend(dead_delta);
+            new_base.merged_upto = cutoff;
+            let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.base.generation);
+            Switch { new_base, new_head, recycle_head, ndead_delta, millis, key_filter, drained: Some(cutoff), lockmap }
+        } else {
+            let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.base.generation);
+            Switch { new_base, new_head: m.delta_head, recycle_head, ndead_delta: 0, millis, key_filter: None, drained: None, lockmap }
+        };
+        switch.apply(index, &desc, slot, &m);
+        // With no reader left on the old generation its pages are free
+        // right away, for the next step to reuse.
+        recycle_if_safe(index);
+        if last {
+            return MergeOutcome { merged_entries, static_entries: res.shape.entries, millis };
+        }
+        pgrx::check_for_interrupts!();
+        from = res.next;
+        m = meta::read(index);
+    }
 }
 
-/// What a merge switches to, in one WAL record and then in shared memory.
+/// What a merge step switches to, in one WAL record and then in shared
+/// memory.
 struct Switch {
     new_base: BaseInfo,
     new_head: u32,
@@ -135,7 +172,9 @@ struct Switch {
     ndead_delta: u32,
     millis: f64,
     key_filter: Option<super::state::PendingKeyFilter>,
-    cutoff: u64,
+    /// The last step: the delta-log position below which the dynamic
+    /// stage is now merged.
+    drained: Option<u64>,
     lockmap: u32,
 }
 
@@ -162,21 +201,24 @@ impl Switch {
             mm.recycle_head = self.recycle_head;
             mm.recycle_safexid = pg_sys::ReadNextFullTransactionId().value;
         }
-        mm.merges += 1;
-        mm.last_merge_us = (self.millis * 1000.0) as u64;
+        if self.drained.is_some() {
+            mm.merges += 1;
+            mm.last_merge_us = (self.millis * 1000.0) as u64;
+        }
         mm.delta_pages = mm.delta_pages.saturating_sub(self.ndead_delta).max(1);
         store_meta_and_old_horizon(index, &metab, &mm, old_head.as_ref().map(|b| (b, m.recycle_head)), old_safexid);
         drop(old_head);
         {
             let _g = slot.exclusive();
             let st = slot.state();
-            let cutoff = self.cutoff;
-            st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff);
             st.set_base(self.new_base);
             st.lockmap = self.lockmap;
-            st.install_key_filter(self.key_filter);
-            let expected = expected_dynamic(desc, &self.new_base, index);
-            st.rebuild_bloom(desc, expected);
+            if let Some(cutoff) = self.drained {
+                st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff);
+                st.install_key_filter(self.key_filter);
+                let expected = expected_dynamic(desc, &self.new_base, index);
+                st.rebuild_bloom(desc, expected);
+            }
         }
         drop(metab);
     }

@@ -343,11 +343,12 @@ unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
         let (full, from_blk, from_pos) = {
             let _g = slot.shared();
             let st = &slot.state();
+            // A merge step that is not the last changes only the base
+            // (generation and roots): the dynamic stage stays as it is.
             let same = st.synced_in_recovery
-                && st.base.generation == m.base.generation
                 && st.base.vacuum_epoch == m.base.vacuum_epoch
                 && st.base.merged_upto == m.base.merged_upto;
-            if same && st.applied_upto >= end {
+            if same && st.base.generation == m.base.generation && st.applied_upto >= end {
                 return;
             }
             if same {
@@ -367,8 +368,11 @@ unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
             st.tree.clear(&mut ArenaPool);
             st.set_base(m.base);
             st.lockmap = m.lockmap;
-        } else if st.applied_upto != from_pos || st.base.generation != m.base.generation {
+        } else if st.applied_upto != from_pos || st.base.vacuum_epoch != m.base.vacuum_epoch || st.base.merged_upto != m.base.merged_upto {
             continue; // another backend synced meanwhile
+        } else if st.base.generation != m.base.generation {
+            st.set_base(m.base);
+            st.lockmap = m.lockmap;
         }
         for r in &recs {
             if !st.insert(desc, &r.key, r.tid, r.pos) {

@@ -178,6 +178,7 @@ unsafe fn sweep(index: pg_sys::Relation) -> (Vec<u32>, Vec<u32>) {
     }
     let mut free = Vec::new();
     let mut orphans = Vec::new();
+    let mut is_orphan = base.orphan_test(index, &m);
     let n = nblocks(index);
     for blk in 1..n {
         pg_sys::vacuum_delay_point();
@@ -203,7 +204,7 @@ unsafe fn sweep(index: pg_sys::Relation) -> (Vec<u32>, Vec<u32>) {
                 }
             }
             kind => {
-                if !listed.contains(&blk) && base.is_orphan(p, kind, &m) {
+                if !listed.contains(&blk) && is_orphan(blk, p, kind) {
                     orphans.push(blk);
                 }
             }

@@ -1,6 +1,7 @@
 //! hybrid_btree's `BaseCursor`: a position (entry, TID of its posting list)
-//! in a copied static leaf; moving past a leaf end loads its sibling. The
-//! engine checks range ends and conditions.
+//! in a copied static leaf; moving past a leaf end loads its neighbour
+//! through the path of inner pages it descended (static pages have no
+//! sibling links). The engine checks range ends and conditions.
 
 use std::cmp::Ordering;
 use std::rc::Rc;
@@ -9,7 +10,7 @@ use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 
 use super::stage::Stage;
-use super::static_io::{self, LeafData};
+use super::static_io::{self, Descent, LeafData, PathStep};
 use crate::engine::base::{BaseCursor, Dir, ScanRange};
 use crate::keys::IndexDesc;
 use crate::storage::page::NO_BLOCK;
@@ -19,6 +20,8 @@ pub struct HybridCursor {
     desc: Rc<IndexDesc>,
     stage: Stage,
     leaf: Option<LeafData>,
+    /// Inner pages from the root to `leaf`, with the child taken at each.
+    path: Vec<PathStep>,
     /// Entry and TID position in `leaf`; `ti == isize::MAX` is "the last
     /// TID of the entry" (moving backwards into an entry).
     ei: isize,
@@ -28,7 +31,14 @@ pub struct HybridCursor {
 
 impl HybridCursor {
     pub fn new(index: pg_sys::Relation, desc: Rc<IndexDesc>, stage: Stage) -> HybridCursor {
-        HybridCursor { index, desc, stage, leaf: None, ei: 0, ti: 0, done: true }
+        HybridCursor { index, desc, stage, leaf: None, path: Vec::new(), ei: 0, ti: 0, done: true }
+    }
+
+    /// Descends from the root and loads the leaf `how` leads to.
+    unsafe fn descend(&mut self, mut how: Descent) -> LeafData {
+        self.path.clear();
+        let blk = static_io::descend_from(self.index, &self.stage, self.stage.root, &mut how, &mut self.path);
+        static_io::load_leaf(self.index, blk, &self.stage)
     }
 
     fn step_entry(&mut self, dir: Dir) {
@@ -64,11 +74,10 @@ impl HybridCursor {
                 continue;
             }
             if self.ei >= len || self.ei < 0 {
-                let next = if dir == Dir::Fwd { leaf.right } else { leaf.left };
-                if next == NO_BLOCK {
+                let Some(next) = static_io::sibling_leaf(self.index, &self.stage, &mut self.path, dir == Dir::Fwd) else {
                     self.done = true;
                     return;
-                }
+                };
                 let l = static_io::load_leaf(self.index, next, &self.stage);
                 self.ei = if dir == Dir::Fwd { 0 } else { l.len() as isize - 1 };
                 self.ti = if dir == Dir::Fwd { 0 } else { isize::MAX };
@@ -99,23 +108,21 @@ impl BaseCursor for HybridCursor {
         match dir {
             Dir::Fwd => {
                 let lower = range.lower;
-                let blk = if lower.is_empty() {
-                    self.stage.first_leaf
+                let mut leaf = if lower.is_empty() {
+                    self.descend(Descent::Leftmost)
                 } else {
-                    static_io::descend(self.index, &self.stage, &mut |k| desc.compare_prefix(k, lower), false)
+                    self.descend(Descent::FirstGe(&mut |k| desc.compare_prefix(k, lower)))
                 };
-                let mut leaf = static_io::load_leaf(self.index, blk, &self.stage);
                 let ei = if lower.is_empty() { 0 } else { leaf.seek(|k| desc.compare_prefix(k, lower)) };
                 self.leaf = Some(leaf);
                 self.ei = ei as isize;
                 self.ti = 0;
             }
             Dir::Bwd => {
-                let blk = match range.upper {
-                    None => self.stage.last_leaf,
-                    Some(u) => static_io::descend(self.index, &self.stage, &mut |k| desc.compare_prefix(k, u), true),
+                let leaf = match range.upper {
+                    None => self.descend(Descent::Rightmost),
+                    Some(u) => self.descend(Descent::LastLe(&mut |k| desc.compare_prefix(k, u))),
                 };
-                let leaf = static_io::load_leaf(self.index, blk, &self.stage);
                 let n = match range.upper {
                     None => leaf.len(),
                     Some(u) => leaf.seek_after(|k| desc.compare_prefix(k, u)),
@@ -134,8 +141,8 @@ impl BaseCursor for HybridCursor {
         }
         self.done = false;
         let desc = self.desc.clone();
-        let blk = static_io::descend(self.index, &self.stage, &mut |k| desc.compare(k, key), dir == Dir::Bwd);
-        let mut leaf = static_io::load_leaf(self.index, blk, &self.stage);
+        let mut cmp = |k: &[u8]| desc.compare(k, key);
+        let mut leaf = self.descend(if dir == Dir::Bwd { Descent::LastLe(&mut cmp) } else { Descent::FirstGe(&mut cmp) });
         // Flatten the position search over (entry, tid).
         let ei = leaf.seek(|k| desc.compare(k, key));
         let (ei, ti) = if ei < leaf.len() && desc.compare(&leaf.get(ei).0, key) == Ordering::Equal {

@@ -2,18 +2,19 @@
 //! 100%-full leaves with front-coded keys and posting lists, optionally
 //! LZ4), rewritten whole by each merge beside the old one (merge-all).
 
+use std::cell::Cell;
 use std::cmp::Ordering;
 use std::collections::HashSet;
 use std::ffi::CStr;
 use std::rc::Rc;
 
-use pg_hybrid_core::static_stage::{FormatError, InnerView, LeafView};
+use pg_hybrid_core::static_stage::{fresh_in_segment, plan_segment, FormatError, InnerView, LeafView, SegmentInput};
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 
 use super::cursor::HybridCursor;
 use super::{options, static_io};
-use crate::engine::base::{BaseCursor, BaseShape, BaseStructure, BuildResult, Entry, EntryRef, MergeResult, VacuumResult};
+use crate::engine::base::{BaseCursor, BaseShape, BaseStructure, BuildResult, Entry, EntryRef, MergeResult, MergeStep, VacuumResult};
 use crate::engine::meta::{BaseInfo, BaseRoots, IndexMeta};
 use crate::engine::stats::fail;
 use crate::keys::IndexDesc;
@@ -84,48 +85,121 @@ impl BaseStructure for HybridStage {
         BuildResult { shape: shape_of(&res, gen, compress), freed: Vec::new() }
     }
 
+    /// One segment per step (module `core::static_stage::segment`): the
+    /// leaves the smallest fresh key falls into and their neighbours up to
+    /// a segment's length are rewritten with the fresh entries of their key
+    /// range; every other leaf stays; the inner levels are written anew
+    /// over the result. An empty or one-leaf stage, a change of leaf format
+    /// and a merge that drops dead TIDs walk every leaf.
     unsafe fn merge(
         &self,
         index: pg_sys::Relation,
         desc: &Rc<IndexDesc>,
         meta: &IndexMeta,
-        fresh: Vec<Entry>,
+        step: MergeStep<'_>,
         mut dead: Option<&mut dyn FnMut(Tid) -> bool>,
         gen: u32,
     ) -> MergeResult {
         let old = Stage::of(&meta.base);
         let compress = options::compression_lz4(index);
-        let mut old_iter = if old.root == NO_BLOCK { None } else { Some(static_io::StageIter::new(index, &old)) };
-        // Merge as (key, TID) pairs in index order, then group byte-equal
-        // neighbours into posting lists: keys that compare equal with
-        // different bytes (numeric 1 vs 1.0) stay separate entries, still in
-        // TID order.
-        let old_pairs = old_iter.as_mut().into_iter().flatten().flat_map(|(k, tids)| {
-            let k = Rc::new(k);
-            tids.into_iter().map(move |t| (k.clone(), t))
-        });
-        let old_pairs = old_pairs.filter(|(_, t)| match dead.as_mut() {
-            Some(d) => !d(*t),
-            None => true,
-        });
-        let fresh_pairs = fresh.into_iter().map(|e| (Rc::new(e.key), e.tid));
-        let merged = Regroup { pairs: MergePairs { a: old_pairs.peekable(), b: fresh_pairs.peekable(), desc }, pending: None };
-        // A unique index gets a filter over the new stage's keys, from the
-        // same stream.
         let want_hashes = desc.unique && desc.hashable;
         let mut hashes: Vec<u64> = Vec::new();
-        let mut stream = merged.inspect(|(k, _)| {
+        let mut cmp = |a: &[u8], b: &[u8]| desc.compare(a, b);
+
+        if old.root == NO_BLOCK || old.height == 1 {
+            // Nothing worth segmenting: one step writes the whole stage.
+            let map = static_io::stage_map(index, &old);
+            let old_leaves: Vec<u32> = map.leaves.iter().map(|l| l.blk).collect();
+            let counts = Counts::default();
+            let mut stream = merged_stream(index, &old, old_leaves, step.fresh, dead.as_deref_mut(), desc, &counts).inspect(|(k, _)| {
+                if want_hashes {
+                    hashes.extend(desc.key_hash(k));
+                }
+            });
+            let res = static_io::write_stage(index, &mut stream, gen, compress, &mut |_| {});
+            drop(stream);
+            return MergeResult {
+                shape: shape_of(&res, gen, compress),
+                retired: map.blocks(),
+                key_hashes: want_hashes.then_some(hashes),
+                key_fetches: 0,
+                consumed: step.fresh.len(),
+                next: None,
+            };
+        }
+
+        let map = static_io::stage_map(index, &old);
+        let seps: Vec<&[u8]> = map.leaves.iter().map(|l| &l.sep[..]).collect();
+        let n = seps.len();
+        let start = step.from.map(|b| seps.partition_point(|s| cmp(s, b) == Ordering::Less)).unwrap_or(0);
+        let rewrite_all = dead.is_some() || compress != old.compressed;
+        let input = SegmentInput {
+            seps: &seps,
+            start,
+            first_fresh: step.fresh.first().map(|e| &e.key[..]),
+            rewrite_all,
+            segment_leaves: (n / SEGMENTS_PER_STAGE).max(MIN_SEGMENT_LEAVES),
+        };
+        let mut last_key = |i: usize| -> Option<Vec<u8>> {
+            // The last key of the nearest non-empty leaf at or before i
+            // (VACUUM may have emptied some).
+            (0..=i).rev().take(64).find_map(|j| static_io::leaf_last_key(index, map.leaves[j].blk, &old))
+        };
+        let Some(seg) = plan_segment(&input, &mut cmp, &mut last_key) else {
+            // Nothing left in range: the step changes nothing but the
+            // generation (the engine still switches to it).
+            let b = &meta.base;
+            let shape = BaseShape { roots: Stage { generation: gen, ..old }.roots(), keys: b.keys, entries: b.entries, pages: b.pages, bytes: b.bytes };
+            return MergeResult { shape, retired: Vec::new(), key_hashes: None, key_fetches: 0, consumed: 0, next: None };
+        };
+        let consumed = fresh_in_segment(&seps, seg.end, step.fresh, |e| &e.key[..], &mut cmp);
+        let seg_blocks: Vec<u32> = map.leaves[seg.first..seg.end].iter().map(|l| l.blk).collect();
+        let counts = Counts::default();
+        let old_bytes = static_io::body_bytes(index, &seg_blocks);
+        let mut stream = merged_stream(index, &old, seg_blocks.clone(), &step.fresh[..consumed], dead.as_deref_mut(), desc, &counts).inspect(|(k, _)| {
             if want_hashes {
                 hashes.extend(desc.key_hash(k));
             }
         });
-        let res = static_io::write_stage(index, &mut stream, gen, compress, &mut |_| {});
+        let written = static_io::write_leaves(index, &mut stream, gen, compress);
         drop(stream);
+
+        let mut children: Vec<(Vec<u8>, u32)> = Vec::with_capacity(n + written.leaves.len());
+        children.extend(map.leaves[..seg.first].iter().map(|l| (l.sep.clone(), l.blk)));
+        let nwritten = written.leaves.len() as u64;
+        children.extend(written.leaves);
+        children.extend(map.leaves[seg.end..].iter().map(|l| (l.sep.clone(), l.blk)));
+        let rest_consumed = consumed == step.fresh.len();
+        let next = (seg.end < n && (rewrite_all || !rest_consumed)).then(|| seps[seg.end].to_vec());
+        let mut retired = map.blocks_of(seg.first..seg.end);
+        if children.is_empty() {
+            // Every entry died: the stage becomes one empty leaf.
+            let res = static_io::write_stage(index, &mut std::iter::empty(), gen, compress, &mut |_| {});
+            retired = map.blocks();
+            return MergeResult { shape: shape_of(&res, gen, compress), retired, key_hashes: None, key_fetches: 0, consumed, next: None };
+        }
+        let (first_leaf, last_leaf) = (children[0].1, children.last().unwrap().1);
+        let inner = static_io::write_inner(index, children, gen);
+        let stage = Stage { generation: gen, root: inner.root, height: inner.height, first_leaf, last_leaf, compressed: compress };
+        let b = &meta.base;
+        let shape = BaseShape {
+            roots: stage.roots(),
+            keys: (b.keys + written.nkeys).saturating_sub(counts.keys.get()),
+            entries: (b.entries + written.ntids).saturating_sub(counts.tids.get()),
+            pages: (b.pages + nwritten + inner.ninner).saturating_sub(seg_blocks.len() as u64 + map.inner.len() as u64),
+            bytes: (b.bytes + written.body_bytes + inner.body_bytes).saturating_sub(old_bytes + map.inner_bytes),
+        };
+        retired.extend_from_slice(&map.inner);
+        // Keys of the segment only: complete for the stage when the steps
+        // together cover every leaf.
+        let covered = seg.first == start && (seg.end == n || next.is_some());
         MergeResult {
-            shape: shape_of(&res, gen, compress),
-            retired: static_io::stage_blocks(index, &old),
-            key_hashes: want_hashes.then_some(hashes),
+            shape,
+            retired,
+            key_hashes: (want_hashes && covered).then_some(hashes),
             key_fetches: 0,
+            consumed,
+            next,
         }
     }
 
@@ -137,8 +211,8 @@ impl BaseStructure for HybridStage {
         let mut removed = 0u64;
         let mut kept = 0u64;
         let mut need_merge = false;
-        let mut blk = if stage.root == NO_BLOCK { NO_BLOCK } else { stage.first_leaf };
-        while blk != NO_BLOCK {
+        let leaves = static_io::stage_map(index, &stage).leaves;
+        for blk in leaves.iter().map(|l| l.blk) {
             pg_sys::vacuum_delay_point();
             let b = Buf::read(index, blk, Lock::Cleanup);
             page::check_page(index, blk, b.page(), &[PageKind::StaticLeaf]);
@@ -163,7 +237,6 @@ impl BaseStructure for HybridStage {
                 }
                 Err(e) => page::corrupted(&page::rel_name(index), blk, &format!("{e:?}")),
             }
-            blk = page::opaque(b.page()).right;
         }
 
         VacuumResult { removed, kept, need_merge, shape: None, retired: Vec::new(), key_fetches: 0 }
@@ -177,11 +250,56 @@ impl BaseStructure for HybridStage {
         verify_static(index, desc, &Stage::of(&meta.base), &page::rel_name(index), all)
     }
 
-    /// Static pages of another generation that no recycle list names were
-    /// written by a merge that crashed before its switch.
-    unsafe fn is_orphan(&self, p: pg_sys::Page, kind: PageKind, meta: &IndexMeta) -> bool {
-        matches!(kind, PageKind::StaticLeaf | PageKind::StaticInner) && page::opaque(p).generation != meta.base.generation
+    /// Static pages that neither the stage nor a recycle list holds were
+    /// written by a merge step that crashed before its switch (a stage
+    /// holds pages of many generations, so only reachability tells).
+    unsafe fn orphan_test<'a>(&'a self, index: pg_sys::Relation, meta: &'a IndexMeta) -> Box<dyn FnMut(u32, pg_sys::Page, PageKind) -> bool + 'a> {
+        let live: HashSet<u32> = static_io::stage_blocks(index, &Stage::of(&meta.base)).into_iter().collect();
+        Box::new(move |blk, _p, kind| matches!(kind, PageKind::StaticLeaf | PageKind::StaticInner) && !live.contains(&blk))
     }
+}
+
+/// A stage is merged in about this many steps (segments)...
+const SEGMENTS_PER_STAGE: usize = 32;
+/// ...of at least this many leaves (512 KB of plain leaves): fewer, larger
+/// steps for small stages, since each step rewrites the inner levels.
+const MIN_SEGMENT_LEAVES: usize = 64;
+
+/// What a merge step read from the old leaves of its segment.
+#[derive(Default)]
+struct Counts {
+    keys: Cell<u64>,
+    tids: Cell<u64>,
+}
+
+/// The entries of the old `leaves` (without TIDs `dead` accepts) merged
+/// with `fresh`, as (key, TIDs) in index order: byte-equal neighbours
+/// grouped into posting lists; keys that compare equal with different bytes
+/// (numeric 1 vs 1.0) stay separate entries, still in TID order.
+fn merged_stream<'a, 'd: 'a>(
+    index: pg_sys::Relation,
+    old: &Stage,
+    leaves: Vec<u32>,
+    fresh: &'a [Entry],
+    mut dead: Option<&'a mut (dyn FnMut(Tid) -> bool + 'd)>,
+    desc: &'a IndexDesc,
+    counts: &'a Counts,
+) -> Box<dyn Iterator<Item = (Vec<u8>, Vec<Tid>)> + 'a> {
+    let old_pairs = unsafe { static_io::StageIter::new(index, old, leaves) }
+        .inspect(move |(_, tids)| {
+            counts.keys.set(counts.keys.get() + 1);
+            counts.tids.set(counts.tids.get() + tids.len() as u64);
+        })
+        .flat_map(|(k, tids)| {
+            let k = Rc::new(k);
+            tids.into_iter().map(move |t| (k.clone(), t))
+        })
+        .filter(move |(_, t)| match dead.as_mut() {
+            Some(d) => !d(*t),
+            None => true,
+        });
+    let fresh_pairs = fresh.iter().map(|e| (Rc::new(e.key.clone()), e.tid));
+    Box::new(Regroup { pairs: MergePairs { a: old_pairs.peekable(), b: fresh_pairs.peekable(), desc }, pending: None })
 }
 
 /// Groups equal keys of a sorted build stream into (key, TIDs).
@@ -201,7 +319,7 @@ impl Iterator for Grouped<'_, '_> {
     }
 }
 
-/// Walks leaves and inner levels; returns the number of TIDs.
+/// Walks the inner levels and the leaves; returns the number of TIDs.
 unsafe fn verify_static(
     rel: pg_sys::Relation,
     desc: &IndexDesc,
@@ -212,12 +330,11 @@ unsafe fn verify_static(
     if stage.root == NO_BLOCK {
         return 0;
     }
+    let map = static_io::stage_map(rel, stage);
     let mut prev: Option<(Vec<u8>, Tid)> = None;
-    let mut blk = stage.first_leaf;
-    let mut left = NO_BLOCK;
     let mut ntids = 0u64;
-    let mut last = NO_BLOCK;
-    while blk != NO_BLOCK {
+    for (i, l) in map.leaves.iter().enumerate() {
+        let blk = l.blk;
         {
             let b = Buf::read(rel, blk, Lock::Share);
             let body = static_io::leaf_body(rel, blk, b.page());
@@ -225,12 +342,14 @@ unsafe fn verify_static(
             v.verify(|a, b| desc.compare(a, b)).unwrap_or_else(|e| fail(name, format!("leaf {blk}: {e:?}")));
         }
         let leaf = static_io::load_leaf(rel, blk, stage);
-        if leaf.left != left {
-            fail(name, format!("leaf {blk} has left link {} instead of {left}", leaf.left));
-        }
-        for (k, tids) in &leaf.decode_all() {
+        for (j, (k, tids)) in leaf.decode_all().iter().enumerate() {
             if desc.schema.split(k).is_err() {
                 fail(name, format!("leaf {blk} holds a malformed key"));
+            }
+            // Search relies on it: no entry below its leaf's separator
+            // (the first leaf's is never compared).
+            if j == 0 && i > 0 && desc.compare(k, &l.sep) == Ordering::Less {
+                fail(name, format!("leaf {blk} holds a key below its separator"));
             }
             for &t in tids {
                 if let Some((pk, pt)) = &prev {
@@ -245,52 +364,35 @@ unsafe fn verify_static(
                 }
             }
         }
-        left = blk;
-        last = blk;
-        blk = leaf.right;
     }
-    if last != stage.last_leaf {
-        fail(name, format!("last leaf is {last}, metapage says {}", stage.last_leaf));
+    if map.leaves.first().map(|l| l.blk) != Some(stage.first_leaf) || map.leaves.last().map(|l| l.blk) != Some(stage.last_leaf) {
+        fail(name, format!("first and last leaves are not {} and {} as the metapage says", stage.first_leaf, stage.last_leaf));
     }
-    // Inner pages: each separator must not exceed its child's first key.
-    let mut level_blk = stage.root;
-    loop {
-        let b = Buf::read(rel, level_blk, Lock::Share);
-        if page::opaque(b.page()).kind == PageKind::StaticLeaf as u8 {
-            break;
-        }
-        drop(b);
-        let mut blk = level_blk;
-        let mut first_child = NO_BLOCK;
-        while blk != NO_BLOCK {
-            let b = Buf::read(rel, blk, Lock::Share);
-            page::check_page(rel, blk, b.page(), &[PageKind::StaticInner]);
-            let view = InnerView::parse(page::body(b.page())).unwrap_or_else(|e| fail(name, format!("inner page {blk}: {e:?}")));
-            for i in 0..view.nchildren() {
-                let child = view.child(i);
-                if first_child == NO_BLOCK {
-                    first_child = child;
-                }
-                let sep = view.sep(i).unwrap_or_else(|e| fail(name, format!("inner page {blk}: {e:?}")));
-                let cb = Buf::read(rel, child, Lock::Share);
-                let cp = cb.page();
-                let first: Option<Vec<u8>> = if page::opaque(cp).kind == PageKind::StaticLeaf as u8 {
-                    let body = static_io::leaf_body(rel, child, cp);
-                    let v = LeafView::parse(&body).unwrap_or_else(|e| fail(name, format!("leaf {child}: {e:?}")));
-                    if v.nkeys() > 0 { Some(v.entry(0).unwrap_or_else(|e| fail(name, format!("leaf {child}: {e:?}"))).0) } else { None }
-                } else {
-                    let v = InnerView::parse(page::body(cp)).unwrap_or_else(|e| fail(name, format!("inner {child}: {e:?}")));
-                    Some(v.sep(0).unwrap_or_else(|e| fail(name, format!("inner {child}: {e:?}"))))
-                };
-                if let Some(f) = first {
-                    if i > 0 && desc.compare(&sep, &f) == Ordering::Greater {
-                        fail(name, format!("separator {i} of inner page {blk} exceeds the first key of child {child}"));
-                    }
+    // Inner pages: separators in order, each no greater than the first key
+    // of the child's subtree.
+    for &blk in &map.inner {
+        let b = Buf::read(rel, blk, Lock::Share);
+        let view = InnerView::parse(page::body(b.page())).unwrap_or_else(|e| fail(name, format!("inner page {blk}: {e:?}")));
+        view.verify(|a, b| desc.compare(a, b)).unwrap_or_else(|e| fail(name, format!("inner page {blk}: {e:?}")));
+        for i in 1..view.nchildren() {
+            let child = view.child(i);
+            let sep = view.sep(i).unwrap_or_else(|e| fail(name, format!("inner page {blk}: {e:?}")));
+            let cb = Buf::read(rel, child, Lock::Share);
+            let cp = cb.page();
+            let first: Option<Vec<u8>> = if page::opaque(cp).kind == PageKind::StaticLeaf as u8 {
+                let body = static_io::leaf_body(rel, child, cp);
+                let v = LeafView::parse(&body).unwrap_or_else(|e| fail(name, format!("leaf {child}: {e:?}")));
+                if v.nkeys() > 0 { Some(v.entry(0).unwrap_or_else(|e| fail(name, format!("leaf {child}: {e:?}"))).0) } else { None }
+            } else {
+                let v = InnerView::parse(page::body(cp)).unwrap_or_else(|e| fail(name, format!("inner {child}: {e:?}")));
+                Some(v.sep(0).unwrap_or_else(|e| fail(name, format!("inner {child}: {e:?}"))))
+            };
+            if let Some(f) = first {
+                if desc.compare(&sep, &f) == Ordering::Greater {
+                    fail(name, format!("separator {i} of inner page {blk} exceeds the first key of child {child}"));
                 }
             }
-            blk = page::opaque(b.page()).right;
         }
-        level_blk = first_child;
     }
     ntids
 }

@@ -22,8 +22,8 @@ use crate::storage::wal::WalRecord;
 /// the whole leaf.
 pub struct LeafData {
     pub blk: u32,
-    pub left: u32,
-    pub right: u32,
+    /// Generation of the stage the leaf was reached through.
+    gen: u32,
     rel: pg_sys::Relation,
     /// Pinned for as long as the scan is on this leaf; VACUUM takes a
     /// cleanup lock, so the page cannot change while we hold the pin.
@@ -64,14 +64,19 @@ impl LeafData {
             }
             let f = f.expect("not consumed by a cache miss");
             let body = lz.local.get_or_init(|| unsafe {
-                // Evicted since load: the pin keeps the page as it was.
+                // Evicted since load: on a primary the pin and the reader
+                // registration keep the page as it was; a standby's replay
+                // may have reused it, which the check catches.
                 let l = self.pin.share();
+                check_static(self.rel, self.blk, l.page(), self.gen, &[PageKind::StaticLeaf]);
                 decompress(self.rel, self.blk, l.page(), lz.key.as_ref())
             });
             return f(self.parse(body));
         }
         unsafe {
             let l = self.pin.share();
+            // A standby's replay may reuse a page a query still pins.
+            check_static(self.rel, self.blk, l.page(), self.gen, &[PageKind::StaticLeaf]);
             let body = page::body(l.page());
             let r = f(self.parse(body));
             drop(l);
@@ -149,14 +154,17 @@ unsafe fn stale_page(rel: pg_sys::Relation, blk: u32, what: &str) -> ! {
     page::corrupted(&page::rel_name(rel), blk, what)
 }
 
-/// Checks a static page belongs to the stage `gen`.
+/// Checks a static page can belong to the stage `gen`: segmented merges
+/// keep the leaves they do not touch, so a stage holds pages of its own
+/// generation and older ones; a page written after `gen` was reused after
+/// the stage retired it.
 unsafe fn check_static(rel: pg_sys::Relation, blk: u32, p: pg_sys::Page, gen: u32, kinds: &[PageKind]) {
     let hdr = p as *const pg_sys::PageHeaderData;
     let ours = !pg_sys::PageIsNew(p)
         && (*hdr).pd_special as usize == page::BLCKSZ - page::SPECIAL_SIZE
         && page::opaque(p).magic == page::PAGE_MAGIC;
-    if ours && page::opaque(p).generation != gen {
-        stale_page(rel, blk, "static page of another generation");
+    if ours && page::opaque(p).generation > gen {
+        stale_page(rel, blk, "static page written after this stage");
     }
     if ours && !kinds.contains(&PageKind::from_u8(page::opaque(p).kind).unwrap_or(PageKind::Free)) {
         stale_page(rel, blk, "page is no longer part of the static stage");
@@ -191,7 +199,6 @@ pub unsafe fn load_leaf(rel: pg_sys::Relation, blk: u32, stage: &Stage) -> LeafD
     let b = Buf::read(rel, blk, Lock::Share);
     let p = b.page();
     check_static(rel, blk, p, stage.generation, &[PageKind::StaticLeaf]);
-    let op = *page::opaque(p);
     let raw = page::body(p);
     let bad = |e: ss::FormatError| -> ! { page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")) };
     let (lz4, nkeys) = if raw.first() == Some(&ss::FORMAT_LEAF_LZ4) {
@@ -212,8 +219,7 @@ pub unsafe fn load_leaf(rel: pg_sys::Relation, blk: u32, stage: &Stage) -> LeafD
     };
     LeafData {
         blk,
-        left: op.left,
-        right: op.right,
+        gen: stage.generation,
         rel,
         pin: b.into_pin(),
         lz4,
@@ -224,16 +230,31 @@ pub unsafe fn load_leaf(rel: pg_sys::Relation, blk: u32, stage: &Stage) -> LeafD
     }
 }
 
-/// Descends to the leaf where a search for `cmp` (stored.cmp(bound)) starts:
-/// `last_le` false finds the leaf holding the first entry >= bound, true the
-/// leaf holding the last entry <= bound.
-pub unsafe fn descend(
-    rel: pg_sys::Relation,
-    stage: &Stage,
-    cmp: &mut dyn FnMut(&[u8]) -> Ordering,
-    last_le: bool,
-) -> u32 {
-    let mut blk = stage.root;
+/// One inner page on the way from the root to a leaf, and the child taken.
+/// Static pages have no sibling links (a segmented merge keeps pages whose
+/// neighbours it replaces): a cursor moves to the next leaf through the
+/// path it descended.
+#[derive(Clone, Copy, Debug)]
+pub struct PathStep {
+    pub blk: u32,
+    pub child: usize,
+}
+
+/// Where a descent goes at each inner page.
+pub enum Descent<'a> {
+    /// The child where a search for the first entry >= bound starts
+    /// (`cmp` = stored.cmp(bound)).
+    FirstGe(&'a mut dyn FnMut(&[u8]) -> Ordering),
+    /// The child holding the last entry <= bound.
+    LastLe(&'a mut dyn FnMut(&[u8]) -> Ordering),
+    Leftmost,
+    Rightmost,
+}
+
+/// Descends from `from` (the root, or an inner page of a path) to a leaf,
+/// pushing the inner pages passed onto `path`; returns the leaf.
+pub unsafe fn descend_from(rel: pg_sys::Relation, stage: &Stage, from: u32, how: &mut Descent, path: &mut Vec<PathStep>) -> u32 {
+    let mut blk = from;
     for _ in 0..64 {
         let b = Buf::read(rel, blk, Lock::Share);
         let p = b.page();
@@ -243,61 +264,144 @@ pub unsafe fn descend(
         }
         let view = InnerView::parse(page::body(p))
             .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
-        if view.nchildren() == 0 {
+        let n = view.nchildren();
+        if n == 0 {
             page::corrupted(&page::rel_name(rel), blk, "inner page without children");
         }
-        let i = if last_le { view.find_child_le(&mut *cmp) } else { view.find_child(&mut *cmp) }
-            .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
+        let i = match how {
+            Descent::FirstGe(cmp) => view.find_child(&mut **cmp),
+            Descent::LastLe(cmp) => view.find_child_le(&mut **cmp),
+            Descent::Leftmost => Ok(0),
+            Descent::Rightmost => Ok(n - 1),
+        }
+        .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
+        path.push(PathStep { blk, child: i });
         blk = view.child(i);
     }
     page::corrupted(&page::rel_name(rel), blk, "static stage deeper than 64 levels")
 }
 
-/// Every block of a static stage (inner levels and leaves).
-pub unsafe fn stage_blocks(rel: pg_sys::Relation, stage: &Stage) -> Vec<u32> {
-    let mut out = Vec::new();
-    if stage.root == NO_BLOCK {
-        return out;
+/// The leaf after (`forward`) or before the one `path` leads to, with
+/// `path` updated to lead to it; None at the end of the stage.
+pub unsafe fn sibling_leaf(rel: pg_sys::Relation, stage: &Stage, path: &mut Vec<PathStep>, forward: bool) -> Option<u32> {
+    while let Some(step) = path.last().copied() {
+        let b = Buf::read(rel, step.blk, Lock::Share);
+        let p = b.page();
+        check_static(rel, step.blk, p, stage.generation, &[PageKind::StaticInner]);
+        let view = InnerView::parse(page::body(p))
+            .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), step.blk, &format!("{e:?}")));
+        let next = if forward { step.child + 1 } else { step.child.wrapping_sub(1) };
+        if next < view.nchildren() {
+            path.last_mut().unwrap().child = next;
+            let child = view.child(next);
+            drop(b);
+            let mut how = if forward { Descent::Leftmost } else { Descent::Rightmost };
+            return Some(descend_from(rel, stage, child, &mut how, path));
+        }
+        path.pop();
     }
-    let mut level_start = stage.root;
-    loop {
-        let mut blk = level_start;
-        let mut next_level = NO_BLOCK;
-        let mut is_leaf = false;
-        while blk != NO_BLOCK {
+    None
+}
+
+/// A leaf of a stage and its separator: the first key it held when the
+/// inner level above it was written (no entry of the leaf is smaller).
+#[derive(Clone, Debug)]
+pub struct LeafRef {
+    pub sep: Vec<u8>,
+    pub blk: u32,
+}
+
+/// The pages of a stage: its inner pages, and its leaves in key order.
+pub struct StageMap {
+    pub inner: Vec<u32>,
+    /// Body bytes of the inner pages.
+    pub inner_bytes: u64,
+    pub leaves: Vec<LeafRef>,
+}
+
+impl StageMap {
+    pub fn blocks(&self) -> Vec<u32> {
+        self.inner.iter().copied().chain(self.leaves.iter().map(|l| l.blk)).collect()
+    }
+
+    /// The blocks of leaves `range`.
+    pub fn blocks_of(&self, range: std::ops::Range<usize>) -> Vec<u32> {
+        self.leaves[range].iter().map(|l| l.blk).collect()
+    }
+}
+
+/// Body bytes in use on `blocks`.
+pub unsafe fn body_bytes(rel: pg_sys::Relation, blocks: &[u32]) -> u64 {
+    blocks
+        .iter()
+        .map(|&blk| {
+            let b = Buf::read(rel, blk, Lock::Share);
+            page::opaque(b.page()).body_len as u64
+        })
+        .sum()
+}
+
+/// The last key of leaf `blk` of `stage`; None when the leaf is empty.
+pub unsafe fn leaf_last_key(rel: pg_sys::Relation, blk: u32, stage: &Stage) -> Option<Vec<u8>> {
+    let leaf = load_leaf(rel, blk, stage);
+    leaf.with_view(|v| v.last_key().unwrap_or_else(|e| leaf.bad(e)))
+}
+
+/// Reads the inner levels of a stage, level by level from the root (they
+/// are about one page in several hundred).
+pub unsafe fn stage_map(rel: pg_sys::Relation, stage: &Stage) -> StageMap {
+    let mut map = StageMap { inner: Vec::new(), inner_bytes: 0, leaves: Vec::new() };
+    if stage.root == NO_BLOCK {
+        return map;
+    }
+    let bad = |blk: u32, e: ss::FormatError| -> ! { page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")) };
+    let mut level: Vec<u32> = vec![stage.root];
+    for _ in 0..64 {
+        let mut below: Vec<LeafRef> = Vec::new();
+        let mut above_leaves = false;
+        for &blk in &level {
             let b = Buf::read(rel, blk, Lock::Share);
             let p = b.page();
             check_static(rel, blk, p, stage.generation, &[PageKind::StaticLeaf, PageKind::StaticInner]);
-            out.push(blk);
-            let op = *page::opaque(p);
-            if op.kind == PageKind::StaticLeaf as u8 {
-                is_leaf = true;
-            } else if next_level == NO_BLOCK {
-                let view = InnerView::parse(page::body(p))
-                    .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
-                next_level = view.child(0);
+            if page::opaque(p).kind == PageKind::StaticLeaf as u8 {
+                // Only a root is reached here as a leaf.
+                let body = leaf_body(rel, blk, p);
+                let first = LeafView::parse(&body).and_then(|v| v.first_key().map(|k| k.map(|k| k.to_vec())));
+                map.leaves.push(LeafRef { sep: first.unwrap_or_else(|e| bad(blk, e)).unwrap_or_default(), blk });
+                return map;
             }
-            blk = op.right;
+            map.inner.push(blk);
+            map.inner_bytes += page::opaque(p).body_len as u64;
+            above_leaves = page::opaque(p).level == 1;
+            let view = InnerView::parse(page::body(p)).unwrap_or_else(|e| bad(blk, e));
+            let seps = view.seps().unwrap_or_else(|e| bad(blk, e));
+            below.extend(seps.into_iter().zip(view.children()).map(|(sep, blk)| LeafRef { sep, blk }));
         }
-        if is_leaf || next_level == NO_BLOCK {
-            return out;
+        if above_leaves {
+            map.leaves = below;
+            return map;
         }
-        level_start = next_level;
+        level = below.into_iter().map(|l| l.blk).collect();
     }
+    page::corrupted(&page::rel_name(rel), stage.root, "static stage deeper than 64 levels")
 }
 
-/// Streams the entries of a static stage in order, leaf by leaf.
+/// Every block of a static stage (inner levels and leaves).
+pub unsafe fn stage_blocks(rel: pg_sys::Relation, stage: &Stage) -> Vec<u32> {
+    stage_map(rel, stage).blocks()
+}
+
+/// Streams the entries of some leaves in order.
 pub struct StageIter {
     rel: pg_sys::Relation,
     stage: Stage,
-    next_blk: u32,
+    leaves: std::vec::IntoIter<u32>,
     cur: std::vec::IntoIter<(Vec<u8>, Vec<Tid>)>,
-    pub leaves: u64,
 }
 
 impl StageIter {
-    pub unsafe fn new(rel: pg_sys::Relation, stage: &Stage) -> StageIter {
-        StageIter { rel, stage: *stage, next_blk: stage.first_leaf, cur: Vec::new().into_iter(), leaves: 0 }
+    pub unsafe fn new(rel: pg_sys::Relation, stage: &Stage, leaves: Vec<u32>) -> StageIter {
+        StageIter { rel, stage: *stage, leaves: leaves.into_iter(), cur: Vec::new().into_iter() }
     }
 }
 
@@ -308,15 +412,51 @@ impl Iterator for StageIter {
             if let Some(e) = self.cur.next() {
                 return Some(e);
             }
-            if self.next_blk == NO_BLOCK {
-                return None;
-            }
-            let leaf = unsafe { load_leaf(self.rel, self.next_blk, &self.stage) };
-            self.leaves += 1;
-            self.next_blk = leaf.right;
+            let blk = self.leaves.next()?;
+            let leaf = unsafe { load_leaf(self.rel, blk, &self.stage) };
             self.cur = leaf.decode_all().into_iter();
         }
     }
+}
+
+/// Allocates and writes static pages of generation `gen`, each as a
+/// full-page GenericXLog record. Pages carry no sibling links.
+struct PageSink {
+    rel: pg_sys::Relation,
+    gen: u32,
+    pending: RefCell<HashMap<u32, Buf>>,
+    written: std::cell::Cell<u64>,
+}
+
+impl PageSink {
+    fn new(rel: pg_sys::Relation, gen: u32) -> PageSink {
+        PageSink { rel, gen, pending: RefCell::new(HashMap::new()), written: std::cell::Cell::new(0) }
+    }
+
+    fn alloc(&self) -> u32 {
+        let b = unsafe { alloc_page(self.rel) };
+        let blk = unsafe { b.blkno() };
+        self.pending.borrow_mut().insert(blk, b);
+        blk
+    }
+
+    fn write(&self, out: PageOut) {
+        let b = self.pending.borrow_mut().remove(&out.block).expect("static stage wrote a block it did not allocate");
+        unsafe {
+            let mut w = WalRecord::start(self.rel);
+            let p = w.register_new(&b);
+            let kind = if out.level == 0 { PageKind::StaticLeaf } else { PageKind::StaticInner };
+            page::init_page(p, kind, out.level as u8, self.gen);
+            page::body_mut(p)[..out.body.len()].copy_from_slice(out.body);
+            page::set_body_len(p, out.body.len());
+            w.finish();
+        }
+        self.written.set(self.written.get() + 1);
+    }
+}
+
+fn build_failed(e: ss::BuildError) -> ! {
+    pgrx::error!("could not build hybrid_btree static stage: {e}")
 }
 
 /// Writes a new static stage of generation `gen` from sorted entries.
@@ -327,30 +467,25 @@ pub unsafe fn write_stage(
     compress: bool,
     progress: &mut dyn FnMut(u64),
 ) -> ss::BuildResult {
-    let pending: RefCell<HashMap<u32, Buf>> = RefCell::new(HashMap::new());
-    let mut written = 0u64;
-    let alloc = || {
-        let b = alloc_page(rel);
-        let blk = b.blkno();
-        pending.borrow_mut().insert(blk, b);
-        blk
-    };
-    let write = |out: PageOut| {
-        let b = pending.borrow_mut().remove(&out.block).expect("static stage wrote a block it did not allocate");
-        let mut w = WalRecord::start(rel);
-        let p = w.register_new(&b);
-        let kind = if out.level == 0 { PageKind::StaticLeaf } else { PageKind::StaticInner };
-        page::init_page(p, kind, out.level as u8, gen);
-        let op = page::opaque_mut(p);
-        op.left = out.left.unwrap_or(NO_BLOCK);
-        op.right = out.right.unwrap_or(NO_BLOCK);
-        page::body_mut(p)[..out.body.len()].copy_from_slice(out.body);
-        page::set_body_len(p, out.body.len());
-        w.finish();
-        written += 1;
-        progress(written);
-    };
+    let sink = PageSink::new(rel, gen);
     let mode = if compress { ss::Compression::Lz4 } else { ss::Compression::None };
-    let res = ss::build_static(entries, BODY_CAP, mode, alloc, write);
-    res.unwrap_or_else(|e| pgrx::error!("could not build hybrid_btree static stage: {e:?}"))
+    let res = ss::build_static(entries, BODY_CAP, mode, || sink.alloc(), |out| {
+        sink.write(out);
+        progress(sink.written.get());
+    });
+    res.unwrap_or_else(|e| build_failed(e))
+}
+
+/// Writes leaves of generation `gen` for sorted entries (none when there
+/// are none): the new leaves of one merge segment.
+pub unsafe fn write_leaves(rel: pg_sys::Relation, entries: &mut dyn Iterator<Item = (Vec<u8>, Vec<Tid>)>, gen: u32, compress: bool) -> ss::LeafLevel {
+    let sink = PageSink::new(rel, gen);
+    let mode = if compress { ss::Compression::Lz4 } else { ss::Compression::None };
+    ss::build_leaves(entries, BODY_CAP, mode, false, &mut || sink.alloc(), &mut |out| sink.write(out)).unwrap_or_else(|e| build_failed(e))
+}
+
+/// Writes the inner levels of generation `gen` over `leaves` (at least one).
+pub unsafe fn write_inner(rel: pg_sys::Relation, leaves: Vec<(Vec<u8>, u32)>, gen: u32) -> ss::InnerLevels {
+    let sink = PageSink::new(rel, gen);
+    ss::build_inner(leaves, BODY_CAP, &mut || sink.alloc(), &mut |out| sink.write(out)).unwrap_or_else(|e| build_failed(e))
 }

@@ -194,6 +194,29 @@ fn union_into(a: &mut Vec<Tid>, mut b: Vec<Tid>) {
     *a = out;
 }
 
+/// The leaf level written by `build_leaves`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeafLevel {
+    /// (first key, block) of each leaf written, in order: the separators
+    /// the inner level above takes.
+    pub leaves: Vec<(Vec<u8>, u32)>,
+    /// Distinct keys (a posting list split over two leaves counts once).
+    pub nkeys: u64,
+    pub ntids: u64,
+    /// Sum of the used body lengths of the leaves.
+    pub body_bytes: u64,
+}
+
+/// The inner levels written by `build_inner`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InnerLevels {
+    pub root: u32,
+    /// Number of levels including the leaves; 1 when the root is a leaf.
+    pub height: u32,
+    pub ninner: u64,
+    pub body_bytes: u64,
+}
+
 /// Builds a static stage from `entries`, sorted by key under the index order.
 /// Consecutive entries with byte-equal keys are merged into one posting list
 /// (TIDs sorted and deduplicated); entries without TIDs are skipped. `alloc`
@@ -207,6 +230,39 @@ pub fn build_static<I, A, W>(
     mut alloc: A,
     mut write: W,
 ) -> Result<BuildResult, BuildError>
+where
+    I: IntoIterator<Item = (Vec<u8>, Vec<Tid>)>,
+    A: FnMut() -> u32,
+    W: FnMut(PageOut),
+{
+    let leaves = build_leaves(entries, cap, compression, true, &mut alloc, &mut write)?;
+    let nleaves = leaves.leaves.len() as u64;
+    let (first_leaf, last_leaf) = (leaves.leaves[0].1, leaves.leaves.last().unwrap().1);
+    let inner = build_inner(leaves.leaves, cap, &mut alloc, &mut write)?;
+    Ok(BuildResult {
+        root: inner.root,
+        height: inner.height,
+        nleaves,
+        ninner: inner.ninner,
+        nkeys: leaves.nkeys,
+        ntids: leaves.ntids,
+        first_leaf,
+        last_leaf,
+        body_bytes: leaves.body_bytes + inner.body_bytes,
+    })
+}
+
+/// Packs `entries` (as for `build_static`) into 100%-full leaves, linked to
+/// each other. With `at_least_one`, empty input writes one empty leaf;
+/// without, it writes nothing (a merge segment whose entries all died).
+pub fn build_leaves<I, A, W>(
+    entries: I,
+    cap: usize,
+    compression: Compression,
+    at_least_one: bool,
+    alloc: &mut A,
+    write: &mut W,
+) -> Result<LeafLevel, BuildError>
 where
     I: IntoIterator<Item = (Vec<u8>, Vec<Tid>)>,
     A: FnMut() -> u32,
@@ -250,29 +306,40 @@ where
                 assert!(n > 0 || !leaves.is_empty(), "a key within cap/3 fits an empty leaf");
                 let first = leaves.first_key();
                 let used = leaves.finish(&mut buf);
-                lvl.push(first, &buf[..used], &mut alloc, &mut write);
+                lvl.push(first, &buf[..used], &mut *alloc, &mut *write);
             }
         }
     }
     // The compressed builder may carry entries over, hence a loop.
-    while !leaves.is_empty() || lvl.pages == 0 {
+    while !leaves.is_empty() || (at_least_one && lvl.pages == 0) {
         let first = leaves.first_key();
         let used = leaves.finish(&mut buf);
-        lvl.push(first, &buf[..used], &mut alloc, &mut write);
+        lvl.push(first, &buf[..used], &mut *alloc, &mut *write);
     }
-    lvl.close(&mut write);
+    lvl.close(&mut *write);
+    Ok(LeafLevel { leaves: lvl.firsts, nkeys, ntids, body_bytes: lvl.bytes })
+}
 
-    let mut res = BuildResult {
-        nleaves: lvl.pages,
-        nkeys,
-        ntids,
-        first_leaf: lvl.firsts[0].1,
-        last_leaf: lvl.firsts.last().unwrap().1,
-        body_bytes: lvl.bytes,
-        height: 1,
-        ..Default::default()
-    };
-    let mut below = std::mem::take(&mut lvl.firsts);
+/// Writes the inner levels over `below`, the (first key, block) of each
+/// leaf in order (at least one), up to a single root. The leaves may come
+/// from different builds: a segmented merge keeps the leaves it did not
+/// touch and gives this their separators with those of the leaves it wrote.
+pub fn build_inner<A, W>(
+    mut below: Vec<(Vec<u8>, u32)>,
+    cap: usize,
+    alloc: &mut A,
+    write: &mut W,
+) -> Result<InnerLevels, BuildError>
+where
+    A: FnMut() -> u32,
+    W: FnMut(PageOut),
+{
+    if !(MIN_BODY..=MAX_BODY).contains(&cap) {
+        return Err(BuildError::BadCapacity(cap));
+    }
+    assert!(!below.is_empty(), "a stage has at least one leaf");
+    let mut buf = vec![0u8; cap];
+    let mut res = InnerLevels { height: 1, ..Default::default() };
     let mut ib = InnerBuilder::new(cap);
     while below.len() > 1 {
         let mut up = Level::new(res.height);
@@ -280,14 +347,14 @@ where
             if !ib.add(sep, *child) {
                 let first = ib.first_key().unwrap().to_vec();
                 let used = ib.finish(&mut buf);
-                up.push(first, &buf[..used], &mut alloc, &mut write);
+                up.push(first, &buf[..used], &mut *alloc, &mut *write);
                 assert!(ib.add(sep, *child), "a key within cap/3 fits an empty inner node");
             }
         }
         let first = ib.first_key().unwrap().to_vec();
         let used = ib.finish(&mut buf);
-        up.push(first, &buf[..used], &mut alloc, &mut write);
-        up.close(&mut write);
+        up.push(first, &buf[..used], &mut *alloc, &mut *write);
+        up.close(&mut *write);
         res.ninner += up.pages;
         res.body_bytes += up.bytes;
         res.height += 1;

@@ -16,12 +16,14 @@ pub mod build;
 pub mod compress;
 pub mod inner;
 pub mod leaf;
+pub mod segment;
 
 pub use build::{
-    build_static, max_key_len, merge_sorted, BuildError, BuildResult, Compression, MergeSorted, PageOut,
+    build_inner, build_leaves, build_static, max_key_len, InnerLevels, LeafLevel, merge_sorted, BuildError, BuildResult, Compression, MergeSorted, PageOut,
 };
 pub use compress::{decompress_leaf, leaf_body, leaf_used_len, rewrite_leaf_without, CompressedLeafBuilder};
 pub use inner::{InnerBuilder, InnerView};
+pub use segment::{fresh_in_segment, plan_segment, Segment, SegmentInput};
 pub use leaf::{FlatLeaf, LeafBuilder, LeafCursor, LeafIter, LeafView};
 
 use std::cmp::Ordering;

@@ -1,0 +1,211 @@
+//! Segmented merges: which leaves one step of a merge rewrites.
+//!
+//! A merge-all (paper §5) writes a whole new static stage beside the old
+//! one, so the file holds two stages while it runs and keeps the space
+//! after. A segmented merge walks the stage in steps; each step rewrites a
+//! run of consecutive leaves (a *segment*) with the fresh entries that fall
+//! into its key range, keeps every other leaf as it is, and writes new inner
+//! levels over the result. The caller switches to each step's stage and
+//! frees what it retired before the next step allocates, so at most one
+//! segment is doubled at a time.
+//!
+//! A leaf's range is [its separator, the next leaf's separator). A segment
+//! never ends between two leaves that hold the same key (a posting list
+//! split over leaves, or keys equal under the order with different bytes):
+//! fresh entries of that key would otherwise land on one side only, out of
+//! TID order with the other.
+
+use std::cmp::Ordering;
+
+/// Leaves `first..end` of the stage (indexes into its leaf list) are
+/// rewritten by one step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub first: usize,
+    pub end: usize,
+}
+
+/// What a step has to go on.
+pub struct SegmentInput<'a, S: AsRef<[u8]>> {
+    /// Separator of each leaf, in order (the first key the leaf had).
+    pub seps: &'a [S],
+    /// First leaf the previous steps did not cover.
+    pub start: usize,
+    /// The smallest fresh key left to merge, if any.
+    pub first_fresh: Option<&'a [u8]>,
+    /// Every leaf from `start` on must be rewritten (dead TIDs to drop, a
+    /// format change): no leaf is skipped.
+    pub rewrite_all: bool,
+    /// Leaves per segment (at least 1); a segment grows past it only to
+    /// keep equal keys together.
+    pub segment_leaves: usize,
+}
+
+/// Plans the next step: the segment starts at the leaf the smallest fresh
+/// key falls into (or at `start` with `rewrite_all`), spans
+/// `segment_leaves` leaves, and moves its edges outwards while the leaves
+/// on either side of an edge share a key. `last_key(i)` is the last key of
+/// the nearest non-empty leaf at or before `i` (None if there is none).
+/// None when nothing is left to do.
+pub fn plan_segment<S: AsRef<[u8]>>(
+    input: &SegmentInput<'_, S>,
+    cmp: &mut dyn FnMut(&[u8], &[u8]) -> Ordering,
+    last_key: &mut dyn FnMut(usize) -> Option<Vec<u8>>,
+) -> Option<Segment> {
+    let seps = input.seps;
+    let n = seps.len();
+    if input.start >= n {
+        return None;
+    }
+    let mut first = if input.rewrite_all {
+        input.start
+    } else {
+        let k = input.first_fresh?;
+        // The last leaf whose separator is <= k (the first leaf when none).
+        let p = seps.partition_point(|s| cmp(s.as_ref(), k) != Ordering::Greater).saturating_sub(1);
+        p.max(input.start)
+    };
+    let mut shares_key = |i: usize| -> bool {
+        // Whether leaf i's separator equals the last key before leaf i.
+        i > 0 && last_key(i - 1).is_some_and(|lk| cmp(&lk, seps[i].as_ref()) == Ordering::Equal)
+    };
+    while first > input.start && shares_key(first) {
+        first -= 1;
+    }
+    let mut end = (first + input.segment_leaves.max(1)).min(n);
+    while end < n && shares_key(end) {
+        end += 1;
+    }
+    Some(Segment { first, end })
+}
+
+/// How many of `fresh` (sorted) belong to a segment ending before leaf
+/// `end`: those below its separator (all of them when `end` is the end).
+pub fn fresh_in_segment<S: AsRef<[u8]>, K>(
+    seps: &[S],
+    end: usize,
+    fresh: &[K],
+    key: impl Fn(&K) -> &[u8],
+    cmp: &mut dyn FnMut(&[u8], &[u8]) -> Ordering,
+) -> usize {
+    if end >= seps.len() {
+        return fresh.len();
+    }
+    let bound = seps[end].as_ref();
+    fresh.partition_point(|f| cmp(key(f), bound) == Ordering::Less)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A stage as leaves of keys (single bytes), each leaf sorted, all in
+    /// order; separators are each leaf's first key.
+    fn seps_of(leaves: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        leaves.iter().map(|l| vec![l[0]]).collect()
+    }
+
+    fn last_key_fn(leaves: &[Vec<u8>]) -> impl FnMut(usize) -> Option<Vec<u8>> + '_ {
+        move |i| (0..=i).rev().find_map(|j| leaves[j].last().map(|k| vec![*k]))
+    }
+
+    fn cmp(a: &[u8], b: &[u8]) -> Ordering {
+        a.cmp(b)
+    }
+
+    #[test]
+    fn starts_where_the_first_fresh_key_falls() {
+        let leaves = vec![vec![1, 2], vec![5, 6], vec![9, 10], vec![13, 14]];
+        let seps = seps_of(&leaves);
+        let input = SegmentInput { seps: &seps, start: 0, first_fresh: Some(&[7]), rewrite_all: false, segment_leaves: 1 };
+        let s = plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves)).unwrap();
+        assert_eq!(s, Segment { first: 1, end: 2 });
+        // A key below every separator goes to the first leaf.
+        let input = SegmentInput { first_fresh: Some(&[0]), ..input };
+        assert_eq!(plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves)).unwrap(), Segment { first: 0, end: 1 });
+    }
+
+    #[test]
+    fn never_splits_a_key() {
+        // Key 5 spans leaves 1..=3.
+        let leaves = vec![vec![1, 2], vec![3, 5], vec![5, 5], vec![5, 8], vec![9]];
+        let seps = seps_of(&leaves);
+        let input = SegmentInput { seps: &seps, start: 0, first_fresh: Some(&[5]), rewrite_all: false, segment_leaves: 1 };
+        let s = plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves)).unwrap();
+        assert_eq!(s, Segment { first: 1, end: 4 });
+    }
+
+    #[test]
+    fn nothing_to_do() {
+        let leaves = vec![vec![1, 2], vec![5, 6]];
+        let seps = seps_of(&leaves);
+        let input = SegmentInput { seps: &seps, start: 0, first_fresh: None, rewrite_all: false, segment_leaves: 4 };
+        assert_eq!(plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves)), None);
+        let input = SegmentInput { start: 2, first_fresh: Some(&[9]), ..input };
+        assert_eq!(plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves)), None);
+    }
+
+    proptest! {
+        /// Steps planned one after another, each merging the fresh keys of
+        /// its segment, rebuild exactly the sorted union, in order, and
+        /// never leave two leaves that share a key split by a step edge.
+        #[test]
+        fn steps_merge_everything_in_order(
+            mut old in proptest::collection::vec(0u8..40, 1..120),
+            mut fresh in proptest::collection::vec(0u8..40, 0..60),
+            per_leaf in 1usize..5,
+            seg in 1usize..4,
+            rewrite_all in any::<bool>(),
+        ) {
+            old.sort();
+            fresh.sort();
+            let mut leaves: Vec<Vec<u8>> = old.chunks(per_leaf).map(|c| c.to_vec()).collect();
+            let mut expected = old.clone();
+            expected.extend(&fresh);
+            expected.sort();
+            let mut rest: &[u8] = &fresh;
+            let mut from: Option<u8> = None;
+            let mut steps = 0;
+            loop {
+                steps += 1;
+                prop_assert!(steps < 1000);
+                let seps = seps_of(&leaves);
+                let start = from.map(|b| seps.partition_point(|s| s[0] < b)).unwrap_or(0);
+                let input = SegmentInput {
+                    seps: &seps,
+                    start,
+                    first_fresh: rest.first().map(std::slice::from_ref),
+                    rewrite_all,
+                    segment_leaves: seg,
+                };
+                let Some(s) = plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves)) else { break };
+                prop_assert!(s.first >= start && s.first < s.end && s.end <= leaves.len());
+                let wrapped: Vec<[u8; 1]> = rest.iter().map(|k| [*k]).collect();
+                let c = fresh_in_segment(&seps, s.end, &wrapped, |k| &k[..], &mut cmp);
+                if !rewrite_all {
+                    prop_assert!(c > 0, "a step that skips leaves merges something");
+                }
+                // Rewrite the segment: its keys and the fresh ones, re-cut.
+                let mut keys: Vec<u8> = leaves[s.first..s.end].concat();
+                keys.extend(&rest[..c]);
+                keys.sort();
+                let new: Vec<Vec<u8>> = keys.chunks(per_leaf).map(|c| c.to_vec()).collect();
+                let next = (s.end < leaves.len()).then(|| seps[s.end][0]);
+                // The segment's keys stay below the next leaf's separator.
+                if let (Some(b), Some(k)) = (next, keys.last()) {
+                    prop_assert!(*k < b);
+                }
+                leaves.splice(s.first..s.end, new);
+                rest = &rest[c..];
+                match next {
+                    Some(b) if rewrite_all || !rest.is_empty() => from = Some(b),
+                    _ => break,
+                }
+            }
+            prop_assert!(rest.is_empty());
+            let all: Vec<u8> = leaves.concat();
+            prop_assert_eq!(all, expected);
+        }
+    }
+}
