@@ -211,8 +211,16 @@ impl Switch {
         {
             let _g = slot.exclusive();
             let st = slot.state();
+            let old_gen = st.base.generation;
             st.set_base(self.new_base);
             st.lockmap = self.lockmap;
+            if self.drained.is_none() && st.key_filter.generation == old_gen && old_gen != 0 {
+                // A step before the last adds to the base only keys that
+                // are still in the dynamic stage, where a unique check
+                // looks anyway: the filter still answers "not in the base"
+                // correctly for every other key.
+                st.key_filter.generation = self.new_base.generation;
+            }
             if let Some(cutoff) = self.drained {
                 st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff);
                 st.install_key_filter(self.key_filter);

@@ -2,6 +2,13 @@
 //! in a copied static leaf; moving past a leaf end loads its neighbour
 //! through the path of inner pages it descended (static pages have no
 //! sibling links). The engine checks range ends and conditions.
+//!
+//! On a standby, replay may reuse a page of the stage the cursor reads
+//! (merge steps on the primary recycle pages as soon as no primary reader
+//! holds them). The cursor then moves on to the stage the metapage names
+//! now, re-seeking after the entry it stood at: both stages hold the same
+//! entries up to the moved ones, and the engine returns an entry present in
+//! both stages once.
 
 use std::cmp::Ordering;
 use std::rc::Rc;
@@ -10,8 +17,9 @@ use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 
 use super::stage::Stage;
-use super::static_io::{self, Descent, LeafData, PathStep};
+use super::static_io::{self, Descent, LeafData, PathStep, Stale};
 use crate::engine::base::{BaseCursor, Dir, ScanRange};
+use crate::engine::meta;
 use crate::keys::IndexDesc;
 use crate::storage::page::NO_BLOCK;
 
@@ -31,14 +39,27 @@ pub struct HybridCursor {
 
 impl HybridCursor {
     pub fn new(index: pg_sys::Relation, desc: Rc<IndexDesc>, stage: Stage) -> HybridCursor {
-        HybridCursor { index, desc, stage, leaf: None, path: Vec::new(), ei: 0, ti: 0, done: true }
+        HybridCursor { index, desc, stage, leaf: None, path: Vec::with_capacity(4), ei: 0, ti: 0, done: true }
     }
 
     /// Descends from the root and loads the leaf `how` leads to.
-    unsafe fn descend(&mut self, mut how: Descent) -> LeafData {
+    unsafe fn descend(&mut self, mut how: Descent) -> Result<LeafData, Stale> {
         self.path.clear();
-        let blk = static_io::descend_from(self.index, &self.stage, self.stage.root, &mut how, &mut self.path);
-        static_io::load_leaf(self.index, blk, &self.stage)
+        let blk = static_io::descend_from(self.index, &self.stage, self.stage.root, &mut how, &mut self.path)?;
+        static_io::try_load_leaf(self.index, blk, &self.stage)
+    }
+
+    /// A page of the stage was reused during recovery: read the stage the
+    /// metapage names now (newer, or the query cannot go on).
+    unsafe fn move_to_current_stage(&mut self, stale: Stale) {
+        let base = meta::read(self.index).base;
+        if base.generation <= self.stage.generation {
+            stale.raise();
+        }
+        pgrx::debug1!("pg_hybrid: standby scan moves from stage {} to {}", self.stage.generation, base.generation);
+        self.stage = Stage::of(&base);
+        self.leaf = None;
+        self.path.clear();
     }
 
     fn step_entry(&mut self, dir: Dir) {
@@ -54,8 +75,8 @@ impl HybridCursor {
         }
     }
 
-    /// Moves onto a valid (entry, TID) in `dir`, loading siblings past leaf
-    /// ends; sets `done` at the end of the stage.
+    /// Moves onto a valid (entry, TID) in `dir`, loading neighbours past
+    /// leaf ends; sets `done` at the end of the stage.
     unsafe fn settle(&mut self, dir: Dir) {
         loop {
             if self.done {
@@ -74,14 +95,30 @@ impl HybridCursor {
                 continue;
             }
             if self.ei >= len || self.ei < 0 {
-                let Some(next) = static_io::sibling_leaf(self.index, &self.stage, &mut self.path, dir == Dir::Fwd) else {
-                    self.done = true;
-                    return;
-                };
-                let l = static_io::load_leaf(self.index, next, &self.stage);
-                self.ei = if dir == Dir::Fwd { 0 } else { l.len() as isize - 1 };
-                self.ti = if dir == Dir::Fwd { 0 } else { isize::MAX };
-                self.leaf = Some(l);
+                match static_io::sibling_leaf(self.index, &self.stage, &mut self.path, dir == Dir::Fwd)
+                    .and_then(|next| next.map(|b| static_io::try_load_leaf(self.index, b, &self.stage)).transpose())
+                {
+                    Ok(None) => {
+                        self.done = true;
+                        return;
+                    }
+                    Ok(Some(l)) => {
+                        self.ei = if dir == Dir::Fwd { 0 } else { l.len() as isize - 1 };
+                        self.ti = if dir == Dir::Fwd { 0 } else { isize::MAX };
+                        self.leaf = Some(l);
+                    }
+                    Err(stale) => {
+                        // Continue after the leaf's edge entry in the current stage.
+                        if len == 0 {
+                            stale.raise();
+                        }
+                        let edge = if dir == Dir::Fwd { len as usize - 1 } else { 0 };
+                        let (k, tids) = leaf.get(edge).clone();
+                        let t = if dir == Dir::Fwd { *tids.last().unwrap() } else { tids[0] };
+                        self.move_to_current_stage(stale);
+                        self.seek_after(dir, &k, t, false);
+                    }
+                }
                 continue;
             }
             let nt = leaf.get(self.ei as usize).1.len() as isize;
@@ -95,23 +132,16 @@ impl HybridCursor {
             return;
         }
     }
-}
 
-impl BaseCursor for HybridCursor {
-    unsafe fn start(&mut self, dir: Dir, range: &ScanRange) {
-        if self.stage.root == NO_BLOCK {
-            self.done = true;
-            return;
-        }
-        self.done = false;
+    unsafe fn try_start(&mut self, dir: Dir, range: &ScanRange) -> Result<(), Stale> {
         let desc = self.desc.clone();
         match dir {
             Dir::Fwd => {
                 let lower = range.lower;
                 let mut leaf = if lower.is_empty() {
-                    self.descend(Descent::Leftmost)
+                    self.descend(Descent::Leftmost)?
                 } else {
-                    self.descend(Descent::FirstGe(&mut |k| desc.compare_prefix(k, lower)))
+                    self.descend(Descent::FirstGe(&mut |k| desc.compare_prefix(k, lower)))?
                 };
                 let ei = if lower.is_empty() { 0 } else { leaf.seek(|k| desc.compare_prefix(k, lower)) };
                 self.leaf = Some(leaf);
@@ -120,8 +150,8 @@ impl BaseCursor for HybridCursor {
             }
             Dir::Bwd => {
                 let leaf = match range.upper {
-                    None => self.descend(Descent::Rightmost),
-                    Some(u) => self.descend(Descent::LastLe(&mut |k| desc.compare_prefix(k, u))),
+                    None => self.descend(Descent::Rightmost)?,
+                    Some(u) => self.descend(Descent::LastLe(&mut |k| desc.compare_prefix(k, u)))?,
                 };
                 let n = match range.upper {
                     None => leaf.len(),
@@ -132,17 +162,13 @@ impl BaseCursor for HybridCursor {
                 self.ti = isize::MAX;
             }
         }
+        Ok(())
     }
 
-    unsafe fn seek_after(&mut self, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) {
-        if self.stage.root == NO_BLOCK {
-            self.done = true;
-            return;
-        }
-        self.done = false;
+    unsafe fn try_seek_after(&mut self, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) -> Result<(), Stale> {
         let desc = self.desc.clone();
         let mut cmp = |k: &[u8]| desc.compare(k, key);
-        let mut leaf = self.descend(if dir == Dir::Bwd { Descent::LastLe(&mut cmp) } else { Descent::FirstGe(&mut cmp) });
+        let mut leaf = self.descend(if dir == Dir::Bwd { Descent::LastLe(&mut cmp) } else { Descent::FirstGe(&mut cmp) })?;
         // Flatten the position search over (entry, tid).
         let ei = leaf.seek(|k| desc.compare(k, key));
         let (ei, ti) = if ei < leaf.len() && desc.compare(&leaf.get(ei).0, key) == Ordering::Equal {
@@ -166,6 +192,37 @@ impl BaseCursor for HybridCursor {
                     self.ei -= 1;
                     self.ti = isize::MAX;
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl BaseCursor for HybridCursor {
+    unsafe fn start(&mut self, dir: Dir, range: &ScanRange) {
+        loop {
+            if self.stage.root == NO_BLOCK {
+                self.done = true;
+                return;
+            }
+            self.done = false;
+            match self.try_start(dir, range) {
+                Ok(()) => return,
+                Err(stale) => self.move_to_current_stage(stale),
+            }
+        }
+    }
+
+    unsafe fn seek_after(&mut self, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) {
+        loop {
+            if self.stage.root == NO_BLOCK {
+                self.done = true;
+                return;
+            }
+            self.done = false;
+            match self.try_seek_after(dir, key, tid, inclusive) {
+                Ok(()) => return,
+                Err(stale) => self.move_to_current_stage(stale),
             }
         }
     }

@@ -15,7 +15,7 @@ use pgrx::pg_sys;
 use super::cursor::HybridCursor;
 use super::{options, static_io};
 use crate::engine::base::{BaseCursor, BaseShape, BaseStructure, BuildResult, Entry, EntryRef, MergeResult, MergeStep, VacuumResult};
-use crate::engine::meta::{BaseInfo, BaseRoots, IndexMeta};
+use crate::engine::meta::{self, BaseInfo, BaseRoots, IndexMeta};
 use crate::engine::stats::fail;
 use crate::keys::IndexDesc;
 use crate::storage::buffer::{Buf, Lock};
@@ -224,10 +224,18 @@ impl BaseStructure for HybridStage {
                     kept += ntids as u64 - dropped as u64;
                     if dropped > 0 {
                         removed += dropped as u64;
+                        // The metapage's entry count in the same WAL record,
+                        // so a VACUUM cut short (or a crash) leaves it exact.
+                        // Leaf, then metapage: no one holds the metapage while
+                        // waiting for a static leaf.
+                        let metab = Buf::read(index, meta::META_BLOCK, Lock::Exclusive);
+                        let mut mm = meta::load(index, &metab);
+                        mm.base.entries = mm.base.entries.saturating_sub(dropped as u64);
                         let mut w = WalRecord::start(index);
                         let p = w.register(&b);
                         page::body_mut(p)[..used].copy_from_slice(&out[..used]);
                         page::set_body_len(p, used);
+                        meta::store(w.register(&metab), &mm);
                         w.finish();
                     }
                 }

@@ -30,6 +30,9 @@ pub struct LeafData {
     pin: Pin,
     /// Where the body of an LZ4 leaf is (plain leaves are read in place).
     lz4: Option<Lz4Body>,
+    /// During recovery, a copy of a plain leaf's body taken at load: replay
+    /// may reuse a pinned page, so the leaf is never read again.
+    copy: Option<Vec<u8>>,
     nkeys: usize,
     win_start: usize,
     win: Vec<(Vec<u8>, Vec<Tid>)>,
@@ -68,15 +71,17 @@ impl LeafData {
                 // registration keep the page as it was; a standby's replay
                 // may have reused it, which the check catches.
                 let l = self.pin.share();
-                check_static(self.rel, self.blk, l.page(), self.gen, &[PageKind::StaticLeaf]);
+                check_static(self.rel, self.blk, l.page(), self.gen, &[PageKind::StaticLeaf]).unwrap_or_else(|s| s.raise());
                 decompress(self.rel, self.blk, l.page(), lz.key.as_ref())
             });
             return f(self.parse(body));
         }
+        if let Some(copy) = &self.copy {
+            return f(self.parse(copy));
+        }
         unsafe {
             let l = self.pin.share();
-            // A standby's replay may reuse a page a query still pins.
-            check_static(self.rel, self.blk, l.page(), self.gen, &[PageKind::StaticLeaf]);
+            check_static(self.rel, self.blk, l.page(), self.gen, &[PageKind::StaticLeaf]).unwrap_or_else(|s| s.raise());
             let body = page::body(l.page());
             let r = f(self.parse(body));
             drop(l);
@@ -147,29 +152,50 @@ impl LeafData {
     }
 }
 
-unsafe fn stale_page(rel: pg_sys::Relation, blk: u32, what: &str) -> ! {
-    if pg_sys::RecoveryInProgress() {
-        crate::raise(PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE, "canceling statement due to conflict with recovery", "A merge replayed from the primary recycled index pages this query was reading; retry the query.");
+/// A standby's replay reused a page of the stage a query reads (merge steps
+/// on the primary recycle pages as soon as no primary reader holds them):
+/// the query's cursor moves on to the current stage (`cursor.rs`), other
+/// readers fail with a recovery conflict.
+#[derive(Clone, Copy, Debug)]
+pub struct Stale {
+    rel: pg_sys::Relation,
+    blk: u32,
+}
+
+impl Stale {
+    pub unsafe fn raise(self) -> ! {
+        let _ = self.blk;
+        let _ = self.rel;
+        crate::raise(
+            PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+            "canceling statement due to conflict with recovery",
+            "A merge replayed from the primary recycled index pages this query was reading; retry the query.",
+        )
     }
-    page::corrupted(&page::rel_name(rel), blk, what)
 }
 
 /// Checks a static page can belong to the stage `gen`: segmented merges
 /// keep the leaves they do not touch, so a stage holds pages of its own
-/// generation and older ones; a page written after `gen` was reused after
-/// the stage retired it.
-unsafe fn check_static(rel: pg_sys::Relation, blk: u32, p: pg_sys::Page, gen: u32, kinds: &[PageKind]) {
+/// generation and older ones; a page written after `gen`, or of another
+/// kind, was reused after the stage retired it. On a primary that is
+/// corruption (registered readers keep retired pages); during recovery it
+/// is `Stale`.
+unsafe fn check_static(rel: pg_sys::Relation, blk: u32, p: pg_sys::Page, gen: u32, kinds: &[PageKind]) -> Result<(), Stale> {
     let hdr = p as *const pg_sys::PageHeaderData;
     let ours = !pg_sys::PageIsNew(p)
         && (*hdr).pd_special as usize == page::BLCKSZ - page::SPECIAL_SIZE
         && page::opaque(p).magic == page::PAGE_MAGIC;
-    if ours && page::opaque(p).generation > gen {
-        stale_page(rel, blk, "static page written after this stage");
-    }
-    if ours && !kinds.contains(&PageKind::from_u8(page::opaque(p).kind).unwrap_or(PageKind::Free)) {
-        stale_page(rel, blk, "page is no longer part of the static stage");
+    let reused = ours
+        && (page::opaque(p).generation > gen || !kinds.contains(&PageKind::from_u8(page::opaque(p).kind).unwrap_or(PageKind::Free)));
+    if reused {
+        if pg_sys::RecoveryInProgress() {
+            return Err(Stale { rel, blk });
+        }
+        let what = if page::opaque(p).generation > gen { "static page written after this stage" } else { "page is no longer part of the static stage" };
+        page::corrupted(&page::rel_name(rel), blk, what);
     }
     page::check_page(rel, blk, p, kinds);
+    Ok(())
 }
 
 /// The uncompressed leaf body of a page (plain or LZ4, by its format byte).
@@ -196,16 +222,25 @@ pub unsafe fn leaf_ntids(rel: pg_sys::Relation, blk: u32, body: &[u8]) -> usize 
 }
 
 pub unsafe fn load_leaf(rel: pg_sys::Relation, blk: u32, stage: &Stage) -> LeafData {
+    try_load_leaf(rel, blk, stage).unwrap_or_else(|s| s.raise())
+}
+
+/// `load_leaf`, or `Stale` when a standby's replay reused the page.
+pub unsafe fn try_load_leaf(rel: pg_sys::Relation, blk: u32, stage: &Stage) -> Result<LeafData, Stale> {
     let b = Buf::read(rel, blk, Lock::Share);
     let p = b.page();
-    check_static(rel, blk, p, stage.generation, &[PageKind::StaticLeaf]);
+    check_static(rel, blk, p, stage.generation, &[PageKind::StaticLeaf])?;
     let raw = page::body(p);
     let bad = |e: ss::FormatError| -> ! { page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")) };
+    let recovery = pg_sys::RecoveryInProgress();
+    let mut copy = None;
     let (lz4, nkeys) = if raw.first() == Some(&ss::FORMAT_LEAF_LZ4) {
         let key = crate::shmem::leaf_cache::key_of(rel, blk, p);
-        let cached = key.as_ref().and_then(|k| {
-            crate::shmem::leaf_cache::with_cached(k, |body| LeafView::parse(body).map(|v| v.nkeys()))
-        });
+        let cached = if recovery {
+            None
+        } else {
+            key.as_ref().and_then(|k| crate::shmem::leaf_cache::with_cached(k, |body| LeafView::parse(body).map(|v| v.nkeys())))
+        };
         match cached {
             Some(n) => (Some(Lz4Body { key, local: Default::default() }), n.unwrap_or_else(|e| bad(e))),
             None => {
@@ -215,19 +250,24 @@ pub unsafe fn load_leaf(rel: pg_sys::Relation, blk: u32, stage: &Stage) -> LeafD
             }
         }
     } else {
-        (None, LeafView::parse(raw).unwrap_or_else(|e| bad(e)).nkeys())
+        let n = LeafView::parse(raw).unwrap_or_else(|e| bad(e)).nkeys();
+        if recovery {
+            copy = Some(raw.to_vec());
+        }
+        (None, n)
     };
-    LeafData {
+    Ok(LeafData {
         blk,
         gen: stage.generation,
         rel,
         pin: b.into_pin(),
         lz4,
+        copy,
         nkeys,
         win_start: 0,
         win: Vec::new(),
         win_size: 2,
-    }
+    })
 }
 
 /// One inner page on the way from the root to a leaf, and the child taken.
@@ -253,14 +293,14 @@ pub enum Descent<'a> {
 
 /// Descends from `from` (the root, or an inner page of a path) to a leaf,
 /// pushing the inner pages passed onto `path`; returns the leaf.
-pub unsafe fn descend_from(rel: pg_sys::Relation, stage: &Stage, from: u32, how: &mut Descent, path: &mut Vec<PathStep>) -> u32 {
+pub unsafe fn descend_from(rel: pg_sys::Relation, stage: &Stage, from: u32, how: &mut Descent, path: &mut Vec<PathStep>) -> Result<u32, Stale> {
     let mut blk = from;
     for _ in 0..64 {
         let b = Buf::read(rel, blk, Lock::Share);
         let p = b.page();
-        check_static(rel, blk, p, stage.generation, &[PageKind::StaticLeaf, PageKind::StaticInner]);
+        check_static(rel, blk, p, stage.generation, &[PageKind::StaticLeaf, PageKind::StaticInner])?;
         if page::opaque(p).kind == PageKind::StaticLeaf as u8 {
-            return blk;
+            return Ok(blk);
         }
         let view = InnerView::parse(page::body(p))
             .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
@@ -283,11 +323,11 @@ pub unsafe fn descend_from(rel: pg_sys::Relation, stage: &Stage, from: u32, how:
 
 /// The leaf after (`forward`) or before the one `path` leads to, with
 /// `path` updated to lead to it; None at the end of the stage.
-pub unsafe fn sibling_leaf(rel: pg_sys::Relation, stage: &Stage, path: &mut Vec<PathStep>, forward: bool) -> Option<u32> {
+pub unsafe fn sibling_leaf(rel: pg_sys::Relation, stage: &Stage, path: &mut Vec<PathStep>, forward: bool) -> Result<Option<u32>, Stale> {
     while let Some(step) = path.last().copied() {
         let b = Buf::read(rel, step.blk, Lock::Share);
         let p = b.page();
-        check_static(rel, step.blk, p, stage.generation, &[PageKind::StaticInner]);
+        check_static(rel, step.blk, p, stage.generation, &[PageKind::StaticInner])?;
         let view = InnerView::parse(page::body(p))
             .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), step.blk, &format!("{e:?}")));
         let next = if forward { step.child + 1 } else { step.child.wrapping_sub(1) };
@@ -296,11 +336,11 @@ pub unsafe fn sibling_leaf(rel: pg_sys::Relation, stage: &Stage, path: &mut Vec<
             let child = view.child(next);
             drop(b);
             let mut how = if forward { Descent::Leftmost } else { Descent::Rightmost };
-            return Some(descend_from(rel, stage, child, &mut how, path));
+            return descend_from(rel, stage, child, &mut how, path).map(Some);
         }
         path.pop();
     }
-    None
+    Ok(None)
 }
 
 /// A leaf of a stage and its separator: the first key it held when the
@@ -362,7 +402,7 @@ pub unsafe fn stage_map(rel: pg_sys::Relation, stage: &Stage) -> StageMap {
         for &blk in &level {
             let b = Buf::read(rel, blk, Lock::Share);
             let p = b.page();
-            check_static(rel, blk, p, stage.generation, &[PageKind::StaticLeaf, PageKind::StaticInner]);
+            check_static(rel, blk, p, stage.generation, &[PageKind::StaticLeaf, PageKind::StaticInner]).unwrap_or_else(|s| s.raise());
             if page::opaque(p).kind == PageKind::StaticLeaf as u8 {
                 // Only a root is reached here as a leaf.
                 let body = leaf_body(rel, blk, p);
