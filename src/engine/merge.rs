@@ -140,15 +140,18 @@ pub unsafe fn merge_locked(
             // The batch leaves the dynamic stage, and the delta pages it
             // filled retire with this step's pages, as one recycle segment.
             let key_filter = hashes.as_deref().and_then(|h| KeyFilter::build(gen, h));
+            // Without every key at hand (steps skipped leaves nothing was
+            // merged into), the filter in place takes the batch's keys.
+            let fresh_hashes = if want_filter && key_filter.is_none() { fresh.iter().filter_map(|e| desc.key_hash(&e.key)).collect() } else { Vec::new() };
             let (dead_delta, new_head) = delta::pages_below(index, m.delta_head, cutoff);
             let ndead_delta = dead_delta.len() as u32;
             retired.extend(dead_delta);
             new_base.merged_upto = cutoff;
             let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.base.generation);
-            Switch { new_base, new_head, recycle_head, ndead_delta, millis, key_filter, drained: Some(cutoff), lockmap }
+            Switch { new_base, new_head, recycle_head, ndead_delta, millis, key_filter, fresh_hashes, drained: Some(cutoff), lockmap }
         } else {
             let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.base.generation);
-            Switch { new_base, new_head: m.delta_head, recycle_head, ndead_delta: 0, millis, key_filter: None, drained: None, lockmap }
+            Switch { new_base, new_head: m.delta_head, recycle_head, ndead_delta: 0, millis, key_filter: None, fresh_hashes: Vec::new(), drained: None, lockmap }
         };
         switch.apply(index, &desc, slot, &m);
         // With no reader left on the old generation its pages are free
@@ -172,6 +175,9 @@ struct Switch {
     ndead_delta: u32,
     millis: f64,
     key_filter: Option<super::state::PendingKeyFilter>,
+    /// Hashes of the batch's keys, to add to the key filter in place when
+    /// no new one was built.
+    fresh_hashes: Vec<u64>,
     /// The last step: the delta-log position below which the dynamic
     /// stage is now merged.
     drained: Option<u64>,
@@ -223,7 +229,19 @@ impl Switch {
             }
             if let Some(cutoff) = self.drained {
                 st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff);
-                st.install_key_filter(self.key_filter);
+                let carried = st.key_filter.generation == old_gen && old_gen != 0;
+                if self.key_filter.is_none() && carried && !self.fresh_hashes.is_empty() {
+                    // Bloom filters take more keys: the old stage's keys plus
+                    // the batch's are every key of the new one (more false
+                    // positives as it fills; the next merge that reads every
+                    // leaf builds a filter of the right size).
+                    for &h in &self.fresh_hashes {
+                        st.key_filter.bloom.add(h);
+                    }
+                    st.key_filter.generation = self.new_base.generation;
+                } else {
+                    st.install_key_filter(self.key_filter);
+                }
                 let expected = expected_dynamic(desc, &self.new_base, index);
                 st.rebuild_bloom(desc, expected);
             }

@@ -14,6 +14,7 @@ pub mod delta;
 pub mod dynscan;
 pub mod handler;
 pub mod insert;
+pub mod killed;
 pub mod merge;
 pub mod meta;
 pub mod predlock;

@@ -112,6 +112,12 @@ pub struct ScanState {
     snapshot: pg_sys::Snapshot,
     /// Items must carry their keys (index-only scans).
     want_keys: bool,
+    /// TIDs this backend was told are dead to all (killed.rs), and whether
+    /// this scan may skip them.
+    killed: super::killed::SharedKilled,
+    skip_killed: bool,
+    /// The TID amgettuple returned last (what `kill_prior_tuple` is about).
+    prior_tid: Option<Tid>,
 }
 
 /// A marked position (ammarkpos).
@@ -359,6 +365,7 @@ impl ScanState {
             }
         };
         let start = state::start_scan(index, desc, self.slot, point_hash);
+        self.killed.borrow_mut().sync_epoch(start.base.vacuum_epoch);
         // SIREAD locks on the range before reading it (predlock.rs).
         predlock::lock_scan(index, desc, start.lockmap, &lower, upper.as_deref(), self.snapshot);
         let base = ams::base(index).cursor(index, desc, &start.base);
@@ -578,6 +585,10 @@ impl ScanState {
             let c = self.cur.as_mut()?;
             if let Some(t) = c.next(index, &desc, dir, &mut self.last_key) {
                 self.last_tid = Some(t);
+                if self.skip_killed && self.killed.borrow().contains(&t) {
+                    // Dead to all: what btree's LP_DEAD items are.
+                    continue;
+                }
                 return Some(t);
             }
             let next_sub = self.sub + dir.step();
@@ -630,6 +641,9 @@ pub unsafe extern "C-unwind" fn ambeginscan(index: pg_sys::Relation, nkeys: i32,
         tuple_cxt,
         snapshot: std::ptr::null_mut(),
         want_keys: true,
+        killed: super::killed::set_of(index),
+        skip_killed: false,
+        prior_tid: None,
     });
     (*scan).opaque = Box::into_raw(st) as *mut std::ffi::c_void;
     (*scan).xs_itupdesc = (*index).rd_att;
@@ -656,6 +670,7 @@ pub unsafe extern "C-unwind" fn amrescan(
     st.preprocess(ks);
     st.cur = None;
     st.last_tid = None;
+    st.prior_tid = None;
     st.started = false;
     st.exhausted = false;
     st.mark = None;
@@ -668,7 +683,17 @@ pub unsafe extern "C-unwind" fn amgettuple(scan: pg_sys::IndexScanDesc, directio
     let index = (*scan).indexRelation;
     st.want_keys = (*scan).xs_want_itup;
     st.snapshot = (*scan).xs_snapshot;
-    let Some(tid) = st.next_item(index, dir) else { return false };
+    if (*scan).kill_prior_tuple {
+        if let Some(t) = st.prior_tid {
+            st.killed.borrow_mut().insert(t);
+        }
+    }
+    st.skip_killed = super::killed::usable(scan);
+    let Some(tid) = st.next_item(index, dir) else {
+        st.prior_tid = None;
+        return false;
+    };
+    st.prior_tid = Some(tid);
     (*scan).xs_heaptid = tid_to_item(tid);
     (*scan).xs_recheck = false;
     if (*scan).xs_want_itup {
@@ -692,6 +717,7 @@ pub unsafe extern "C-unwind" fn amgetbitmap(scan: pg_sys::IndexScanDesc, tbm: *m
     st.started = false;
     st.want_keys = false;
     st.snapshot = (*scan).xs_snapshot;
+    st.skip_killed = super::killed::usable(scan);
     let mut n = 0i64;
     let mut batch: Vec<pg_sys::ItemPointerData> = Vec::with_capacity(256);
     while let Some(tid) = st.next_item(index, Dir::Fwd) {

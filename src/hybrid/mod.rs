@@ -2,7 +2,7 @@
 //! PostgreSQL index access method: the staged-index engine (src/engine)
 //! over the paper's compact static stage. Layout and protocols: README.md.
 //!
-//! - `stage.rs`: the `BaseStructure` (build, merge-all, VACUUM, verify)
+//! - `stage.rs`: the `BaseStructure` (build, segmented merges, VACUUM, verify)
 //! - `cursor.rs`: the `BaseCursor` over static leaves
 //! - `static_io.rs`: static pages on PostgreSQL buffers (descent, leaves, writes)
 //! - `options.rs`: reloptions `merge_ratio`, `compression`

@@ -1,6 +1,6 @@
 //! hybrid_btree's base structure: the paper's static stage (compact,
 //! 100%-full leaves with front-coded keys and posting lists, optionally
-//! LZ4), rewritten whole by each merge beside the old one (merge-all).
+//! LZ4), rewritten by each merge one key-range segment at a time (README.md).
 
 use std::cell::Cell;
 use std::cmp::Ordering;

@@ -22,8 +22,6 @@ use crate::storage::wal::WalRecord;
 /// the whole leaf.
 pub struct LeafData {
     pub blk: u32,
-    /// Generation of the stage the leaf was reached through.
-    gen: u32,
     rel: pg_sys::Relation,
     /// Pinned for as long as the scan is on this leaf; VACUUM takes a
     /// cleanup lock, so the page cannot change while we hold the pin.
@@ -68,20 +66,21 @@ impl LeafData {
             let f = f.expect("not consumed by a cache miss");
             let body = lz.local.get_or_init(|| unsafe {
                 // Evicted since load: on a primary the pin and the reader
-                // registration keep the page as it was; a standby's replay
-                // may have reused it, which the check catches.
+                // registration keep the page as it was; during recovery
+                // `load` decompressed it into `local` already.
                 let l = self.pin.share();
-                check_static(self.rel, self.blk, l.page(), self.gen, &[PageKind::StaticLeaf]).unwrap_or_else(|s| s.raise());
                 decompress(self.rel, self.blk, l.page(), lz.key.as_ref())
             });
             return f(self.parse(body));
         }
+        // During recovery the body was copied at load (replay may reuse a
+        // pinned page); on a primary the pin and the reader registration
+        // keep the page as it was.
         if let Some(copy) = &self.copy {
             return f(self.parse(copy));
         }
         unsafe {
             let l = self.pin.share();
-            check_static(self.rel, self.blk, l.page(), self.gen, &[PageKind::StaticLeaf]).unwrap_or_else(|s| s.raise());
             let body = page::body(l.page());
             let r = f(self.parse(body));
             drop(l);
@@ -258,7 +257,6 @@ pub unsafe fn try_load_leaf(rel: pg_sys::Relation, blk: u32, stage: &Stage) -> R
     };
     Ok(LeafData {
         blk,
-        gen: stage.generation,
         rel,
         pin: b.into_pin(),
         lz4,

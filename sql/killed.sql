@@ -1,0 +1,29 @@
+-- Killed-tuple hints (src/engine/killed.rs): a scan told by the executor that
+-- a TID is dead to every transaction lets later scans of the backend skip
+-- it, as btree's LP_DEAD items; a TID that VACUUM freed and an insert reused
+-- is never skipped.
+CREATE EXTENSION IF NOT EXISTS pg_hybrid;
+SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off;
+CREATE TABLE kt (k int8, pad text) WITH (autovacuum_enabled = off, fillfactor = 100);
+INSERT INTO kt SELECT g, 'a' FROM generate_series(1, 1000) g;
+CREATE INDEX kt_k ON kt USING hybrid_btree (k);
+INSERT INTO kt SELECT g, 'b' FROM generate_series(1001, 1200) g;  -- dynamic stage
+CREATE TABLE kt_dead AS SELECT ctid AS c FROM kt WHERE k <= 500 OR k > 1100;
+DELETE FROM kt WHERE k <= 500 OR k > 1100;
+-- the first scan visits the dead tuples (and reports them), the second skips
+SELECT count(*), min(k), max(k) FROM kt WHERE k BETWEEN 1 AND 1200;
+SELECT count(*), min(k), max(k) FROM kt WHERE k BETWEEN 1 AND 1200;
+SELECT k FROM kt WHERE k BETWEEN 495 AND 505 ORDER BY k DESC;
+-- VACUUM frees the line pointers; new rows take them with the same keys
+VACUUM kt;
+INSERT INTO kt SELECT g, 'c' FROM generate_series(1, 500) g;
+INSERT INTO kt SELECT g, 'c' FROM generate_series(1101, 1200) g;
+SET enable_seqscan = on; SET enable_indexscan = off;
+SELECT count(*) > 0 AS tids_reused FROM kt JOIN kt_dead ON kt.ctid = kt_dead.c;
+SET enable_seqscan = off; SET enable_indexscan = on;
+SELECT count(*), min(k), max(k) FROM kt WHERE k BETWEEN 1 AND 1200;
+SELECT count(*) FROM kt WHERE k BETWEEN 1 AND 1200 AND pad = 'c';
+SELECT k, pad FROM kt WHERE k BETWEEN 498 AND 502 ORDER BY k;
+SELECT pg_hybrid.merge('kt_k') >= 0 AS merged;
+SELECT count(*), min(k), max(k) FROM kt WHERE k BETWEEN 1 AND 1200;
+DROP TABLE kt, kt_dead;
