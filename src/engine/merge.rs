@@ -131,6 +131,11 @@ pub unsafe fn merge_locked(
         };
         rest = &rest[res.consumed.min(rest.len())..];
         let last = res.next.is_none();
+        if last && !rest.is_empty() {
+            // The last step moves merged_upto past the whole batch: entries
+            // no step took would be lost.
+            pgrx::error!("index \"{}\": merge ended with {} entries not merged (base structure {})", crate::storage::page::rel_name(index), rest.len(), ams::base(index).am_name().to_string_lossy());
+        }
 
         let mut new_base = BaseInfo { generation: gen, merged_upto: m.base.merged_upto, vacuum_epoch: m.base.vacuum_epoch, ..Default::default() };
         new_base.set_shape(&res.shape);

@@ -146,8 +146,9 @@ impl BaseStructure for HybridStage {
             (0..=i).rev().take(64).find_map(|j| static_io::leaf_last_key(index, map.leaves[j].blk, &old))
         };
         let Some(seg) = plan_segment(&input, &mut cmp, &mut last_key) else {
-            // Nothing left in range: the step changes nothing but the
-            // generation (the engine still switches to it).
+            // No fresh entries left and no leaf to visit: the step changes
+            // nothing but the generation (the engine still switches to it,
+            // and checks that nothing was left unmerged).
             let b = &meta.base;
             let shape = BaseShape { roots: Stage { generation: gen, ..old }.roots(), keys: b.keys, entries: b.entries, pages: b.pages, bytes: b.bytes };
             return MergeResult { shape, retired: Vec::new(), key_hashes: None, key_fetches: 0, consumed: 0, next: None };

@@ -156,15 +156,10 @@ impl LeafData {
 /// the query's cursor moves on to the current stage (`cursor.rs`), other
 /// readers fail with a recovery conflict.
 #[derive(Clone, Copy, Debug)]
-pub struct Stale {
-    rel: pg_sys::Relation,
-    blk: u32,
-}
+pub struct Stale;
 
 impl Stale {
     pub unsafe fn raise(self) -> ! {
-        let _ = self.blk;
-        let _ = self.rel;
         crate::raise(
             PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
             "canceling statement due to conflict with recovery",
@@ -188,7 +183,7 @@ unsafe fn check_static(rel: pg_sys::Relation, blk: u32, p: pg_sys::Page, gen: u3
         && (page::opaque(p).generation > gen || !kinds.contains(&PageKind::from_u8(page::opaque(p).kind).unwrap_or(PageKind::Free)));
     if reused {
         if pg_sys::RecoveryInProgress() {
-            return Err(Stale { rel, blk });
+            return Err(Stale);
         }
         let what = if page::opaque(p).generation > gen { "static page written after this stage" } else { "page is no longer part of the static stage" };
         page::corrupted(&page::rel_name(rel), blk, what);
