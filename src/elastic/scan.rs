@@ -22,6 +22,7 @@ use super::pool::{check_tree_page, BufPool};
 use super::structure::TreeRoots;
 use super::tree::core_error;
 use crate::engine::base::{BaseCursor, Dir, ScanRange};
+use crate::engine::meta::BaseInfo;
 use crate::keys::IndexDesc;
 use crate::storage::buffer::{Buf, Lock};
 use crate::storage::page::{self, PageKind};
@@ -504,5 +505,25 @@ impl BaseCursor for ElasticCursor {
 
     fn key_fetches(&self) -> u64 {
         self.fetch_count()
+    }
+
+    fn park(&mut self) {
+        // The heap fetcher holds a heap relation and slot: let it go.
+        self.fetcher = None;
+        self.extracted = None;
+        self.peeked = None;
+        self.done = true;
+    }
+
+    unsafe fn reopen(&mut self, info: &BaseInfo) {
+        // A fresh cursor that keeps this one's buffers.
+        let mut fresh = ElasticCursor::new(self.index, self.desc.clone(), &TreeRoots::of(info));
+        for (mine, theirs) in [(&mut self.body, &mut fresh.body), (&mut self.buf, &mut fresh.buf), (&mut self.cur_key, &mut fresh.cur_key)] {
+            mine.clear();
+            std::mem::swap(mine, theirs);
+        }
+        self.tids.clear();
+        std::mem::swap(&mut self.tids, &mut fresh.tids);
+        *self = fresh;
     }
 }

@@ -180,6 +180,14 @@ pub trait BaseCursor {
     fn key_fetches(&self) -> u64 {
         0
     }
+    /// The scan is being rescanned or ended: release everything the
+    /// position holds (pins, page copies, heap fetchers) but keep the
+    /// allocations, so the next subscan reuses this cursor (a nested-loop
+    /// probe then allocates nothing). `key_fetches` starts again from 0.
+    fn park(&mut self);
+    /// Reads the structure `info` describes from now on (the same index, a
+    /// newer metapage snapshot); `start` or `seek_after` follows.
+    unsafe fn reopen(&mut self, info: &BaseInfo);
 }
 
 /// An access method's base structure. One static instance per AM, found by

@@ -119,6 +119,9 @@ thread_local! {
 /// A registered reader of one static generation; deregisters when dropped.
 pub struct ReaderToken {
     id: u64,
+    slot_index: usize,
+    epoch: u32,
+    generation: u32,
 }
 
 impl ReaderToken {
@@ -135,7 +138,15 @@ impl ReaderToken {
             a.1.insert(id, reg);
             id
         });
-        ReaderToken { id }
+        ReaderToken { id, slot_index: slot.index, epoch: st.readers.epoch, generation: st.base.generation }
+    }
+
+    /// Whether this token already registers a reader of the generation
+    /// current in `st` (same slot, same epoch): a rescan keeps it instead
+    /// of deregistering and registering again, two trips through the slot
+    /// lock per nested-loop probe. Caller holds the slot lock.
+    pub fn covers(&self, slot: SlotRef, st: &DualStageState) -> bool {
+        self.slot_index == slot.index && self.epoch == st.readers.epoch && self.generation == st.base.generation
     }
 }
 

@@ -80,13 +80,20 @@ struct Cursor {
     point_hash: Option<u64>,
 }
 
-impl Drop for Cursor {
-    fn drop(&mut self) {
+impl Cursor {
+    /// Ends the cursor: its base is parked for the next subscan, and its
+    /// reader registration is kept for it too (the scan drops it when the
+    /// next cursor reads a newer generation, or at its end).
+    fn close(self) -> (Box<dyn BaseCursor>, super::readers::ReaderToken) {
         // One shared counter for every backend: touched only by scans that
         // read keys from the heap, not by every probe.
-        if !std::thread::panicking() {
-            state::add_key_fetches(self.slot, self.base.key_fetches());
+        let fetches = self.base.key_fetches();
+        if fetches > 0 {
+            state::add_key_fetches(self.slot, fetches);
         }
+        let Cursor { mut base, reader, .. } = self;
+        base.park();
+        (base, reader)
     }
 }
 
@@ -118,6 +125,10 @@ pub struct ScanState {
     skip_killed: bool,
     /// The TID amgettuple returned last (what `kill_prior_tuple` is about).
     prior_tid: Option<Tid>,
+    /// The base cursor of the last closed cursor, parked, for the next one.
+    spare_base: Option<Box<dyn BaseCursor>>,
+    /// Its reader registration, kept while the generation is current.
+    held_reader: Option<super::readers::ReaderToken>,
 }
 
 /// A marked position (ammarkpos).
@@ -352,7 +363,17 @@ impl ScanState {
         conds
     }
 
-    unsafe fn open_cursor(&self, index: pg_sys::Relation, sub: usize) -> Cursor {
+    /// Replaces the current cursor (closing it, its base parked for reuse).
+    fn set_cursor(&mut self, c: Option<Cursor>) {
+        if let Some(old) = self.cur.take() {
+            let (base, reader) = old.close();
+            self.spare_base = Some(base);
+            self.held_reader = Some(reader);
+        }
+        self.cur = c;
+    }
+
+    unsafe fn open_cursor(&mut self, index: pg_sys::Relation, sub: usize) -> Cursor {
         let conds = self.sub_conds(sub);
         let (lower, upper) = bounds(&self.desc, &conds);
         let desc = &self.desc;
@@ -364,11 +385,17 @@ impl ScanState {
                 None
             }
         };
-        let start = state::start_scan(index, desc, self.slot, point_hash);
+        let start = state::start_scan(index, desc, self.slot, point_hash, self.held_reader.take());
         self.killed.borrow_mut().sync_epoch(start.base.vacuum_epoch);
         // SIREAD locks on the range before reading it (predlock.rs).
         predlock::lock_scan(index, desc, start.lockmap, &lower, upper.as_deref(), self.snapshot);
-        let base = ams::base(index).cursor(index, desc, &start.base);
+        let base = match self.spare_base.take() {
+            Some(mut b) => {
+                b.reopen(&start.base);
+                b
+            }
+            None => ams::base(index).cursor(index, desc, &start.base),
+        };
         let keyless = if base.keyless() && !self.want_keys && !conds.is_empty() { implied_bounds(desc, &conds) } else { None };
         let dynamic = DynReader::new(self.slot, desc.clone(), start.base.generation, start.base.merged_upto, &lower, upper.as_deref(), !start.dynamic_may_contain);
         Cursor {
@@ -423,7 +450,7 @@ impl Cursor {
     /// structure: both streams are opened again in it, after the last item
     /// returned (or at the range's start).
     unsafe fn reseek(&mut self, index: pg_sys::Relation, desc: &Rc<IndexDesc>, dir: Dir, last_key: &[u8]) {
-        let start = state::start_scan(index, desc, self.slot, self.point_hash);
+        let start = state::start_scan(index, desc, self.slot, self.point_hash, None);
         state::add_key_fetches(self.slot, self.base.key_fetches());
         self.base = ams::base(index).cursor(index, desc, &start.base);
         self.reader = start.reader;
@@ -570,6 +597,7 @@ impl ScanState {
             self.started = true;
             self.exhausted = false;
             self.sub = if dir == Dir::Fwd { 0 } else { self.nsub as isize - 1 };
+            self.set_cursor(None);
             let mut c = self.open_cursor(index, self.sub as usize);
             c.start(index, &desc, dir);
             self.cur = Some(c);
@@ -593,12 +621,13 @@ impl ScanState {
             }
             let next_sub = self.sub + dir.step();
             if next_sub < 0 || next_sub >= self.nsub as isize {
-                self.cur = None;
+                self.set_cursor(None);
                 self.exhausted = true;
                 self.started = true;
                 return None;
             }
             self.sub = next_sub;
+            self.set_cursor(None);
             let mut c = self.open_cursor(index, self.sub as usize);
             c.start(index, &desc, dir);
             self.cur = Some(c);
@@ -644,6 +673,8 @@ pub unsafe extern "C-unwind" fn ambeginscan(index: pg_sys::Relation, nkeys: i32,
         killed: super::killed::set_of(index),
         skip_killed: false,
         prior_tid: None,
+        spare_base: None,
+        held_reader: None,
     });
     (*scan).opaque = Box::into_raw(st) as *mut std::ffi::c_void;
     (*scan).xs_itupdesc = (*index).rd_att;
@@ -668,7 +699,7 @@ pub unsafe extern "C-unwind" fn amrescan(
         &[]
     };
     st.preprocess(ks);
-    st.cur = None;
+    st.set_cursor(None);
     st.last_tid = None;
     st.prior_tid = None;
     st.started = false;
@@ -713,7 +744,7 @@ pub unsafe extern "C-unwind" fn amgettuple(scan: pg_sys::IndexScanDesc, directio
 pub unsafe extern "C-unwind" fn amgetbitmap(scan: pg_sys::IndexScanDesc, tbm: *mut pg_sys::TIDBitmap) -> i64 {
     let st = state(scan);
     let index = (*scan).indexRelation;
-    st.cur = None;
+    st.set_cursor(None);
     st.started = false;
     st.want_keys = false;
     st.snapshot = (*scan).xs_snapshot;
@@ -739,7 +770,9 @@ pub unsafe extern "C-unwind" fn amgetbitmap(scan: pg_sys::IndexScanDesc, tbm: *m
 pub unsafe extern "C-unwind" fn amendscan(scan: pg_sys::IndexScanDesc) {
     let p = (*scan).opaque as *mut ScanState;
     if !p.is_null() {
-        let st = Box::from_raw(p);
+        let mut st = Box::from_raw(p);
+        st.set_cursor(None);
+        st.held_reader = None;
         pg_sys::MemoryContextDelete(st.tuple_cxt);
         (*scan).opaque = std::ptr::null_mut();
     }
@@ -763,7 +796,7 @@ pub unsafe extern "C-unwind" fn amrestrpos(scan: pg_sys::IndexScanDesc) {
     match mark.last {
         None => {
             st.last_tid = None;
-            st.cur = None;
+            st.set_cursor(None);
             st.started = false;
         }
         Some((k, t)) => {
@@ -771,10 +804,11 @@ pub unsafe extern "C-unwind" fn amrestrpos(scan: pg_sys::IndexScanDesc) {
             st.last_key.extend_from_slice(&k);
             st.last_tid = Some(t);
             if mark.exhausted {
-                st.cur = None;
+                st.set_cursor(None);
             } else {
                 st.sub = mark.sub;
                 let desc = st.desc.clone();
+                st.set_cursor(None);
                 let mut c = st.open_cursor(index, mark.sub as usize);
                 let k = c.key_for_seek(index, &k, t);
                 c.seek_after(index, &desc, st.dir, &k, t);

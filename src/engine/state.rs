@@ -407,10 +407,11 @@ pub struct ScanStart {
     pub reader: super::readers::ReaderToken,
 }
 
-/// Registers a reader of the current base generation; `point_hash` is the
-/// key hash of a full-key equality scan, which the Bloom filter may rule
-/// out of the dynamic stage.
-pub unsafe fn start_scan(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, point_hash: Option<u64>) -> ScanStart {
+/// Registers a reader of the current base generation (keeping `held`, the
+/// registration of the scan's previous cursor, when it is of that
+/// generation); `point_hash` is the key hash of a full-key equality scan,
+/// which the Bloom filter may rule out of the dynamic stage.
+pub unsafe fn start_scan(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, point_hash: Option<u64>, mut held: Option<super::readers::ReaderToken>) -> ScanStart {
     let in_recovery = pg_sys::RecoveryInProgress();
     // A primary's valid stage needs nothing more than this one lock; a
     // stage that needs a rebuild, or a standby's (which catches up with
@@ -439,8 +440,19 @@ pub unsafe fn start_scan(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
                 }
                 None => true,
             };
-        let reader = super::readers::ReaderToken::register(slot, st);
-        return ScanStart { base: st.base, lockmap: st.lockmap, dynamic_may_contain, reader };
+        let reader = match held.take() {
+            Some(t) if t.covers(slot, st) => t,
+            other => {
+                // An outdated registration is dropped after the lock is
+                // released (deregistering takes it again).
+                held = other;
+                super::readers::ReaderToken::register(slot, st)
+            }
+        };
+        let start = ScanStart { base: st.base, lockmap: st.lockmap, dynamic_may_contain, reader };
+        drop(_g);
+        drop(held);
+        return start;
     }
 }
 

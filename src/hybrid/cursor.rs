@@ -17,9 +17,9 @@ use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 
 use super::stage::Stage;
-use super::static_io::{self, Descent, LeafData, PathStep, Stale};
+use super::static_io::{self, Descent, LeafData, PathStep, Stale, Window};
 use crate::engine::base::{BaseCursor, Dir, ScanRange};
-use crate::engine::meta;
+use crate::engine::meta::{self, BaseInfo};
 use crate::keys::IndexDesc;
 use crate::storage::page::NO_BLOCK;
 
@@ -28,6 +28,9 @@ pub struct HybridCursor {
     desc: Rc<IndexDesc>,
     stage: Stage,
     leaf: Option<LeafData>,
+    /// Decode buffers while no leaf is loaded (a parked cursor), handed to
+    /// the next leaf: a rescan allocates nothing once they have grown.
+    spare: Window,
     /// Inner pages from the root to `leaf`, with the child taken at each.
     path: Vec<PathStep>,
     /// Entry and TID position in `leaf`; `ti == isize::MAX` is "the last
@@ -39,14 +42,26 @@ pub struct HybridCursor {
 
 impl HybridCursor {
     pub fn new(index: pg_sys::Relation, desc: Rc<IndexDesc>, stage: Stage) -> HybridCursor {
-        HybridCursor { index, desc, stage, leaf: None, path: Vec::with_capacity(4), ei: 0, ti: 0, done: true }
+        HybridCursor { index, desc, stage, leaf: None, spare: Window::default(), path: Vec::with_capacity(4), ei: 0, ti: 0, done: true }
     }
 
-    /// Descends from the root and loads the leaf `how` leads to.
+    /// Descends from the root and loads the leaf `how` leads to (dropping
+    /// the current one and taking over its decode buffers).
     unsafe fn descend(&mut self, mut how: Descent) -> Result<LeafData, Stale> {
         self.path.clear();
         let blk = static_io::descend_from(self.index, &self.stage, self.stage.root, &mut how, &mut self.path)?;
-        static_io::try_load_leaf(self.index, blk, &self.stage)
+        let mut leaf = static_io::try_load_leaf(self.index, blk, &self.stage)?;
+        leaf.reuse_window(self.take_window());
+        Ok(leaf)
+    }
+
+    /// The decode buffers of the current leaf (which is dropped, unpinning
+    /// its page), or the spare ones.
+    fn take_window(&mut self) -> Window {
+        match self.leaf.take() {
+            Some(l) => l.into_window(),
+            None => std::mem::take(&mut self.spare),
+        }
     }
 
     /// A page of the stage was reused during recovery: read the stage the
@@ -58,7 +73,7 @@ impl HybridCursor {
         }
         pgrx::debug1!("pg_hybrid: standby scan moves from stage {} to {}", self.stage.generation, base.generation);
         self.stage = Stage::of(&base);
-        self.leaf = None;
+        self.spare = self.take_window();
         self.path.clear();
     }
 
@@ -102,9 +117,10 @@ impl HybridCursor {
                         self.done = true;
                         return;
                     }
-                    Ok(Some(l)) => {
+                    Ok(Some(mut l)) => {
                         self.ei = if dir == Dir::Fwd { 0 } else { l.len() as isize - 1 };
                         self.ti = if dir == Dir::Fwd { 0 } else { isize::MAX };
+                        l.reuse_window(self.take_window());
                         self.leaf = Some(l);
                     }
                     Err(stale) => {
@@ -113,8 +129,9 @@ impl HybridCursor {
                             stale.raise();
                         }
                         let edge = if dir == Dir::Fwd { len as usize - 1 } else { 0 };
-                        let (k, tids) = leaf.get(edge).clone();
+                        let (k, tids) = leaf.get(edge);
                         let t = if dir == Dir::Fwd { *tids.last().unwrap() } else { tids[0] };
+                        let k = k.to_vec();
                         self.move_to_current_stage(stale);
                         self.seek_after(dir, &k, t, false);
                     }
@@ -171,8 +188,8 @@ impl HybridCursor {
         let mut leaf = self.descend(if dir == Dir::Bwd { Descent::LastLe(&mut cmp) } else { Descent::FirstGe(&mut cmp) })?;
         // Flatten the position search over (entry, tid).
         let ei = leaf.seek(|k| desc.compare(k, key));
-        let (ei, ti) = if ei < leaf.len() && desc.compare(&leaf.get(ei).0, key) == Ordering::Equal {
-            let tids = &leaf.get(ei).1;
+        let (ei, ti) = if ei < leaf.len() && desc.compare(leaf.get(ei).0, key) == Ordering::Equal {
+            let tids = leaf.get(ei).1;
             let ti = tids.partition_point(|t| *t < tid || (!inclusive && dir == Dir::Fwd && *t == tid) || (inclusive && dir == Dir::Bwd && *t == tid));
             (ei as isize, ti as isize)
         } else {
@@ -234,7 +251,7 @@ impl BaseCursor for HybridCursor {
         }
         let (ei, ti) = (self.ei as usize, self.ti as usize);
         let (k, tids) = self.leaf.as_mut().unwrap().get(ei);
-        Some((k.as_slice(), tids[ti]))
+        Some((k, tids[ti]))
     }
 
     fn advance(&mut self, dir: Dir) {
@@ -246,5 +263,16 @@ impl BaseCursor for HybridCursor {
 
     fn stop(&mut self) {
         self.done = true;
+    }
+
+    fn park(&mut self) {
+        self.spare = self.take_window();
+        self.path.clear();
+        self.done = true;
+    }
+
+    unsafe fn reopen(&mut self, info: &BaseInfo) {
+        self.park();
+        self.stage = Stage::of(info);
     }
 }

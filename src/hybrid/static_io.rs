@@ -32,14 +32,46 @@ pub struct LeafData {
     /// may reuse a pinned page, so the leaf is never read again.
     copy: Option<Vec<u8>>,
     nkeys: usize,
-    win_start: usize,
-    win: Vec<(Vec<u8>, Vec<Tid>)>,
-    /// Grows with each refill: a probe decodes two entries, a range scan
-    /// soon decodes 64 at a time.
-    win_size: usize,
+    win: Window,
 }
 
 const MAX_WINDOW: usize = 64;
+
+/// Decoded entries of a leaf, flat: all keys in one buffer and all TIDs in
+/// another, so a refill allocates nothing once the buffers have grown, and
+/// a cursor hands them on from leaf to leaf and from rescan to rescan.
+#[derive(Default)]
+pub struct Window {
+    /// Index of the first decoded entry.
+    start: usize,
+    keys: Vec<u8>,
+    /// End of entry j's key in `keys` and of its TIDs in `tids`.
+    ends: Vec<(u32, u32)>,
+    tids: Vec<Tid>,
+    /// Entries the next refill decodes: grows with each refill, so a probe
+    /// decodes two entries and a range scan soon 64 at a time.
+    size: usize,
+}
+
+impl Window {
+    fn reset(&mut self) {
+        self.start = 0;
+        self.keys.clear();
+        self.ends.clear();
+        self.tids.clear();
+        self.size = 2;
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn entry(&self, j: usize) -> (&[u8], &[Tid]) {
+        let (k0, t0) = if j == 0 { (0, 0) } else { self.ends[j - 1] };
+        let (k1, t1) = self.ends[j];
+        (&self.keys[k0 as usize..k1 as usize], &self.tids[t0 as usize..t1 as usize])
+    }
+}
 
 /// The decompressed body of an LZ4 leaf: read in place in the shared leaf
 /// cache while it holds this version of the page, else decompressed once
@@ -100,15 +132,26 @@ impl LeafData {
         self.nkeys
     }
 
-    /// Entry `i` (< len).
-    pub fn get(&mut self, i: usize) -> &(Vec<u8>, Vec<Tid>) {
-        if i < self.win_start || i >= self.win_start + self.win.len() {
+    /// Entry `i` (< len): its key and posting list.
+    pub fn get(&mut self, i: usize) -> (&[u8], &[Tid]) {
+        if i < self.win.start || i >= self.win.start + self.win.len() {
             // Moving backwards, decode the window that ends at i.
-            let size = self.win_size;
-            let start = if i < self.win_start { (i + 1).saturating_sub(size) } else { i };
+            let size = self.win.size;
+            let start = if i < self.win.start { (i + 1).saturating_sub(size) } else { i };
             self.fill(|view| view.cursor(start));
         }
-        &self.win[i - self.win_start]
+        self.win.entry(i - self.win.start)
+    }
+
+    /// The decode buffers, for the next leaf this cursor loads.
+    pub fn into_window(self) -> Window {
+        self.win
+    }
+
+    /// Decodes into `w`'s buffers from now on.
+    pub fn reuse_window(&mut self, mut w: Window) {
+        w.reset();
+        self.win = w;
     }
 
     /// Index of the first entry >= bound (`cmp(stored)` = stored.cmp(bound)),
@@ -120,24 +163,27 @@ impl LeafData {
     /// Decodes the window from the entry `position` puts a cursor on, and
     /// returns that entry's index (`len` at the end).
     fn fill(&mut self, position: impl for<'v> FnOnce(LeafView<'v>) -> Result<ss::LeafCursor<'v>, ss::FormatError>) -> usize {
-        let size = self.win_size;
-        self.win_size = (size * 2).min(MAX_WINDOW);
         let mut win = std::mem::take(&mut self.win);
-        win.clear();
+        let size = win.size.max(1);
+        win.size = (size * 2).min(MAX_WINDOW);
+        win.keys.clear();
+        win.ends.clear();
+        win.tids.clear();
         let start = self.with_view(|view| {
             let mut c = position(view).unwrap_or_else(|e| self.bad(e));
             let start = c.index();
-            while c.valid() && win.len() < size {
-                let tids = c.tids().unwrap_or_else(|e| self.bad(e)).to_vec();
-                win.push((c.key().to_vec(), tids));
+            while c.valid() && win.ends.len() < size {
+                win.tids.extend_from_slice(c.tids().unwrap_or_else(|e| self.bad(e)));
+                win.keys.extend_from_slice(c.key());
+                win.ends.push((win.keys.len() as u32, win.tids.len() as u32));
                 if !c.advance().unwrap_or_else(|e| self.bad(e)) {
                     break;
                 }
             }
             start
         });
+        win.start = start;
         self.win = win;
-        self.win_start = start;
         start
     }
 
@@ -257,9 +303,7 @@ pub unsafe fn try_load_leaf(rel: pg_sys::Relation, blk: u32, stage: &Stage) -> R
         lz4,
         copy,
         nkeys,
-        win_start: 0,
-        win: Vec::new(),
-        win_size: 2,
+        win: Window { size: 2, ..Window::default() },
     })
 }
 

@@ -100,7 +100,7 @@ impl InnerBuilder {
         for i in 0..n {
             let restart = i.is_multiple_of(self.interval);
             if restart {
-                slots.push((pos, i));
+                slots.push(SlotOut { off: pos, idx: i });
             }
             let prev = if i == 0 { &[][..] } else { self.key(i - 1) };
             put_key(out, &mut pos, prev, self.key(i), restart, fixed.is_some());
@@ -159,7 +159,7 @@ impl<'a> InnerView<'a> {
         if restart_off < first || restart_off + nslots * SLOT > body.len() {
             return corrupt("inner restart array out of bounds");
         }
-        let slots = Slots::parse(body, restart_off, nslots, first, restart_off, n)?;
+        let slots = Slots::parse(body, restart_off, nslots, 0, first, restart_off, n)?;
         Ok(InnerView { body, area: &body[..restart_off], n, fixed, slots })
     }
 
@@ -168,7 +168,7 @@ impl<'a> InnerView<'a> {
     }
 
     pub fn used_len(&self) -> usize {
-        self.area.len() + self.slots.n * SLOT
+        self.area.len() + self.slots.len_bytes()
     }
 
     /// Block number of child `i`. Panics if `i >= nchildren()` (a caller bug,

@@ -20,7 +20,10 @@ pub(crate) const HDR: usize = 14;
 const F_FIXLEN: u8 = 0x01;
 const F_SINGLE: u8 = 0x02;
 const F_CHAIN: u8 = 0x04;
-const F_ALL: u8 = F_FIXLEN | F_SINGLE | F_CHAIN;
+/// Restart keys live in the restart slots (fence slots, see `Slots`); set on
+/// every FIXLEN leaf written since format 0x01 gained it, accepted absent.
+const F_FENCE: u8 = 0x08;
+const F_ALL: u8 = F_FIXLEN | F_SINGLE | F_CHAIN | F_FENCE;
 
 /// TID values stay below 2^48 (u32 block times R <= 2^16); the reciprocal
 /// division in `LeafView::tid` is exact only there.
@@ -376,16 +379,24 @@ impl LeafBuilder {
         if chain {
             flags |= F_CHAIN;
         }
+        // Fence slots whenever keys are fixed-length: the restart key moves
+        // from its entry into its slot, so the size is the same.
+        let fence = fixed.is_some();
+        if fence {
+            flags |= F_FENCE;
+        }
         let mut pos = HDR;
         let mut slots = Vec::with_capacity(self.a.nrestarts);
         let mut prev_v = 0u64;
         for i in 0..self.ents.len() {
             let e = self.ents[i];
             if e.restart {
-                slots.push((pos, i));
+                slots.push(SlotOut { off: pos, idx: i });
             }
-            let prev_key = if i == 0 { &[][..] } else { self.key(i - 1) };
-            put_key(out, &mut pos, prev_key, self.key(i), e.restart, fixed.is_some());
+            if !(e.restart && fence) {
+                let prev_key = if i == 0 { &[][..] } else { self.key(i - 1) };
+                put_key(out, &mut pos, prev_key, self.key(i), e.restart, fixed.is_some());
+            }
             let t = self.ptids(i);
             if !single {
                 put_var(out, &mut pos, t.len() as u64);
@@ -404,7 +415,17 @@ impl LeafBuilder {
             }
         }
         let restart_off = pos;
-        write_slots(out, &mut pos, &slots);
+        if fence {
+            for sl in &slots {
+                wr_u16(out, pos, sl.off);
+                wr_u16(out, pos + 2, sl.idx);
+                let k = self.key(sl.idx);
+                out[pos + SLOT..pos + SLOT + k.len()].copy_from_slice(k);
+                pos += SLOT + k.len();
+            }
+        } else {
+            write_slots(out, &mut pos, &slots);
+        }
         out[0] = FORMAT_LEAF;
         out[1] = flags;
         wr_u16(out, 2, self.ents.len());
@@ -479,7 +500,11 @@ impl<'a> LeafView<'a> {
         if fixed == Some(0) {
             return corrupt("fixed key length of zero");
         }
-        if restart_off < HDR || restart_off + nslots * SLOT > body.len() {
+        if flags & F_FENCE != 0 && fixed.is_none() {
+            return corrupt("fence slots without a fixed key length");
+        }
+        let fence = if flags & F_FENCE != 0 { fixed.unwrap_or(0) } else { 0 };
+        if restart_off < HDR || restart_off + nslots * (SLOT + fence) > body.len() {
             return corrupt("leaf restart array out of bounds");
         }
         if ntids < nkeys || (flags & F_SINGLE != 0 && ntids != nkeys) || (nkeys == 0 && ntids != 0) {
@@ -488,7 +513,7 @@ impl<'a> LeafView<'a> {
         if nkeys == 0 && restart_off != HDR {
             return corrupt("empty leaf with entries");
         }
-        let slots = Slots::parse(body, restart_off, nslots, HDR, restart_off, nkeys)?;
+        let slots = Slots::parse(body, restart_off, nslots, fence, HDR, restart_off, nkeys)?;
         Ok(LeafView {
             area: &body[..restart_off],
             flags,
@@ -511,7 +536,7 @@ impl<'a> LeafView<'a> {
 
     /// Bytes of the body in use (header, entries, restart array).
     pub fn used_len(&self) -> usize {
-        self.area.len() + self.slots.n * SLOT
+        self.area.len() + self.slots.len_bytes()
     }
 
     /// The restart interval is not stored; this is the number of restarts.
@@ -534,7 +559,7 @@ impl<'a> LeafView<'a> {
         if self.nkeys == 0 {
             return Ok(None);
         }
-        restart_key(self.area, self.slots.off(0), self.fixed).map(Some)
+        self.slots.restart_key(self.area, 0, self.fixed).map(Some)
     }
 
     pub fn last_key(&self) -> Res<Option<Vec<u8>>> {
@@ -807,7 +832,11 @@ impl<'a> LeafCursor<'a> {
             self.slot += 1;
         }
         let mut rd = Rd::new(v.area, self.pos);
-        read_key(&mut rd, &mut self.key, restart, v.fixed)?;
+        if restart && v.slots.fenced() {
+            self.key.set(0, v.slots.fence_key(self.slot - 1));
+        } else {
+            read_key(&mut rd, &mut self.key, restart, v.fixed)?;
+        }
         let cnt = if v.flags & F_SINGLE != 0 { 1 } else { rd.var()? as usize };
         if cnt == 0 || cnt > rd.remaining() {
             return corrupt("bad posting list length");
@@ -1078,13 +1107,55 @@ pub(crate) mod tests {
         assert_eq!(v.entry(0).unwrap().1, vec![t(1, 1), t(1, 2), t(2, 1)]);
     }
 
+    /// The README's example, byte for byte: fence slots for fixed-length keys,
+    /// and the layout without them (written before F_FENCE) still reads.
+    #[test]
+    fn fence_slots_layout_and_old_layout() {
+        let e: Vec<_> = [(1000u64, 1u16), (1003, 2), (1010, 3)]
+            .iter()
+            .map(|&(k, o)| (k.to_be_bytes().to_vec(), vec![t(5, o)]))
+            .collect();
+        let (body, used) = build(&e, 500);
+        let fenced: &[u8] = &[
+            0x01, 0x0b, 3, 0, 3, 0, 3, 0, 0x15, 0, 1, 0, 8, 0, // header
+            0x15, // restart entry: no key, v = 21
+            7, 0xeb, 0x16, 7, 0xf2, 0x17, // shared 7 + last byte, v
+            0x0e, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x03, 0xe8, // slot + fence key
+        ];
+        assert_eq!(&body[..used], fenced);
+        let old: &[u8] = &[
+            0x01, 0x03, 3, 0, 3, 0, 3, 0, 0x1d, 0, 1, 0, 8, 0, // header
+            0, 0, 0, 0, 0, 0, 0x03, 0xe8, 0x15, // restart entry with its key
+            7, 0xeb, 0x16, 7, 0xf2, 0x17, //
+            0x0e, 0, 0, 0, // slot
+        ];
+        assert_eq!(old.len(), fenced.len());
+        for b in [fenced, old] {
+            let v = LeafView::parse(b).unwrap();
+            assert_eq!(v.decode_all().unwrap(), e);
+            assert_eq!(v.used_len(), b.len());
+            assert_eq!(v.seek(|k| k.cmp(&1003u64.to_be_bytes()[..])).unwrap(), 1);
+            assert_eq!(v.seek(|k| k.cmp(&1004u64.to_be_bytes()[..])).unwrap(), 2);
+            assert_eq!(v.first_key().unwrap().unwrap(), &1000u64.to_be_bytes()[..]);
+            let mut out = vec![0; 500];
+            let (n, removed) = v.rewrite_without(|x| x == t(5, 1), &mut out).unwrap();
+            assert_eq!(removed, 1);
+            assert!(n <= b.len());
+            assert_eq!(LeafView::parse(&out[..n]).unwrap().decode_all().unwrap(), e[1..].to_vec());
+        }
+        // Fence flag without FIXLEN is corruption, not a misread.
+        let mut bad = fenced.to_vec();
+        bad[1] = 0x0a;
+        assert!(LeafView::parse(&bad).is_err());
+    }
+
     #[test]
     fn chain_flag_for_correlated_tids() {
         let e: Vec<_> = (0..300u64)
             .map(|i| ((1_000_000 + i * 3).to_be_bytes().to_vec(), vec![t(5000 + (i / 100) as u32, (i % 100) as u16 + 1)]))
             .collect();
         let (body, used) = build(&e, 8100);
-        assert_eq!(body[1], F_FIXLEN | F_SINGLE | F_CHAIN);
+        assert_eq!(body[1], F_FIXLEN | F_SINGLE | F_CHAIN | F_FENCE);
         // ~1 shared byte + 1 suffix byte + 1 TID byte per entry.
         assert!(used < 300 * 4, "used {used}");
         assert_eq!(LeafView::parse(&body).unwrap().decode_all().unwrap(), e);
@@ -1119,8 +1190,14 @@ pub(crate) mod tests {
             3 => prop::collection::btree_set(tid.clone(), 1..3),
             1 => prop::collection::btree_set(tid, 1..60),
         ];
-        prop::collection::btree_map(key, tids, 0..120)
-            .prop_map(|m| m.into_iter().map(|(k, s)| (k, s.into_iter().collect())).collect())
+        // A third of the cases have fixed-length keys only (FIXLEN and fence
+        // slots); mixed lengths almost never produce such a leaf.
+        let fixed_key = (0u64..4000).prop_map(|x| (x * 37).to_be_bytes().to_vec());
+        prop_oneof![
+            2 => prop::collection::btree_map(key, tids.clone(), 0..120),
+            1 => prop::collection::btree_map(fixed_key, tids, 0..120),
+        ]
+        .prop_map(|m| m.into_iter().map(|(k, s)| (k, s.into_iter().collect())).collect())
     }
 
     proptest! {

@@ -371,6 +371,13 @@ pub(crate) fn restart_key(area: &[u8], off: usize, fixed: Option<usize>) -> Res<
 // restart entry. Storing the index (not deriving it from a fixed interval)
 // lets an in-place VACUUM keep the surviving restart entries where they are,
 // which is what guarantees the rewritten leaf is never larger.
+//
+// Fence slots (leaves with fixed-length keys): each slot also carries the
+// restart entry's whole key, and the restart entry in the entry area carries
+// none. The bytes are the same, only their place differs; but a search now
+// binary searches one contiguous array instead of jumping to a restart entry
+// somewhere in the page at every step, which halves the cache lines a probe
+// touches (the restart key loads were 88% of the search's cycles).
 
 pub(crate) const SLOT: usize = 4;
 
@@ -378,21 +385,24 @@ pub(crate) const SLOT: usize = 4;
 pub(crate) struct Slots<'a> {
     b: &'a [u8],
     pub n: usize,
+    /// Key bytes per slot after (offset, index): the fixed key length for
+    /// fence slots, else 0.
+    fence: usize,
 }
 
 impl<'a> Slots<'a> {
-    /// Bounds-checks the array at `b[at..at + 4n]` and its ends: slot 0 is
-    /// (first, 0), the last lies below `end` and `nkeys`. O(1), because this
-    /// runs on every page visit; the slots in between are cross-checked by
-    /// every cursor that passes them (and all of them by `check_all`). A bad
-    /// middle slot can misdirect a search but never make it read outside the
-    /// body.
-    pub fn parse(b: &'a [u8], at: usize, n: usize, first: usize, end: usize, nkeys: usize) -> Res<Self> {
-        let arr = match b.get(at..at + n * SLOT) {
+    /// Bounds-checks the array at `b[at..at + n * stride]` and its ends:
+    /// slot 0 is (first, 0), the last lies below `end` and `nkeys`. O(1),
+    /// because this runs on every page visit; the slots in between are
+    /// cross-checked by every cursor that passes them (and all of them by
+    /// `check_all`). A bad middle slot can misdirect a search but never make
+    /// it read outside the body.
+    pub fn parse(b: &'a [u8], at: usize, n: usize, fence: usize, first: usize, end: usize, nkeys: usize) -> Res<Self> {
+        let arr = match b.get(at..at + n * (SLOT + fence)) {
             Some(a) => a,
             None => return corrupt("restart array outside the body"),
         };
-        let s = Slots { b: arr, n };
+        let s = Slots { b: arr, n, fence };
         if (n == 0) != (nkeys == 0) || n > nkeys {
             return corrupt("restart count does not match key count");
         }
@@ -403,6 +413,24 @@ impl<'a> Slots<'a> {
             return corrupt("restart past the entries");
         }
         Ok(s)
+    }
+
+    /// Bytes one slot takes.
+    #[inline]
+    pub fn stride(&self) -> usize {
+        SLOT + self.fence
+    }
+
+    /// Bytes of the whole array.
+    #[inline]
+    pub fn len_bytes(&self) -> usize {
+        self.n * self.stride()
+    }
+
+    /// Whether restart keys live in the slots.
+    #[inline]
+    pub fn fenced(&self) -> bool {
+        self.fence > 0
     }
 
     /// Offsets and indexes strictly increase.
@@ -417,25 +445,42 @@ impl<'a> Slots<'a> {
 
     #[inline]
     pub fn off(&self, i: usize) -> usize {
-        rd_u16(self.b, i * SLOT) as usize
+        rd_u16(self.b, i * self.stride()) as usize
     }
 
     #[inline]
     pub fn idx(&self, i: usize) -> usize {
-        rd_u16(self.b, i * SLOT + 2) as usize
+        rd_u16(self.b, i * self.stride() + 2) as usize
+    }
+
+    /// The key of fence slot `i` (bounds-checked by `parse`).
+    #[inline]
+    pub fn fence_key(&self, i: usize) -> &'a [u8] {
+        let at = i * self.stride() + SLOT;
+        &self.b[at..at + self.fence]
+    }
+
+    /// The whole key of restart `i`: in the slot, or at its entry.
+    #[inline]
+    pub fn restart_key(&self, area: &'a [u8], i: usize, fixed: Option<usize>) -> Res<&'a [u8]> {
+        if self.fenced() {
+            Ok(self.fence_key(i))
+        } else {
+            restart_key(area, self.off(i), fixed)
+        }
     }
 
     /// First slot whose restart key is not `before` the bound.
     pub fn search(
         &self,
-        area: &[u8],
+        area: &'a [u8],
         fixed: Option<usize>,
         before: &mut impl FnMut(&[u8]) -> bool,
     ) -> Res<usize> {
         let (mut lo, mut hi) = (0, self.n);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            if before(restart_key(area, self.off(mid), fixed)?) {
+            if before(self.restart_key(area, mid, fixed)?) {
                 lo = mid + 1;
             } else {
                 hi = mid;
@@ -445,10 +490,17 @@ impl<'a> Slots<'a> {
     }
 }
 
-pub(crate) fn write_slots(out: &mut [u8], pos: &mut usize, slots: &[(usize, usize)]) {
-    for &(off, idx) in slots {
-        wr_u16(out, *pos, off);
-        wr_u16(out, *pos + 2, idx);
+/// A restart slot to write: the entry's byte offset and index.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SlotOut {
+    pub off: usize,
+    pub idx: usize,
+}
+
+pub(crate) fn write_slots(out: &mut [u8], pos: &mut usize, slots: &[SlotOut]) {
+    for s in slots {
+        wr_u16(out, *pos, s.off);
+        wr_u16(out, *pos + 2, s.idx);
         *pos += SLOT;
     }
 }
