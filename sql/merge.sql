@@ -10,11 +10,18 @@ CREATE INDEX mg_grp ON mg USING hybrid_btree (grp);
 SELECT dynamic_entries, static_entries, static_keys, merges, generation FROM pg_hybrid.index_stats('mg_k');
 -- secondary index: one key, many TIDs (Compaction rule)
 SELECT static_entries, static_keys FROM pg_hybrid.index_stats('mg_grp');
--- below static/ratio = 1000 entries nothing merges
-INSERT INTO mg SELECT g, g % 10 FROM generate_series(10001, 10999) g;
+-- the ratio trigger compares sizes: a merge starts when the delta log
+-- (about 18 bytes per int8 entry) reaches the static stage's body bytes /
+-- merge_ratio. The 10000 keys take about 37.6 kB, so below 209 dynamic
+-- entries nothing merges
+INSERT INTO mg SELECT g, g % 10 FROM generate_series(10001, 10208) g;
 SELECT dynamic_entries, static_entries, merges FROM pg_hybrid.index_stats('mg_k');
--- the 1000th dynamic entry triggers a merge in the inserting backend
-INSERT INTO mg VALUES (11000, 0);
+-- the 209th dynamic entry triggers a merge in the inserting backend
+INSERT INTO mg VALUES (10209, 0);
+SELECT dynamic_entries, static_entries, merges FROM pg_hybrid.index_stats('mg_k');
+-- a smaller ratio lets the dynamic stage grow larger before a merge
+ALTER INDEX mg_k SET (merge_ratio = 1);
+INSERT INTO mg SELECT g, g % 10 FROM generate_series(10210, 11000) g;
 SELECT dynamic_entries, static_entries, merges FROM pg_hybrid.index_stats('mg_k');
 -- readers see the same rows before and after a manual merge
 INSERT INTO mg SELECT g, g % 10 FROM generate_series(20001, 20500) g;
@@ -47,9 +54,12 @@ SELECT s.hits > lc0.hits AS cache_hits, s.inserts >= lc0.inserts AS cache_insert
 DELETE FROM mg WHERE k BETWEEN 150 AND 250;
 VACUUM mg;
 SELECT count(*), sum(k) FROM mg WHERE k BETWEEN 100 AND 20100;
+-- (a floor on the trigger keeps these in the dynamic stage until the manual merge)
+SET pg_hybrid.merge_min_entries = 5000;
 INSERT INTO mg SELECT g, g % 10 FROM generate_series(150, 250) g;
 INSERT INTO mg SELECT g, 1 FROM generate_series(40001, 41000) g;
 SELECT pg_hybrid.merge('mg_k_lz4');
+SET pg_hybrid.merge_min_entries = 100;
 SELECT count(*), sum(k) FROM mg WHERE k BETWEEN 100 AND 41000;
 SELECT pg_hybrid.verify('mg_k_lz4', true), pg_hybrid.verify('mg_grp', true);
 -- TRUNCATE gives the index new storage; REINDEX rebuilds it

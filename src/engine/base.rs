@@ -200,8 +200,9 @@ pub trait BaseStructure: Sync {
     /// cannot serve; called by CREATE INDEX.
     unsafe fn check_definition(&self, _index: pg_sys::Relation, _desc: &IndexDesc) {}
 
-    /// Merge trigger: a merge runs when the dynamic stage holds
-    /// entries / merge_ratio entries.
+    /// Merge trigger: a merge runs when the delta log holds the structure's
+    /// bytes / merge_ratio (entries / merge_ratio when it reports no bytes;
+    /// `state::merge_threshold`).
     unsafe fn merge_ratio(&self, index: pg_sys::Relation) -> i32;
 
     /// A cap on unmerged entries when the delta log counts against a size

@@ -212,8 +212,7 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         let st = &mut slot.state();
         let fits = pos < st.base.merged_upto || st.insert(desc, key, tid, pos);
         let base = ams::base(index);
-        let ratio = base.merge_ratio(index).max(1) as u64;
-        let mut threshold = (st.base.entries / ratio).max(crate::guc::MERGE_MIN_ENTRIES.get() as u64);
+        let mut threshold = super::state::merge_threshold(&st.base, base.merge_ratio(index), delta::record_len(128, key));
         let cap = base.delta_cap(index, key.len());
         let capped = cap.is_some();
         if let Some(cap) = cap {

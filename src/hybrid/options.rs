@@ -35,7 +35,7 @@ pub unsafe fn register() {
     pg_sys::add_int_reloption(
         RELOPT_KIND,
         c"merge_ratio".as_ptr(),
-        c"Merge when the dynamic stage reaches static entries / merge_ratio".as_ptr(),
+        c"Merge when the delta log reaches the static stage bytes / merge_ratio".as_ptr(),
         DEFAULT_MERGE_RATIO,
         1,
         10_000,
