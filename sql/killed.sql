@@ -1,7 +1,7 @@
 -- Killed-tuple hints (src/engine/killed.rs): a scan told by the executor that
--- a TID is dead to every transaction lets later scans of the backend skip
+-- a TID is dead to every transaction lets later scans of every backend skip
 -- it, as btree's LP_DEAD items; a TID that VACUUM freed and an insert reused
--- is never skipped.
+-- is never skipped, in this backend or another.
 CREATE EXTENSION IF NOT EXISTS pg_hybrid;
 SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off;
 CREATE TABLE kt (k int8, pad text) WITH (autovacuum_enabled = off, fillfactor = 100);
@@ -14,6 +14,10 @@ DELETE FROM kt WHERE k <= 500 OR k > 1100;
 SELECT count(*), min(k), max(k) FROM kt WHERE k BETWEEN 1 AND 1200;
 SELECT count(*), min(k), max(k) FROM kt WHERE k BETWEEN 1 AND 1200;
 SELECT k FROM kt WHERE k BETWEEN 495 AND 505 ORDER BY k DESC;
+-- hints are shared: a new backend's scans use them
+\c
+SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off;
+SELECT count(*), min(k), max(k) FROM kt WHERE k BETWEEN 1 AND 1200;
 -- VACUUM frees the line pointers; new rows take them with the same keys
 VACUUM kt;
 INSERT INTO kt SELECT g, 'c' FROM generate_series(1, 500) g;
@@ -24,6 +28,10 @@ SET enable_seqscan = off; SET enable_indexscan = on;
 SELECT count(*), min(k), max(k) FROM kt WHERE k BETWEEN 1 AND 1200;
 SELECT count(*) FROM kt WHERE k BETWEEN 1 AND 1200 AND pad = 'c';
 SELECT k, pad FROM kt WHERE k BETWEEN 498 AND 502 ORDER BY k;
+-- another backend after the VACUUM: the reused TIDs are found there too
+\c
+SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off;
+SELECT count(*), min(k), max(k) FROM kt WHERE k BETWEEN 1 AND 1200;
 SELECT pg_hybrid.merge('kt_k') >= 0 AS merged;
 SELECT count(*), min(k), max(k) FROM kt WHERE k BETWEEN 1 AND 1200;
 DROP TABLE kt, kt_dead;

@@ -11,3 +11,4 @@ pub mod static_stage;
 pub mod clock_cache;
 pub mod elastic;
 pub mod partition;
+pub mod killed;

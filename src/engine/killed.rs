@@ -2,83 +2,166 @@
 //!
 //! When the executor finds that the heap tuple an index scan returned is
 //! dead to every transaction, it says so on the next `amgettuple`. btree
-//! marks the index item LP_DEAD and later scans skip it without a heap
-//! visit; that is what keeps TPC-C's Delivery (`min(no_o_id)` over a
-//! new_order range whose low end is all deleted orders) and hot-key updates
-//! cheap between VACUUMs. Our stages have no per-entry flag bits (compact
-//! static leaves, a shared-memory tree), so each backend keeps a set of the
-//! TIDs its scans were told are dead, per index, and its MVCC scans skip
-//! them.
+//! marks the index item LP_DEAD on its page, and every later scan, in any
+//! backend, skips it without a heap visit; that is what keeps TPC-C's
+//! Delivery (`min(no_o_id)` over a new_order range whose low end is all
+//! deleted orders) and hot-key updates (YCSB A/B under zipfian keys) cheap
+//! between VACUUMs. Our stages have no per-entry flag bits (compact static
+//! leaves, a shared-memory tree), so the hints live beside them: a small
+//! open-addressing tables of dead TIDs (`pg_hybrid_core::killed`, 1023 per
+//! 8 kB arena block, up to `MAX_HINT_BLOCKS` blocks per index), taken at the
+//! first hint, filled by any backend's scans and read by all of them.
+//! It is a cache: a hint that is overwritten or never found costs a heap
+//! visit, nothing more.
 //!
 //! Why skipping by TID alone is safe: a TID dead to all can only be reused
 //! after VACUUM has removed every index entry pointing to it (heap line
 //! pointers stay LP_DEAD until index vacuuming), and every VACUUM that
-//! removes entries from an index of ours bumps the index's `vacuum_epoch`.
-//! A scan reads the epoch when it starts and the set is emptied when the
-//! epoch moved, so a reused TID is never skipped by a scan that started
-//! after the VACUUM; a scan that started before it has an MVCC snapshot
+//! removes entries from an index of ours bumps the index's `vacuum_epoch`
+//! (and empties the table). A cell carries the epoch its hint was made in
+//! and matches only a scan of that epoch; a scan reads the epoch when its
+//! cursor opens, so a reused TID is never skipped by a scan that started
+//! after the VACUUM, and a scan that started before it has an MVCC snapshot
 //! older than the reusing insert, to which the new tuple is invisible
 //! anyway. Scans under other snapshots (SnapshotDirty for ON CONFLICT and
 //! exclusion checks, SnapshotAny) do not use the hints. Nothing here is
-//! shared, persisted or WAL-logged; a standby never sets `kill_prior_tuple`.
+//! persisted or WAL-logged; a standby never sets `kill_prior_tuple` and its
+//! scans do not skip (`ignore_killed_tuples` is off in recovery).
+//!
+//! A slot can be handed to another index only when nobody reads it (no
+//! registered reader), but the table also records whose hints it holds
+//! (`owner`), so a scan never takes another index's hints for its own.
 
-use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
-use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
+use pg_hybrid_core::dynamic::{BlockPool, DYN_BLOCK_SIZE};
+use pg_hybrid_core::killed::KilledTable;
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 
-/// Per index, a bound on remembered TIDs (8 bytes each plus the set's
-/// overhead); past it the set starts over.
-const MAX_KILLED: usize = 65_536;
+use super::state::SlotState;
+use crate::shmem::{self, ArenaPool, LwGuard, SlotKey, SlotRef};
 
-pub struct KilledSet {
-    epoch: u64,
-    tids: HashSet<Tid>,
+/// Blocks (tables of 1023 hints, 8 kB each) an index's hints may take: at
+/// most this many, and at most 1/64 of the arena.
+pub const MAX_HINT_BLOCKS: usize = 8;
+/// `DualStageState::killed_nblocks` before the first hint.
+pub const NO_TABLE: u32 = 0;
+/// The arena had no block when the first hint came; retried after a reset.
+pub const NO_ROOM: u32 = u32::MAX;
+
+/// The hint tables of an index's slot.
+#[repr(C)]
+pub struct HintBlocks {
+    /// Published last (Release) once `ids` are set: NO_TABLE, NO_ROOM or
+    /// the number of blocks. A slot keeps its blocks for good (a reset
+    /// zeroes them; freeing one could hand a concurrent lock-free reader a
+    /// block that holds something else by then).
+    nblocks: AtomicU32,
+    ids: [u32; MAX_HINT_BLOCKS],
 }
 
-impl KilledSet {
-    /// Empties the set when VACUUM ran since it was filled.
-    pub fn sync_epoch(&mut self, epoch: u64) {
-        if self.epoch != epoch {
-            self.tids.clear();
-            self.epoch = epoch;
+impl HintBlocks {
+    /// The state of a slot that was never used.
+    pub fn init(&mut self) {
+        self.nblocks = AtomicU32::new(NO_TABLE);
+    }
+
+    fn tables(&self) -> Option<(usize, &[u32])> {
+        match self.nblocks.load(Ordering::Acquire) {
+            NO_TABLE | NO_ROOM => None,
+            n => Some((n as usize, &self.ids[..n as usize])),
         }
     }
 
-    pub fn insert(&mut self, tid: Tid) {
-        if self.tids.len() >= MAX_KILLED {
-            self.tids.clear();
+    fn table(&self, tid: Tid) -> Option<&'static KilledTable> {
+        let (n, ids) = self.tables()?;
+        let b = ids[pg_hybrid_core::killed::table_for(tid, n)];
+        // SAFETY: an arena block of DYN_BLOCK_SIZE bytes, zeroed when it
+        // was taken, all atomics; KilledTable is exactly one block.
+        Some(unsafe { &*(shmem::header().block_ptr(b) as *const KilledTable) })
+    }
+
+    /// Arena bytes the hints take.
+    pub fn bytes(&self) -> u64 {
+        self.tables().map_or(0, |(n, _)| (n * DYN_BLOCK_SIZE) as u64)
+    }
+
+    /// Forgets every hint; `owner` is who the tables belong to from now on
+    /// (0: their next user). A slot whose arena was full tries again.
+    pub fn clear(&self, owner: u64) {
+        if let Some((_, ids)) = self.tables() {
+            for &b in ids {
+                let t = unsafe { &*(shmem::header().block_ptr(b) as *const KilledTable) };
+                t.clear(owner);
+            }
         }
-        self.tids.insert(tid);
+        let _ = self.nblocks.compare_exchange(NO_ROOM, NO_TABLE, Ordering::AcqRel, Ordering::Relaxed);
     }
 
-    pub fn contains(&self, tid: &Tid) -> bool {
-        !self.tids.is_empty() && self.tids.contains(tid)
+    /// Takes the blocks (caller holds the slot lock exclusively).
+    fn allocate(&mut self) {
+        if self.nblocks.load(Ordering::Acquire) != NO_TABLE {
+            return;
+        }
+        let mut pool = ArenaPool;
+        let want = (shmem::header().nblocks as usize / 64).clamp(1, MAX_HINT_BLOCKS);
+        let mut n = 0;
+        while n < want {
+            match pool.alloc() {
+                Some(b) => {
+                    unsafe { std::ptr::write_bytes(pool.block(b), 0, DYN_BLOCK_SIZE) };
+                    self.ids[n] = b;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        self.nblocks.store(if n == 0 { NO_ROOM } else { n as u32 }, Ordering::Release);
     }
 }
 
-pub type SharedKilled = Rc<RefCell<KilledSet>>;
-
-thread_local! {
-    static SETS: RefCell<HashMap<(u32, u32), SharedKilled>> = RefCell::new(HashMap::new());
+/// The table's owner value of an index: its (database, relfilenode), so a
+/// rewritten index starts with no hints.
+pub fn owner_of(key: SlotKey) -> u64 {
+    (key.db.to_u32() as u64) << 32 | key.relnode.to_u32() as u64
 }
 
-/// The backend's killed set of `index` (keyed by database and relfilenode,
-/// so a rewritten index starts empty).
-pub unsafe fn set_of(index: pg_sys::Relation) -> SharedKilled {
-    let node = (*index).rd_node;
-    let key = (node.dbNode.to_u32(), node.relNode.to_u32());
-    SETS.with(|s| {
-        s.borrow_mut()
-            .entry(key)
-            .or_insert_with(|| Rc::new(RefCell::new(KilledSet { epoch: u64::MAX, tids: HashSet::new() })))
-            .clone()
-    })
+/// Records a dead TID seen by a scan of `epoch` of the index of `slot`;
+/// the first hint of a slot takes arena blocks for its tables.
+pub fn mark(slot: SlotRef, tid: Tid, epoch: u64) {
+    let st = slot.state();
+    let table = match st.hints.table(tid) {
+        Some(t) => t,
+        None => {
+            if st.hints.nblocks.load(Ordering::Acquire) == NO_ROOM {
+                return;
+            }
+            let _g = LwGuard::exclusive(slot.lock());
+            let s = slot.get();
+            if !s.in_use || s.db != slot.key.db || s.relnode != slot.key.relnode {
+                // The slot went to another index: a hint is not worth an ERROR.
+                return;
+            }
+            st.hints.allocate();
+            match st.hints.table(tid) {
+                Some(t) => t,
+                None => return,
+            }
+        }
+    };
+    table.insert(owner_of(slot.key), tid, epoch);
 }
 
-/// Whether a scan may skip the TIDs of the set: an MVCC snapshot, and a
+/// Whether a scan of `epoch` of the index of `slot` may skip `tid`.
+pub fn is_marked(slot: SlotRef, tid: Tid, epoch: u64) -> bool {
+    match slot.state().hints.table(tid) {
+        Some(t) => t.contains(owner_of(slot.key), tid, epoch),
+        None => false,
+    }
+}
+
+/// Whether a scan may skip hinted TIDs: an MVCC snapshot, and a
 /// transaction that did not start in recovery (PostgreSQL's
 /// `ignore_killed_tuples`).
 pub unsafe fn usable(scan: pg_sys::IndexScanDesc) -> bool {

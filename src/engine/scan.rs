@@ -119,9 +119,9 @@ pub struct ScanState {
     snapshot: pg_sys::Snapshot,
     /// Items must carry their keys (index-only scans).
     want_keys: bool,
-    /// TIDs this backend was told are dead to all (killed.rs), and whether
-    /// this scan may skip them.
-    killed: super::killed::SharedKilled,
+    /// The index's vacuum_epoch when the cursor opened, which killed-tuple
+    /// hints (killed.rs) must match, and whether this scan may skip them.
+    killed_epoch: u64,
     skip_killed: bool,
     /// The TID amgettuple returned last (what `kill_prior_tuple` is about).
     prior_tid: Option<Tid>,
@@ -386,7 +386,7 @@ impl ScanState {
             }
         };
         let start = state::start_scan(index, desc, self.slot, point_hash, self.held_reader.take());
-        self.killed.borrow_mut().sync_epoch(start.base.vacuum_epoch);
+        self.killed_epoch = start.base.vacuum_epoch;
         // SIREAD locks on the range before reading it (predlock.rs).
         predlock::lock_scan(index, desc, start.lockmap, &lower, upper.as_deref(), self.snapshot);
         let base = match self.spare_base.take() {
@@ -613,7 +613,7 @@ impl ScanState {
             let c = self.cur.as_mut()?;
             if let Some(t) = c.next(index, &desc, dir, &mut self.last_key) {
                 self.last_tid = Some(t);
-                if self.skip_killed && self.killed.borrow().contains(&t) {
+                if self.skip_killed && super::killed::is_marked(self.slot, t, self.killed_epoch) {
                     // Dead to all: what btree's LP_DEAD items are.
                     continue;
                 }
@@ -670,7 +670,7 @@ pub unsafe extern "C-unwind" fn ambeginscan(index: pg_sys::Relation, nkeys: i32,
         tuple_cxt,
         snapshot: std::ptr::null_mut(),
         want_keys: true,
-        killed: super::killed::set_of(index),
+        killed_epoch: 0,
         skip_killed: false,
         prior_tid: None,
         spare_base: None,
@@ -716,7 +716,7 @@ pub unsafe extern "C-unwind" fn amgettuple(scan: pg_sys::IndexScanDesc, directio
     st.snapshot = (*scan).xs_snapshot;
     if (*scan).kill_prior_tuple {
         if let Some(t) = st.prior_tid {
-            st.killed.borrow_mut().insert(t);
+            super::killed::mark(st.slot, t, st.killed_epoch);
         }
     }
     st.skip_killed = super::killed::usable(scan);

@@ -165,6 +165,9 @@ pub struct DualStageState {
     pub lockmap: u32,
     /// Heap reads base structures made to learn keys they do not store.
     pub key_fetches: AtomicU64,
+    /// Arena blocks of the killed-tuple hints of every backend's scans
+    /// (killed.rs; none until the first hint).
+    pub hints: super::killed::HintBlocks,
 }
 
 impl DualStageState {
@@ -180,6 +183,7 @@ impl DualStageState {
         self.merge_requested = false;
         self.merge_running = false;
         self.readers.clear();
+        self.hints.init();
     }
 
     /// Frees everything and marks the state as needing a rebuild.
@@ -201,6 +205,8 @@ impl DualStageState {
         self.readers.clear();
         self.lockmap = 0;
         self.key_fetches = AtomicU64::new(0);
+        // The hint block stays with the slot (killed.rs), emptied.
+        self.hints.clear(0);
     }
 
     /// Switches to another static stage; readers of the one left behind
@@ -263,7 +269,7 @@ impl DualStageState {
 
     /// Shared memory held: tree, Bloom filter and key filter.
     pub fn shared_bytes(&self) -> u64 {
-        self.tree.bytes_used() + self.bloom.bytes() + self.key_filter.bloom.bytes()
+        self.tree.bytes_used() + self.bloom.bytes() + self.key_filter.bloom.bytes() + self.hints.bytes()
     }
 
     pub fn insert(&mut self, desc: &IndexDesc, key: &[u8], tid: Tid, pos: u64) -> bool {

@@ -90,6 +90,10 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
         if let Some(slot) = shmem::existing_slot(index) {
             let _g = slot.exclusive();
             let st = slot.state();
+            // Hints of the old epoch would no longer match; dropping them
+            // frees the cells (and keeps an epoch tag from ever coming round
+            // again to a hint that old).
+            st.hints.clear(super::killed::owner_of(slot.key));
             if !dead_delta.is_empty() {
                 st.tree.retain(&mut ArenaPool, |_k: &[u8], t: Tid, _p: u64| !dead_delta.contains(&t));
             }
