@@ -33,6 +33,10 @@ pub struct ShmemHeader {
     /// When (ms since the epoch) a backend last asked another index to merge
     /// because the arena ran short; rate-limits those requests.
     pub pressure_ms: AtomicU64,
+    /// Blocks slots keep for good once taken (caches whose lock-free
+    /// readers must never meet a reused block); `take_kept` holds them to
+    /// 1/8 of the arena.
+    pub kept_blocks: AtomicU32,
     slots_off: usize,
     blocks_off: usize,
 }
@@ -92,6 +96,7 @@ pub unsafe fn startup() {
         (*hdr).free_blocks = AtomicU32::new(nb as u32);
         (*hdr).lru_clock = AtomicU64::new(1);
         (*hdr).pressure_ms = AtomicU64::new(0);
+        (*hdr).kept_blocks = AtomicU32::new(0);
         for i in 0..mi {
             payload_ops().init((*(*hdr).slot(i)).payload());
         }
@@ -210,6 +215,35 @@ unsafe impl BlockPool for ArenaPool {
     fn block(&self, id: u32) -> *mut u8 {
         header().block_ptr(id)
     }
+}
+
+/// Takes up to `want` blocks that the caller keeps for good (never frees),
+/// zeroed, within the arena's budget for such blocks (1/8 of it); returns
+/// how many it put in `out`.
+pub fn take_kept(want: usize, out: &mut [u32]) -> usize {
+    let h = header();
+    let budget = (h.nblocks / 8) as usize;
+    let mut pool = ArenaPool;
+    let mut n = 0;
+    while n < want.min(out.len()) {
+        let taken = h.kept_blocks.fetch_add(1, AtomicOrdering::Relaxed) as usize;
+        if taken >= budget {
+            h.kept_blocks.fetch_sub(1, AtomicOrdering::Relaxed);
+            break;
+        }
+        match pool.alloc() {
+            Some(b) => {
+                unsafe { std::ptr::write_bytes(pool.block(b), 0, DYN_BLOCK_SIZE) };
+                out[n] = b;
+                n += 1;
+            }
+            None => {
+                h.kept_blocks.fetch_sub(1, AtomicOrdering::Relaxed);
+                break;
+            }
+        }
+    }
+    n
 }
 
 /// AddinShmemInitLock is a C macro over MainLWLockArray.
