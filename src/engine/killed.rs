@@ -133,8 +133,7 @@ pub fn mark(slot: SlotRef, tid: Tid, epoch: u64) {
                 return;
             }
             let _g = LwGuard::exclusive(slot.lock());
-            let s = slot.get();
-            if !s.in_use || s.db != slot.key.db || s.relnode != slot.key.relnode {
+            if !slot.holds_key() {
                 // The slot went to another index: a hint is not worth an ERROR.
                 return;
             }

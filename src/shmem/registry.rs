@@ -110,9 +110,13 @@ impl SlotRef {
     pub fn exclusive(&self) -> LwGuard {
         self.checked(LwGuard::exclusive(self.lock()))
     }
-    fn checked(&self, g: LwGuard) -> LwGuard {
+    /// Whether the slot still belongs to `key` (read under its lock).
+    pub fn holds_key(&self) -> bool {
         let s = self.get();
-        if !s.in_use || s.db != self.key.db || s.relnode != self.key.relnode {
+        s.in_use && s.db == self.key.db && s.relnode == self.key.relnode
+    }
+    fn checked(&self, g: LwGuard) -> LwGuard {
+        if !self.holds_key() {
             drop(g);
             crate::raise(PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE, "pg_hybrid index slot was reassigned while in use", "More indexes are active than pg_hybrid.max_indexes allows; retry the statement, and raise pg_hybrid.max_indexes.");
         }

@@ -106,7 +106,7 @@ impl InnerBuilder {
             put_key(out, &mut pos, prev, self.key(i), restart, fixed.is_some());
         }
         let restart_off = pos;
-        write_slots(out, &mut pos, &slots);
+        write_slots(out, &mut pos, &slots, None::<fn(usize) -> &'static [u8]>);
         out[0] = FORMAT_INNER;
         out[1] = if fixed.is_some() { F_FIXLEN } else { 0 };
         wr_u16(out, 2, n);

@@ -415,17 +415,7 @@ impl LeafBuilder {
             }
         }
         let restart_off = pos;
-        if fence {
-            for sl in &slots {
-                wr_u16(out, pos, sl.off);
-                wr_u16(out, pos + 2, sl.idx);
-                let k = self.key(sl.idx);
-                out[pos + SLOT..pos + SLOT + k.len()].copy_from_slice(k);
-                pos += SLOT + k.len();
-            }
-        } else {
-            write_slots(out, &mut pos, &slots);
-        }
+        write_slots(out, &mut pos, &slots, fence.then_some(|i: usize| self.key(i)));
         out[0] = FORMAT_LEAF;
         out[1] = flags;
         wr_u16(out, 2, self.ents.len());

@@ -497,11 +497,18 @@ pub(crate) struct SlotOut {
     pub idx: usize,
 }
 
-pub(crate) fn write_slots(out: &mut [u8], pos: &mut usize, slots: &[SlotOut]) {
+/// Writes the restart array; with `fence_key`, each slot is followed by the
+/// key of its entry (fence slots).
+pub(crate) fn write_slots<'k, F: Fn(usize) -> &'k [u8]>(out: &mut [u8], pos: &mut usize, slots: &[SlotOut], fence_key: Option<F>) {
     for s in slots {
         wr_u16(out, *pos, s.off);
         wr_u16(out, *pos + 2, s.idx);
         *pos += SLOT;
+        if let Some(key) = &fence_key {
+            let k = key(s.idx);
+            out[*pos..*pos + k.len()].copy_from_slice(k);
+            *pos += k.len();
+        }
     }
 }
 
