@@ -16,6 +16,10 @@ pub const KILLED_CELLS: usize = crate::dynamic::DYN_BLOCK_SIZE / 8 - 1;
 /// Cells a TID may occupy, from its home cell on.
 const PROBES: usize = 8;
 const TAG_SHIFT: u32 = 48;
+/// A cell whose hint was taken back (`forget`): not empty, so probes go on
+/// past it, and its tag (high bit clear) matches no epoch, so inserts reuse
+/// it.
+const FORGOTTEN: u64 = 1 << TAG_SHIFT;
 
 /// Dead TIDs of one index (in its shared-memory slot: all atomics, no
 /// pointers, valid when zeroed). A cell is 0 (empty)
@@ -118,6 +122,43 @@ impl KilledTable {
         }
         false
     }
+
+    /// The TIDs hinted for scans of `epoch` on the index `owner`, in cell
+    /// order (a snapshot: inserts may run concurrently).
+    pub fn hints(&self, owner: u64, epoch: u64) -> Vec<Tid> {
+        if owner == 0 || self.owner.load(Ordering::Relaxed) != owner {
+            return Vec::new();
+        }
+        let t = tag(epoch);
+        self.cells
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .filter(|&v| v != 0 && v >> TAG_SHIFT == t)
+            .map(|v| Tid { block: (v >> 16) as u32, offset: v as u16 })
+            .collect()
+    }
+
+    /// Takes back the hint of `tid` (its index entry is gone, so the cell
+    /// is better spent on another): the cell stays non-empty for the
+    /// probes of `contains` and is free for the next insert.
+    pub fn forget(&self, owner: u64, tid: Tid, epoch: u64) {
+        if owner == 0 || self.owner.load(Ordering::Relaxed) != owner {
+            return;
+        }
+        let v = cell_value(tid, epoch);
+        let h = home(tid);
+        for i in 0..PROBES {
+            let c = &self.cells[(h + i) % KILLED_CELLS];
+            match c.load(Ordering::Relaxed) {
+                0 => return,
+                cur if cur == v => {
+                    let _ = c.compare_exchange(v, FORGOTTEN, Ordering::Relaxed, Ordering::Relaxed);
+                    return;
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -194,9 +235,34 @@ mod tests {
         assert_eq!(found, 200);
     }
 
+    #[test]
+    fn forgotten_hints_free_their_cells_and_keep_probes_going() {
+        let t = table();
+        // Two TIDs with the same home cell: the second sits after the first.
+        let a = tid(1, 1);
+        let b = (2..100_000u32).map(|blk| tid(blk, 1)).find(|&x| home(x) == home(a)).unwrap();
+        t.insert(1, a, 3);
+        t.insert(1, b, 3);
+        let mut listed = t.hints(1, 3);
+        listed.sort();
+        assert_eq!(listed, vec![a, b]);
+        assert!(t.hints(1, 4).is_empty() && t.hints(2, 3).is_empty());
+        t.forget(1, a, 3);
+        assert!(!t.contains(1, a, 3));
+        assert!(t.contains(1, b, 3), "a probe goes on past a forgotten cell");
+        assert_eq!(t.hints(1, 3), vec![b]);
+        // The freed cell takes the next hint of its neighbourhood.
+        t.insert(1, a, 3);
+        assert!(t.contains(1, a, 3) && t.contains(1, b, 3));
+        // Forgetting what is not there changes nothing.
+        t.forget(1, tid(9, 9), 3);
+        t.forget(2, b, 3);
+        assert!(t.contains(1, b, 3));
+    }
+
     proptest! {
         #[test]
-        fn prop_found_means_inserted(ops in prop::collection::vec((0u8..4, 0u32..300, 1u16..4, 0u64..3), 1..3000)) {
+        fn prop_found_means_inserted(ops in prop::collection::vec((0u8..5, 0u32..300, 1u16..4, 0u64..3), 1..3000)) {
             let t = table();
             let mut owner = 1u64;
             let mut inserted: HashSet<(u64, u32, u16, u64)> = HashSet::new();
@@ -211,6 +277,11 @@ mod tests {
                     2 => {
                         let f = t.contains(owner, tid(b, o), e);
                         prop_assert!(!f || inserted.contains(&(owner, b, o, e)), "found a hint never made");
+                    }
+                    3 => {
+                        t.forget(owner, tid(b, o), e);
+                        inserted.remove(&(owner, b, o, e));
+                        prop_assert!(!t.contains(owner, tid(b, o), e));
                     }
                     _ => {
                         if b % 7 == 0 {

@@ -11,7 +11,7 @@ use pgrx::pg_sys;
 use super::scan::ElasticCursor;
 use super::tree::{self, WriteOutcome};
 use super::{options, check_keys};
-use crate::engine::base::{BaseCursor, BaseShape, BaseStats, BaseStructure, BuildResult, Dir, EntryRef, MergeResult, MergeStep, ScanRange, VacuumResult};
+use crate::engine::base::{BaseCursor, BaseShape, BaseStats, BaseStructure, BuildResult, Dir, EntryRef, MergeResult, MergeStep, Prune, ScanRange, VacuumResult};
 use crate::engine::meta::{BaseInfo, BaseRoots, IndexMeta};
 use crate::keys::IndexDesc;
 use crate::storage::page::{self, PageKind, NO_BLOCK};
@@ -95,7 +95,7 @@ impl BaseStructure for ElasticBase {
         desc: &Rc<IndexDesc>,
         meta: &IndexMeta,
         step: MergeStep<'_>,
-        dead: Option<&mut dyn FnMut(Tid) -> bool>,
+        prune: Option<Prune<'_>>,
         _gen: u32,
     ) -> MergeResult {
         // The tree takes the batch in place, in one step.
@@ -109,7 +109,9 @@ impl BaseStructure for ElasticBase {
             consumed: step.fresh.len(),
             next: None,
         };
-        if let Some(dead) = dead {
+        // Hinted TIDs (not `everywhere`) are left for VACUUM: the batch goes
+        // into the leaves in place, no leaf is rewritten to drop them.
+        if let Some(Prune { dead, everywhere: true }) = prune {
             // The engine asks for this only after a VACUUM that could not
             // drop dead TIDs in place, which the tree always can; honoured
             // all the same.

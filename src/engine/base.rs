@@ -82,6 +82,17 @@ pub struct MergeStep<'a> {
     pub from: Option<&'a [u8]>,
 }
 
+/// TIDs a merge step drops from the base structure.
+pub struct Prune<'a> {
+    /// Whether an entry with this TID goes.
+    pub dead: &'a mut dyn FnMut(Tid) -> bool,
+    /// VACUUM: every entry of the structure must be tested, whatever the
+    /// step would otherwise rewrite. Otherwise (TIDs scans found dead to
+    /// all, `killed::droppable`) only the entries the step rewrites anyway
+    /// are tested; a structure that rewrites none may ignore it.
+    pub everywhere: bool,
+}
+
 /// What one step of a merge wrote.
 pub struct MergeResult {
     pub shape: BaseShape,
@@ -229,8 +240,8 @@ pub trait BaseStructure: Sync {
     ) -> BuildResult;
 
     /// One step of a merge: a prefix of `step.fresh` goes into the
-    /// structure of `meta`, entries whose TID `dead` accepts leave the part
-    /// it covers; the result is generation `gen`. The engine switches to
+    /// structure of `meta`, entries whose TID `prune` accepts leave the part
+    /// it covers (all of the structure when `prune.everywhere`); the result is generation `gen`. The engine switches to
     /// each step's result (and may recycle what it retired) before the
     /// next step, so a structure that rewrites itself in key-range segments
     /// keeps only one segment doubled at a time. Entries a step merged stay
@@ -243,7 +254,7 @@ pub trait BaseStructure: Sync {
         desc: &Rc<IndexDesc>,
         meta: &IndexMeta,
         step: MergeStep<'_>,
-        dead: Option<&mut dyn FnMut(Tid) -> bool>,
+        prune: Option<Prune<'_>>,
         gen: u32,
     ) -> MergeResult;
 

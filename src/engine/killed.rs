@@ -12,13 +12,16 @@
 //! 8 kB arena block, up to `MAX_HINT_BLOCKS` = 8 blocks per index), taken at the
 //! first hint, filled by any backend's scans and read by all of them.
 //! It is a cache: a hint that is overwritten or never found costs a heap
-//! visit, nothing more.
+//! visit, nothing more. Merges drop hinted entries from the leaves they
+//! rewrite (`droppable`, nbtree's simple deletion), so they do not pile up
+//! until VACUUM.
 //!
 //! Why skipping by TID alone is safe: a TID dead to all can only be reused
 //! after VACUUM has removed every index entry pointing to it (heap line
-//! pointers stay LP_DEAD until index vacuuming), and every VACUUM that
-//! removes entries from an index of ours bumps the index's `vacuum_epoch`
-//! (and empties the table). A cell carries the epoch its hint was made in
+//! pointers stay LP_DEAD until index vacuuming), and every bulk delete of
+//! an index of ours bumps the index's `vacuum_epoch` (and empties the
+//! table), also one that finds nothing to remove because a merge dropped
+//! the entries before. A cell carries the epoch its hint was made in
 //! and matches only a scan of that epoch; a scan reads the epoch when its
 //! cursor opens, so a reused TID is never skipped by a scan that started
 //! after the VACUUM, and a scan that started before it has an MVCC snapshot
@@ -163,4 +166,89 @@ pub unsafe fn usable(scan: pg_sys::IndexScanDesc) -> bool {
     (*scan).ignore_killed_tuples
         && !snap.is_null()
         && matches!((*snap).snapshot_type, pg_sys::SnapshotType::SNAPSHOT_MVCC | pg_sys::SnapshotType::SNAPSHOT_HISTORIC_MVCC)
+}
+
+/// Hinted TIDs a merge may drop from the entries it rewrites, and the
+/// newest xid their removal takes away (for the standby conflict).
+pub struct DroppableTids {
+    /// Sorted.
+    pub tids: Vec<Tid>,
+    pub horizon: pg_sys::TransactionId,
+}
+
+/// Every TID the slot's tables hint for `epoch`, sorted.
+pub fn hinted(slot: SlotRef, epoch: u64) -> Vec<Tid> {
+    let st = slot.state();
+    let Some((_, ids)) = st.hints.tables() else { return Vec::new() };
+    let owner = owner_of(slot.key);
+    let mut all: Vec<Tid> = ids
+        .iter()
+        .flat_map(|&b| unsafe { &*(shmem::header().block_ptr(b) as *const KilledTable) }.hints(owner, epoch))
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
+/// Takes back the hints of `tids`, whose index entries a merge dropped.
+pub fn forget(slot: SlotRef, tids: &[Tid], epoch: u64) {
+    let owner = owner_of(slot.key);
+    for &t in tids {
+        if let Some(table) = slot.state().hints.table(t) {
+            table.forget(owner, t, epoch);
+        }
+    }
+}
+
+/// Hinted TIDs of `index` that a merge may drop, nbtree's simple deletion
+/// of LP_DEAD items for our stages: the entries go when a merge rewrites
+/// them anyway, so a range whose low end is all deleted rows (TPC-C's
+/// new_order) does not keep growing until VACUUM. The heap AM computes the
+/// conflict horizon from the tuples (`table_index_delete_tuples`, as
+/// nbtree does; the hints are as trustworthy as LP_DEAD bits, so they are
+/// passed as known deletable). None when there is nothing to drop, or the
+/// heap cannot be locked right now (AccessShareLock, conditionally: a
+/// merge worker holds only the index, and must not wait behind DDL in the
+/// wrong lock order); the merge then keeps every entry. The caller holds
+/// the maintenance lock, so no VACUUM changes the epoch meanwhile.
+pub unsafe fn droppable(index: pg_sys::Relation, slot: SlotRef, epoch: u64) -> Option<DroppableTids> {
+    // At most this many per merge: the heap AM's batch ids are int16.
+    const MAX_BATCH: usize = i16::MAX as usize;
+    let mut tids = hinted(slot, epoch);
+    if tids.is_empty() {
+        return None;
+    }
+    tids.truncate(MAX_BATCH);
+    let heap_oid = (*(*index).rd_index).indrelid;
+    if !pg_sys::ConditionalLockRelationOid(heap_oid, pg_sys::AccessShareLock as i32) {
+        return None;
+    }
+    let heap = pg_sys::relation_open(heap_oid, pg_sys::NoLock as i32);
+    let mut deltids: Vec<pg_sys::TM_IndexDelete> = tids
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| pg_sys::TM_IndexDelete { tid: super::build::tid_to_item(t), id: i as i16 })
+        .collect();
+    let mut status: Vec<pg_sys::TM_IndexStatus> = (0..tids.len())
+        .map(|i| pg_sys::TM_IndexStatus { idxoffnum: (i + 1) as u16, knowndeletable: true, promising: false, freespace: 0 })
+        .collect();
+    let mut op = pg_sys::TM_IndexDeleteOp {
+        irel: index,
+        iblknum: pg_sys::InvalidBlockNumber,
+        bottomup: false,
+        bottomupfreespace: 0,
+        ndeltids: deltids.len() as i32,
+        deltids: deltids.as_mut_ptr(),
+        status: status.as_mut_ptr(),
+    };
+    let horizon = pg_sys::table_index_delete_tuples(heap, &mut op);
+    pg_sys::relation_close(heap, pg_sys::NoLock as i32);
+    // The heap AM sorts deltids and keeps the deletable ones in front.
+    let mut out: Vec<Tid> = deltids[..op.ndeltids.max(0) as usize]
+        .iter()
+        .filter(|d| status[d.id as usize].knowndeletable)
+        .map(|d| tids[d.id as usize])
+        .collect();
+    out.sort_unstable();
+    (!out.is_empty()).then_some(DroppableTids { tids: out, horizon })
 }

@@ -11,7 +11,9 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use super::ams;
-use super::base::{Entry, MergeStep};
+use super::base::{Entry, MergeStep, Prune};
+use super::killed;
+use super::wal;
 use super::delta;
 use super::meta::{self, BaseInfo, MaintenanceLock};
 use super::predlock;
@@ -54,7 +56,9 @@ pub unsafe fn merge_index(index: pg_sys::Relation, reason: Reason) -> MergeOutco
 }
 
 /// The merge proper; the caller holds the maintenance lock exclusively.
-/// `dead` (VACUUM's callback) drops TIDs from the old static stage on the way.
+/// `dead` (VACUUM's callback) drops TIDs from the whole base structure on
+/// the way. Without it, entries that scans found dead to all (killed-tuple
+/// hints) leave the parts of the structure the merge rewrites anyway.
 ///
 /// The base structure works in steps (a segmented structure rewrites one
 /// key-range segment per step); each step is switched to on its own, and
@@ -99,6 +103,21 @@ pub unsafe fn merge_locked(
     if merged_entries == 0 && dead.is_none() {
         return MergeOutcome { merged_entries, static_entries: m.base.entries, millis: 0.0 };
     }
+    let droppable = if dead.is_none() { killed::droppable(index, slot, m.base.vacuum_epoch) } else { None };
+    if let Some(d) = &droppable {
+        // Before any page of the new generation: a standby switches to it
+        // only after the queries that could still see the tuples are gone.
+        wal::log_snapshot_conflict(index, d.horizon);
+    }
+    let mut dropped: Vec<Tid> = Vec::new();
+    let mut drop_hinted = |t: Tid| {
+        let hit = droppable.as_ref().is_some_and(|d| d.tids.binary_search(&t).is_ok());
+        if hit {
+            dropped.push(t);
+        }
+        hit
+    };
+    let outcome;
 
     // An index built empty gets its predicate-lock partitions from its
     // first sizeable batch (predlock.rs: the map never changes after).
@@ -119,8 +138,12 @@ pub unsafe fn merge_locked(
         let gen = m.next_generation;
         meta::update(index, |mm| mm.next_generation = gen + 1);
         let step = MergeStep { fresh: rest, from: from.as_deref() };
-        let dead_now = dead.as_mut().map(|d| &mut **d as &mut dyn FnMut(Tid) -> bool);
-        let res = ams::base(index).merge(index, &desc, &m, step, dead_now, gen);
+        let prune = match dead.as_mut() {
+            Some(d) => Some(Prune { dead: &mut **d, everywhere: true }),
+            None if droppable.is_some() => Some(Prune { dead: &mut drop_hinted, everywhere: false }),
+            None => None,
+        };
+        let res = ams::base(index).merge(index, &desc, &m, step, prune, gen);
         add_key_fetches(slot, res.key_fetches);
         hashes = match (hashes, res.key_hashes) {
             (Some(mut all), Some(h)) if want_filter => {
@@ -163,12 +186,16 @@ pub unsafe fn merge_locked(
         // right away, for the next step to reuse.
         recycle_if_safe(index);
         if last {
-            return MergeOutcome { merged_entries, static_entries: res.shape.entries, millis };
+            outcome = MergeOutcome { merged_entries, static_entries: res.shape.entries, millis };
+            break;
         }
         pgrx::check_for_interrupts!();
         from = res.next;
         m = meta::read(index);
     }
+    // The cells of hints whose entries are gone take new hints.
+    killed::forget(slot, &dropped, m.base.vacuum_epoch);
+    outcome
 }
 
 /// What a merge step switches to, in one WAL record and then in shared

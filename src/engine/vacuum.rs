@@ -82,7 +82,11 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
         kept_static = out.static_entries;
         kept_delta = 0;
     }
-    if removed_static + removed_delta > 0 {
+    // The epoch moves on every bulk delete, even one that found nothing to
+    // remove here: VACUUM makes the heap's dead TIDs reusable next, and a
+    // merge may have dropped their entries already (killed-tuple hints), so
+    // hints made before must not match what comes after.
+    {
         let mm = meta::update(index, |mm| {
             mm.base.vacuum_epoch += 1;
             mm.base.entries = kept_static;

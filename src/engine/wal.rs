@@ -2,7 +2,9 @@
 //! GenericXLog: appending a record to the delta log (every insert).
 //! GenericXLog diffs the whole used page byte by byte on each change; this
 //! record carries just the appended bytes and redo repeats the append.
-//! Everything else (merges, VACUUM, new pages) still uses GenericXLog.
+//! Everything else (merges, VACUUM, new pages) still uses GenericXLog;
+//! two more records here carry no page, only a standby conflict (pages
+//! about to be recycled, entries a merge drops on killed-tuple hints).
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -17,6 +19,11 @@ const XLOG_DELTA_APPEND: u8 = 0x10;
 /// whose snapshots are older than the pages' horizon may still be on them
 /// and are cancelled, as nbtree's REUSE_PAGE record does.
 const XLOG_RECYCLE_CONFLICT: u8 = 0x20;
+/// A merge is about to drop entries whose heap tuples scans found dead to
+/// all (killed-tuple hints): standby queries whose snapshots may still see
+/// tuples removed by xids up to the record's horizon are cancelled first,
+/// as nbtree's DELETE record does for LP_DEAD items.
+const XLOG_SNAPSHOT_CONFLICT: u8 = 0x30;
 
 static mut RMGR: pg_sys::RmgrData = pg_sys::RmgrData {
     rm_name: c"pg_hybrid".as_ptr(),
@@ -85,6 +92,39 @@ pub unsafe fn log_recycle_conflict(rel: pg_sys::Relation, safexid: u64) {
     pg_sys::XLogInsert(RM_PG_HYBRID_ID, XLOG_RECYCLE_CONFLICT);
 }
 
+/// Logs that entries of `rel` whose tuples were removed by xids up to
+/// `horizon` are about to be dropped.
+pub unsafe fn log_snapshot_conflict(rel: pg_sys::Relation, horizon: pg_sys::TransactionId) {
+    if horizon == pg_sys::InvalidTransactionId
+        || !crate::storage::wal::relation_needs_wal(rel)
+        || pg_sys::wal_level < pg_sys::WalLevel::WAL_LEVEL_REPLICA as i32
+    {
+        return;
+    }
+    let mut data = [0u8; 16];
+    let node = (*rel).rd_node;
+    data[0..4].copy_from_slice(&node.spcNode.to_u32().to_le_bytes());
+    data[4..8].copy_from_slice(&node.dbNode.to_u32().to_le_bytes());
+    data[8..12].copy_from_slice(&node.relNode.to_u32().to_le_bytes());
+    data[12..16].copy_from_slice(&horizon.into_inner().to_le_bytes());
+    pg_sys::XLogBeginInsert();
+    pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
+    pg_sys::XLogInsert(RM_PG_HYBRID_ID, XLOG_SNAPSHOT_CONFLICT);
+}
+
+unsafe fn redo_snapshot_conflict(record: *mut pg_sys::XLogReaderState) {
+    let r = &*(*record).record;
+    if r.main_data_len < 16 {
+        pgrx::error!("pg_hybrid redo: snapshot conflict record too short");
+    }
+    let d = std::slice::from_raw_parts(r.main_data as *const u8, 16);
+    let u = |i: usize| u32::from_le_bytes(d[i..i + 4].try_into().unwrap());
+    if pg_sys::standbyState >= pg_sys::HotStandbyState::STANDBY_SNAPSHOT_PENDING {
+        let node = pg_sys::RelFileNode { spcNode: pg_sys::Oid::from(u(0)), dbNode: pg_sys::Oid::from(u(4)), relNode: pg_sys::Oid::from(u(8)) };
+        pg_sys::ResolveRecoveryConflictWithSnapshot(pg_sys::TransactionId::from(u(12)), node);
+    }
+}
+
 unsafe fn redo_recycle_conflict(record: *mut pg_sys::XLogReaderState) {
     let r = &*(*record).record;
     if r.main_data_len < 20 {
@@ -107,6 +147,10 @@ unsafe fn info(record: *mut pg_sys::XLogReaderState) -> u8 {
 unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
     if info(record) == XLOG_RECYCLE_CONFLICT {
         redo_recycle_conflict(record);
+        return;
+    }
+    if info(record) == XLOG_SNAPSHOT_CONFLICT {
+        redo_snapshot_conflict(record);
         return;
     }
     if info(record) != XLOG_DELTA_APPEND {
@@ -149,6 +193,8 @@ unsafe extern "C-unwind" fn identify(info: u8) -> *const std::os::raw::c_char {
         c"DELTA_APPEND".as_ptr()
     } else if i == XLOG_RECYCLE_CONFLICT {
         c"RECYCLE_CONFLICT".as_ptr()
+    } else if i == XLOG_SNAPSHOT_CONFLICT {
+        c"SNAPSHOT_CONFLICT".as_ptr()
     } else {
         std::ptr::null()
     }

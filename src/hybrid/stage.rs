@@ -14,7 +14,7 @@ use pgrx::pg_sys;
 
 use super::cursor::HybridCursor;
 use super::{options, static_io};
-use crate::engine::base::{BaseCursor, BaseShape, BaseStructure, BuildResult, Entry, EntryRef, MergeResult, MergeStep, VacuumResult};
+use crate::engine::base::{BaseCursor, BaseShape, BaseStructure, BuildResult, Entry, EntryRef, MergeResult, MergeStep, Prune, VacuumResult};
 use crate::engine::meta::{self, BaseInfo, BaseRoots, IndexMeta};
 use crate::engine::stats::fail;
 use crate::keys::IndexDesc;
@@ -90,16 +90,19 @@ impl BaseStructure for HybridStage {
     /// a segment's length are rewritten with the fresh entries of their key
     /// range; every other leaf stays; the inner levels are written anew
     /// over the result. An empty or one-leaf stage, a change of leaf format
-    /// and a merge that drops dead TIDs walk every leaf.
+    /// and VACUUM's merge (`prune.everywhere`) walk every leaf; hinted dead
+    /// TIDs leave only the leaves a step rewrites.
     unsafe fn merge(
         &self,
         index: pg_sys::Relation,
         desc: &Rc<IndexDesc>,
         meta: &IndexMeta,
         step: MergeStep<'_>,
-        mut dead: Option<&mut dyn FnMut(Tid) -> bool>,
+        prune: Option<Prune<'_>>,
         gen: u32,
     ) -> MergeResult {
+        let everywhere = prune.as_ref().is_some_and(|p| p.everywhere);
+        let mut dead: Option<&mut dyn FnMut(Tid) -> bool> = prune.map(|p| p.dead);
         let old = Stage::of(&meta.base);
         let compress = options::compression_lz4(index);
         let want_hashes = desc.unique && desc.hashable;
@@ -132,7 +135,7 @@ impl BaseStructure for HybridStage {
         let seps: Vec<&[u8]> = map.leaves.iter().map(|l| &l.sep[..]).collect();
         let n = seps.len();
         let start = step.from.map(|b| seps.partition_point(|s| cmp(s, b) == Ordering::Less)).unwrap_or(0);
-        let rewrite_all = dead.is_some() || compress != old.compressed;
+        let rewrite_all = everywhere || compress != old.compressed;
         let input = SegmentInput {
             seps: &seps,
             start,
