@@ -5,7 +5,12 @@ use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 pub static SHARED_MEMORY_MB: GucSetting<i32> = GucSetting::<i32>::new(128);
 pub static MAX_INDEXES: GucSetting<i32> = GucSetting::<i32>::new(256);
 pub static BACKGROUND_MERGE: GucSetting<bool> = GucSetting::<bool>::new(true);
-pub static MERGE_MIN_ENTRIES: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+/// The floor under the size-based merge trigger. It only decides for small
+/// stages (under ~1000 × merge_ratio delta records' worth of static bytes),
+/// whose merges are cheap; 10000 let TPC-C's new_order (12k entries) go
+/// 30 s between merges, and its Delivery scans walk every order deleted
+/// since (0.18 ms a scan against 0.07 ms at 1000; tpmC 20.9k against 23.4k).
+pub static MERGE_MIN_ENTRIES: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 pub static LEAF_CACHE_MB: GucSetting<i32> = GucSetting::<i32>::new(32);
 
 pub fn define() {
