@@ -46,7 +46,8 @@ fi
 ph_trap_install
 DIR=$(ph_scratch corrupt)
 DB=corrupt
-cluster_init "$DIR" "$PH_PORT"
+# no ratio-triggered merge: the late inserts stay in the delta log
+cluster_init "$DIR" "$PH_PORT" "pg_hybrid.merge_min_entries = 10000000"
 cluster_start "$DIR"
 ph_prepare_db "$DIR" "$DB"
 failures=0
@@ -64,7 +65,7 @@ cluster_sql "$DIR" "$DB" \
     "CREATE INDEX $IDX ON cr USING $PH_AM (id) $( [[ $PH_AM == elastic_btree ]] && echo "WITH (size_bound = '160kB')")" >/dev/null
 
 # add_rows N: N more rows after CREATE INDEX / REINDEX (they go to the delta log;
-# N stays below pg_hybrid.merge_min_entries, so no merge moves them away)
+# the cluster's pg_hybrid.merge_min_entries keeps any merge from moving them away)
 add_rows() {
     cluster_sql "$DIR" "$DB" "INSERT INTO cr SELECT g, 'v' || g FROM generate_series($NEXT, $((NEXT + $1 - 1))) g" >/dev/null
     NEXT=$((NEXT + $1))

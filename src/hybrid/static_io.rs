@@ -329,16 +329,21 @@ pub enum Descent<'a> {
 }
 
 /// Descends from `from` (the root, or an inner page of a path) to a leaf,
-/// pushing the inner pages passed onto `path`; returns the leaf.
+/// pushing the inner pages passed onto `path`; returns the leaf. The
+/// stage's height says where the inner levels end, so the leaf itself is
+/// not read here: the caller pins it once (`try_load_leaf`, which checks
+/// that it is one).
 pub unsafe fn descend_from(rel: pg_sys::Relation, stage: &Stage, from: u32, how: &mut Descent, path: &mut Vec<PathStep>) -> Result<u32, Stale> {
     let mut blk = from;
-    for _ in 0..64 {
+    if stage.height as usize > 64 {
+        page::corrupted(&page::rel_name(rel), stage.root, "static stage deeper than 64 levels");
+    }
+    // `path` holds the inner levels above `from`; the leaf is `height - 1`
+    // levels below the root.
+    while path.len() + 1 < stage.height as usize {
         let b = Buf::read(rel, blk, Lock::Share);
         let p = b.page();
-        check_static(rel, blk, p, stage.generation, &[PageKind::StaticLeaf, PageKind::StaticInner])?;
-        if page::opaque(p).kind == PageKind::StaticLeaf as u8 {
-            return Ok(blk);
-        }
+        check_static(rel, blk, p, stage.generation, &[PageKind::StaticInner])?;
         let view = InnerView::parse(page::body(p))
             .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
         let n = view.nchildren();
@@ -355,7 +360,7 @@ pub unsafe fn descend_from(rel: pg_sys::Relation, stage: &Stage, from: u32, how:
         path.push(PathStep { blk, child: i });
         blk = view.child(i);
     }
-    page::corrupted(&page::rel_name(rel), blk, "static stage deeper than 64 levels")
+    Ok(blk)
 }
 
 /// The leaf after (`forward`) or before the one `path` leads to, with
