@@ -78,64 +78,62 @@ pub unsafe fn log_append(rel: pg_sys::Relation, buf: pg_sys::Buffer, rec: &[u8])
 
 /// Logs that pages deleted before `safexid` are being recycled.
 pub unsafe fn log_recycle_conflict(rel: pg_sys::Relation, safexid: u64) {
-    if !crate::storage::wal::relation_needs_wal(rel) || pg_sys::wal_level < pg_sys::WalLevel::WAL_LEVEL_REPLICA as i32 {
-        return;
-    }
-    let mut data = [0u8; 20];
-    let node = (*rel).rd_node;
-    data[0..4].copy_from_slice(&node.spcNode.to_u32().to_le_bytes());
-    data[4..8].copy_from_slice(&node.dbNode.to_u32().to_le_bytes());
-    data[8..12].copy_from_slice(&node.relNode.to_u32().to_le_bytes());
-    data[12..20].copy_from_slice(&safexid.to_le_bytes());
-    pg_sys::XLogBeginInsert();
-    pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
-    pg_sys::XLogInsert(RM_PG_HYBRID_ID, XLOG_RECYCLE_CONFLICT);
+    log_conflict(rel, safexid, XLOG_RECYCLE_CONFLICT);
 }
 
 /// Logs that entries of `rel` whose tuples were removed by xids up to
 /// `horizon` are about to be dropped.
 pub unsafe fn log_snapshot_conflict(rel: pg_sys::Relation, horizon: pg_sys::TransactionId) {
-    if horizon == pg_sys::InvalidTransactionId
-        || !crate::storage::wal::relation_needs_wal(rel)
-        || pg_sys::wal_level < pg_sys::WalLevel::WAL_LEVEL_REPLICA as i32
-    {
+    if horizon != pg_sys::InvalidTransactionId {
+        log_conflict(rel, horizon.into_inner() as u64, XLOG_SNAPSHOT_CONFLICT);
+    }
+}
+
+/// Both conflict records: `spcNode u32 | dbNode u32 | relNode u32 |
+/// horizon u64` (a full xid for recycling, a 32-bit one for dropped
+/// entries), no page. Only standbys need them.
+const CONFLICT_LEN: usize = 20;
+
+unsafe fn log_conflict(rel: pg_sys::Relation, horizon: u64, info: u8) {
+    if !crate::storage::wal::relation_needs_wal(rel) || pg_sys::wal_level < pg_sys::WalLevel::WAL_LEVEL_REPLICA as i32 {
         return;
     }
-    let mut data = [0u8; 16];
+    let mut data = [0u8; CONFLICT_LEN];
     let node = (*rel).rd_node;
     data[0..4].copy_from_slice(&node.spcNode.to_u32().to_le_bytes());
     data[4..8].copy_from_slice(&node.dbNode.to_u32().to_le_bytes());
     data[8..12].copy_from_slice(&node.relNode.to_u32().to_le_bytes());
-    data[12..16].copy_from_slice(&horizon.into_inner().to_le_bytes());
+    data[12..20].copy_from_slice(&horizon.to_le_bytes());
     pg_sys::XLogBeginInsert();
     pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
-    pg_sys::XLogInsert(RM_PG_HYBRID_ID, XLOG_SNAPSHOT_CONFLICT);
+    pg_sys::XLogInsert(RM_PG_HYBRID_ID, info);
+}
+
+/// The file node and horizon of a conflict record; None when replay runs
+/// without hot standby (nobody to cancel).
+unsafe fn read_conflict(record: *mut pg_sys::XLogReaderState) -> Option<(pg_sys::RelFileNode, u64)> {
+    let r = &*(*record).record;
+    if (r.main_data_len as usize) < CONFLICT_LEN {
+        pgrx::error!("pg_hybrid redo: conflict record too short");
+    }
+    if pg_sys::standbyState < pg_sys::HotStandbyState::STANDBY_SNAPSHOT_PENDING {
+        return None;
+    }
+    let d = std::slice::from_raw_parts(r.main_data as *const u8, CONFLICT_LEN);
+    let u = |i: usize| pg_sys::Oid::from(u32::from_le_bytes(d[i..i + 4].try_into().unwrap()));
+    let node = pg_sys::RelFileNode { spcNode: u(0), dbNode: u(4), relNode: u(8) };
+    Some((node, u64::from_le_bytes(d[12..20].try_into().unwrap())))
 }
 
 unsafe fn redo_snapshot_conflict(record: *mut pg_sys::XLogReaderState) {
-    let r = &*(*record).record;
-    if r.main_data_len < 16 {
-        pgrx::error!("pg_hybrid redo: snapshot conflict record too short");
-    }
-    let d = std::slice::from_raw_parts(r.main_data as *const u8, 16);
-    let u = |i: usize| u32::from_le_bytes(d[i..i + 4].try_into().unwrap());
-    if pg_sys::standbyState >= pg_sys::HotStandbyState::STANDBY_SNAPSHOT_PENDING {
-        let node = pg_sys::RelFileNode { spcNode: pg_sys::Oid::from(u(0)), dbNode: pg_sys::Oid::from(u(4)), relNode: pg_sys::Oid::from(u(8)) };
-        pg_sys::ResolveRecoveryConflictWithSnapshot(pg_sys::TransactionId::from(u(12)), node);
+    if let Some((node, horizon)) = read_conflict(record) {
+        pg_sys::ResolveRecoveryConflictWithSnapshot(pg_sys::TransactionId::from(horizon as u32), node);
     }
 }
 
 unsafe fn redo_recycle_conflict(record: *mut pg_sys::XLogReaderState) {
-    let r = &*(*record).record;
-    if r.main_data_len < 20 {
-        pgrx::error!("pg_hybrid redo: recycle conflict record too short");
-    }
-    let d = std::slice::from_raw_parts(r.main_data as *const u8, 20);
-    let u = |i: usize| u32::from_le_bytes(d[i..i + 4].try_into().unwrap());
-    if pg_sys::standbyState >= pg_sys::HotStandbyState::STANDBY_SNAPSHOT_PENDING {
-        let node = pg_sys::RelFileNode { spcNode: pg_sys::Oid::from(u(0)), dbNode: pg_sys::Oid::from(u(4)), relNode: pg_sys::Oid::from(u(8)) };
-        let fxid = pg_sys::FullTransactionId { value: u64::from_le_bytes(d[12..20].try_into().unwrap()) };
-        pg_sys::ResolveRecoveryConflictWithSnapshotFullXid(fxid, node);
+    if let Some((node, safexid)) = read_conflict(record) {
+        pg_sys::ResolveRecoveryConflictWithSnapshotFullXid(pg_sys::FullTransactionId { value: safexid }, node);
     }
 }
 
