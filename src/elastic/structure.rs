@@ -52,6 +52,12 @@ impl BaseStructure for ElasticBase {
         c"elastic_btree"
     }
 
+    /// The batch goes into the leaves in place: no leaf is rewritten to
+    /// drop hinted TIDs, VACUUM removes them.
+    fn prunes_on_merge(&self) -> bool {
+        false
+    }
+
     unsafe fn check_definition(&self, index: pg_sys::Relation, desc: &IndexDesc) {
         check_keys(index, desc);
     }
@@ -109,8 +115,7 @@ impl BaseStructure for ElasticBase {
             consumed: step.fresh.len(),
             next: None,
         };
-        // Hinted TIDs (not `everywhere`) are left for VACUUM: the batch goes
-        // into the leaves in place, no leaf is rewritten to drop them.
+        // Hinted TIDs (not `everywhere`) never come: `prunes_on_merge`.
         if let Some(Prune { dead, everywhere: true }) = prune {
             // The engine asks for this only after a VACUUM that could not
             // drop dead TIDs in place, which the tree always can; honoured

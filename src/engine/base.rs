@@ -207,6 +207,15 @@ pub trait BaseStructure: Sync {
     /// pg_am.amname of the access method.
     fn am_name(&self) -> &'static CStr;
 
+    /// Whether `merge` drops hinted dead TIDs from what it rewrites
+    /// (`Prune { everywhere: false }`). Only then does the engine ask the
+    /// heap for their conflict horizon and log it; a structure that merges
+    /// in place and ignores them would pay for that and cancel standby
+    /// queries for nothing.
+    fn prunes_on_merge(&self) -> bool {
+        true
+    }
+
     /// Raises an ERROR (with a hint) for index definitions the structure
     /// cannot serve; called by CREATE INDEX.
     unsafe fn check_definition(&self, _index: pg_sys::Relation, _desc: &IndexDesc) {}

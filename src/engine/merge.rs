@@ -103,7 +103,7 @@ pub unsafe fn merge_locked(
     if merged_entries == 0 && dead.is_none() {
         return MergeOutcome { merged_entries, static_entries: m.base.entries, millis: 0.0 };
     }
-    let droppable = if dead.is_none() { killed::droppable(index, slot, m.base.vacuum_epoch) } else { None };
+    let droppable = if dead.is_none() && ams::base(index).prunes_on_merge() { killed::droppable(index, slot, m.base.vacuum_epoch) } else { None };
     if let Some(d) = &droppable {
         // Before any page of the new generation: a standby switches to it
         // only after the queries that could still see the tuples are gone.
