@@ -46,11 +46,13 @@ impl HybridCursor {
     }
 
     /// Descends from the root and loads the leaf `how` leads to (dropping
-    /// the current one and taking over its decode buffers).
+    /// the current one and taking over its decode buffers), still
+    /// share-locked for the positioning search that follows
+    /// (`release_leaf_lock`).
     unsafe fn descend(&mut self, mut how: Descent) -> Result<LeafData, Stale> {
         self.path.clear();
         let blk = static_io::descend_from(self.index, &self.stage, self.stage.root, &mut how, &mut self.path)?;
-        let mut leaf = static_io::try_load_leaf(self.index, blk, &self.stage)?;
+        let mut leaf = static_io::try_load_leaf(self.index, blk, &self.stage, true)?;
         leaf.reuse_window(self.take_window());
         Ok(leaf)
     }
@@ -111,7 +113,7 @@ impl HybridCursor {
             }
             if self.ei >= len || self.ei < 0 {
                 match static_io::sibling_leaf(self.index, &self.stage, &mut self.path, dir == Dir::Fwd)
-                    .and_then(|next| next.map(|b| static_io::try_load_leaf(self.index, b, &self.stage)).transpose())
+                    .and_then(|next| next.map(|b| static_io::try_load_leaf(self.index, b, &self.stage, false)).transpose())
                 {
                     Ok(None) => {
                         self.done = true;
@@ -179,7 +181,16 @@ impl HybridCursor {
                 self.ti = isize::MAX;
             }
         }
+        self.release_leaf_lock();
         Ok(())
+    }
+
+    /// The leaf's lock kept from its load (`descend`) is not held past the
+    /// positioning search: no buffer lock between calls of a scan.
+    fn release_leaf_lock(&self) {
+        if let Some(l) = &self.leaf {
+            l.release_lock();
+        }
     }
 
     unsafe fn try_seek_after(&mut self, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) -> Result<(), Stale> {
@@ -211,6 +222,7 @@ impl HybridCursor {
                 }
             }
         }
+        self.release_leaf_lock();
         Ok(())
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod cursor;
 pub mod handler;
+mod inner_cache;
 pub mod options;
 pub mod stage;
 pub mod static_io;

@@ -26,6 +26,10 @@ pub struct LeafData {
     /// Pinned for as long as the scan is on this leaf; VACUUM takes a
     /// cleanup lock, so the page cannot change while we hold the pin.
     pin: Pin,
+    /// The share lock taken at load is still held (`try_load_leaf` with
+    /// `keep_lock`): the next read of the body uses it and gives it up, so
+    /// a probe locks its leaf once. `release_lock` gives it up unused.
+    held: std::cell::Cell<bool>,
     /// Where the body of an LZ4 leaf is (plain leaves are read in place).
     lz4: Option<Lz4Body>,
     /// During recovery, a copy of a plain leaf's body taken at load: replay
@@ -112,11 +116,25 @@ impl LeafData {
             return f(self.parse(copy));
         }
         unsafe {
+            if self.held.get() {
+                let r = f(self.parse(page::body(self.pin.page())));
+                self.release_lock();
+                return r;
+            }
             let l = self.pin.share();
             let body = page::body(l.page());
             let r = f(self.parse(body));
             drop(l);
             r
+        }
+    }
+
+    /// Gives up the lock kept from the load, if it is still held. A cursor
+    /// calls it before it returns to the engine: no buffer lock is held
+    /// between calls of a scan.
+    pub fn release_lock(&self) {
+        if self.held.replace(false) {
+            unsafe { self.pin.unlock() };
         }
     }
 
@@ -144,8 +162,8 @@ impl LeafData {
     }
 
     /// The decode buffers, for the next leaf this cursor loads.
-    pub fn into_window(self) -> Window {
-        self.win
+    pub fn into_window(mut self) -> Window {
+        std::mem::take(&mut self.win)
     }
 
     /// Decodes into `w`'s buffers from now on.
@@ -197,6 +215,15 @@ impl LeafData {
     }
 }
 
+impl Drop for LeafData {
+    fn drop(&mut self) {
+        // During ERROR cleanup PostgreSQL releases the lock (as for `Buf`).
+        if !std::thread::panicking() {
+            self.release_lock();
+        }
+    }
+}
+
 /// A standby's replay reused a page of the stage a query reads (merge steps
 /// on the primary recycle pages as soon as no primary reader holds them):
 /// the query's cursor moves on to the current stage (`cursor.rs`), other
@@ -221,6 +248,9 @@ impl Stale {
 /// corruption (registered readers keep retired pages); during recovery it
 /// is `Stale`.
 unsafe fn check_static(rel: pg_sys::Relation, blk: u32, p: pg_sys::Page, gen: u32, kinds: &[PageKind]) -> Result<(), Stale> {
+    // The special area's address follows from the header, so its cache
+    // miss would wait for the header's: ask for both at once.
+    ss::prefetch(std::slice::from_raw_parts((p as *const u8).add(page::BLCKSZ - page::SPECIAL_SIZE), page::SPECIAL_SIZE));
     let hdr = p as *const pg_sys::PageHeaderData;
     let ours = !pg_sys::PageIsNew(p)
         && (*hdr).pd_special as usize == page::BLCKSZ - page::SPECIAL_SIZE
@@ -262,11 +292,13 @@ pub unsafe fn leaf_ntids(rel: pg_sys::Relation, blk: u32, body: &[u8]) -> usize 
 }
 
 pub unsafe fn load_leaf(rel: pg_sys::Relation, blk: u32, stage: &Stage) -> LeafData {
-    try_load_leaf(rel, blk, stage).unwrap_or_else(|s| s.raise())
+    try_load_leaf(rel, blk, stage, false).unwrap_or_else(|s| s.raise())
 }
 
-/// `load_leaf`, or `Stale` when a standby's replay reused the page.
-pub unsafe fn try_load_leaf(rel: pg_sys::Relation, blk: u32, stage: &Stage) -> Result<LeafData, Stale> {
+/// `load_leaf`, or `Stale` when a standby's replay reused the page. With
+/// `keep_lock`, a plain leaf on a primary stays share-locked until its
+/// body is read once more or `release_lock` (see `LeafData::held`).
+pub unsafe fn try_load_leaf(rel: pg_sys::Relation, blk: u32, stage: &Stage, keep_lock: bool) -> Result<LeafData, Stale> {
     let b = Buf::read(rel, blk, Lock::Share);
     let p = b.page();
     check_static(rel, blk, p, stage.generation, &[PageKind::StaticLeaf])?;
@@ -296,10 +328,12 @@ pub unsafe fn try_load_leaf(rel: pg_sys::Relation, blk: u32, stage: &Stage) -> R
         }
         (None, n)
     };
+    let held = keep_lock && lz4.is_none() && copy.is_none();
     Ok(LeafData {
         blk,
         rel,
-        pin: b.into_pin(),
+        pin: if held { b.into_locked_pin() } else { b.into_pin() },
+        held: held.into(),
         lz4,
         copy,
         nkeys,
@@ -341,42 +375,55 @@ pub unsafe fn descend_from(rel: pg_sys::Relation, stage: &Stage, from: u32, how:
     // `path` holds the inner levels above `from`; the leaf is `height - 1`
     // levels below the root.
     while path.len() + 1 < stage.height as usize {
-        let b = Buf::read(rel, blk, Lock::Share);
-        let p = b.page();
-        check_static(rel, blk, p, stage.generation, &[PageKind::StaticInner])?;
-        let view = InnerView::parse(page::body(p))
+        let (i, child) = with_inner(rel, stage, blk, |view| {
+            let n = view.nchildren();
+            if n == 0 {
+                page::corrupted(&page::rel_name(rel), blk, "inner page without children");
+            }
+            let i = match how {
+                Descent::FirstGe(cmp) => view.find_child(&mut **cmp),
+                Descent::LastLe(cmp) => view.find_child_le(&mut **cmp),
+                Descent::Leftmost => Ok(0),
+                Descent::Rightmost => Ok(n - 1),
+            }
             .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
-        let n = view.nchildren();
-        if n == 0 {
-            page::corrupted(&page::rel_name(rel), blk, "inner page without children");
-        }
-        let i = match how {
-            Descent::FirstGe(cmp) => view.find_child(&mut **cmp),
-            Descent::LastLe(cmp) => view.find_child_le(&mut **cmp),
-            Descent::Leftmost => Ok(0),
-            Descent::Rightmost => Ok(n - 1),
-        }
-        .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")));
+            (i, view.child(i))
+        })?;
         path.push(PathStep { blk, child: i });
-        blk = view.child(i);
+        blk = child;
     }
     Ok(blk)
+}
+
+/// Runs `f` on inner page `blk` of `stage`: the backend's copy of it when
+/// it has one (`inner_cache.rs`), else the page under a share lock, checked
+/// and then copied for the next descent.
+unsafe fn with_inner<R>(rel: pg_sys::Relation, stage: &Stage, blk: u32, f: impl FnOnce(&InnerView<'_>) -> R) -> Result<R, Stale> {
+    let mut f = Some(f);
+    if let Some(r) = super::inner_cache::with_cached(rel, stage, blk, |body| (f.take().expect("called once"))(&parse_inner(rel, blk, body))) {
+        return Ok(r);
+    }
+    let b = Buf::read(rel, blk, Lock::Share);
+    let p = b.page();
+    check_static(rel, blk, p, stage.generation, &[PageKind::StaticInner])?;
+    let body = page::body(p);
+    let view = parse_inner(rel, blk, body);
+    super::inner_cache::store(rel, stage, blk, body);
+    Ok((f.take().expect("not consumed by a cache miss"))(&view))
+}
+
+fn parse_inner(rel: pg_sys::Relation, blk: u32, body: &[u8]) -> InnerView<'_> {
+    InnerView::parse(body).unwrap_or_else(|e| unsafe { page::corrupted(&page::rel_name(rel), blk, &format!("{e:?}")) })
 }
 
 /// The leaf after (`forward`) or before the one `path` leads to, with
 /// `path` updated to lead to it; None at the end of the stage.
 pub unsafe fn sibling_leaf(rel: pg_sys::Relation, stage: &Stage, path: &mut Vec<PathStep>, forward: bool) -> Result<Option<u32>, Stale> {
     while let Some(step) = path.last().copied() {
-        let b = Buf::read(rel, step.blk, Lock::Share);
-        let p = b.page();
-        check_static(rel, step.blk, p, stage.generation, &[PageKind::StaticInner])?;
-        let view = InnerView::parse(page::body(p))
-            .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), step.blk, &format!("{e:?}")));
         let next = if forward { step.child + 1 } else { step.child.wrapping_sub(1) };
-        if next < view.nchildren() {
+        let child = with_inner(rel, stage, step.blk, |view| (next < view.nchildren()).then(|| view.child(next)))?;
+        if let Some(child) = child {
             path.last_mut().unwrap().child = next;
-            let child = view.child(next);
-            drop(b);
             let mut how = if forward { Descent::Leftmost } else { Descent::Rightmost };
             return descend_from(rel, stage, child, &mut how, path).map(Some);
         }

@@ -48,6 +48,15 @@ impl Buf {
         Pin { buf }
     }
 
+    /// Keeps the pin and the content lock, which the holder gives up with
+    /// `Pin::unlock` (a scan that reads the page once more right after
+    /// loading it, and so locks it once instead of twice).
+    pub unsafe fn into_locked_pin(self) -> Pin {
+        let buf = self.buf;
+        std::mem::forget(self);
+        Pin { buf }
+    }
+
     /// Extends the relation by one block and returns it exclusively locked.
     pub unsafe fn extend(rel: pg_sys::Relation) -> Buf {
         let needs_lock = !relation_is_local(rel);
@@ -118,6 +127,16 @@ pub struct Pin {
 }
 
 impl Pin {
+    /// The page, for a holder of the lock `Buf::into_locked_pin` kept.
+    pub unsafe fn page(&self) -> pg_sys::Page {
+        pg_sys::BufferGetPage(self.buf)
+    }
+
+    /// Gives up the lock `Buf::into_locked_pin` kept.
+    pub unsafe fn unlock(&self) {
+        pg_sys::LockBuffer(self.buf, pg_sys::BUFFER_LOCK_UNLOCK as i32);
+    }
+
     pub unsafe fn share(&self) -> PinLock<'_> {
         pg_sys::LockBuffer(self.buf, pg_sys::BUFFER_LOCK_SHARE as i32);
         PinLock { pin: self }
