@@ -91,6 +91,29 @@ impl DynReader {
         }
     }
 
+    /// Makes this reader one for another range or generation, in its own
+    /// buffers (a rescan allocates nothing).
+    pub fn reset(&mut self, generation: u32, merged_upto: u64, lower: &[u8], upper: Option<&[u8]>, none: bool) {
+        self.generation = generation;
+        self.merged_upto = merged_upto;
+        self.lower.clear();
+        self.lower.extend_from_slice(lower);
+        match (upper, &mut self.upper) {
+            (Some(u), Some(mine)) => {
+                mine.clear();
+                mine.extend_from_slice(u);
+            }
+            (u, mine) => *mine = u.map(|u| u.to_vec()),
+        }
+        self.none = none;
+        self.keys.clear();
+        self.items.clear();
+        self.pos = 0;
+        self.more = false;
+        self.next_size = FIRST_CHUNK;
+        self.stale = false;
+    }
+
     /// Positions before the first entry of the range in `dir`.
     pub unsafe fn start(&mut self, index: pgrx::pg_sys::Relation, dir: Dir, filter: &mut dyn FnMut(&[u8]) -> bool) {
         self.dir = dir;

@@ -45,6 +45,18 @@ struct Cond {
     raw: Vec<u8>,
 }
 
+impl Cond {
+    /// Makes this condition a copy of `other`, in its own buffers.
+    fn assign(&mut self, other: &Cond) {
+        self.col = other.col;
+        self.kind = other.kind.clone();
+        self.enc.clear();
+        self.enc.extend_from_slice(&other.enc);
+        self.raw.clear();
+        self.raw.extend_from_slice(&other.raw);
+    }
+}
+
 struct ArrayKey {
     elems: Vec<Cond>,
 }
@@ -72,8 +84,10 @@ struct Cursor {
     memo: MatchMemo,
     slot: SlotRef,
     /// Registered reader of the base's generation for as long as the cursor
-    /// lives, so its pages are not recycled under it (readers.rs).
-    reader: super::readers::ReaderToken,
+    /// is open, so its pages are not recycled under it (readers.rs); a
+    /// closed cursor keeps it for the next one while the generation is
+    /// current (`ScanState::open_cursor` hands it to `start_scan`).
+    reader: Option<super::readers::ReaderToken>,
     /// The last item this cursor returned (its key is in the scan's key
     /// buffer), for re-seeking after a merge.
     returned: Option<Tid>,
@@ -81,19 +95,17 @@ struct Cursor {
 }
 
 impl Cursor {
-    /// Ends the cursor: its base is parked for the next subscan, and its
-    /// reader registration is kept for it too (the scan drops it when the
-    /// next cursor reads a newer generation, or at its end).
-    fn close(self) -> (Box<dyn BaseCursor>, super::readers::ReaderToken) {
+    /// Ends the cursor. It is kept whole for the next subscan or rescan
+    /// (`ScanState::spare`): its base parked, its reader registration, and
+    /// every buffer, so a nested-loop probe allocates nothing.
+    fn close(&mut self) {
         // One shared counter for every backend: touched only by scans that
         // read keys from the heap, not by every probe.
         let fetches = self.base.key_fetches();
         if fetches > 0 {
             state::add_key_fetches(self.slot, fetches);
         }
-        let Cursor { mut base, reader, .. } = self;
-        base.park();
-        (base, reader)
+        self.base.park();
     }
 }
 
@@ -106,7 +118,11 @@ pub struct ScanState {
     impossible: bool,
     nsub: usize,
     sub: isize,
-    cur: Option<Cursor>,
+    cur: Option<Box<Cursor>>,
+    /// The last closed cursor, reused by the next one (`Cursor::close`).
+    spare: Option<Box<Cursor>>,
+    /// Buffers of earlier scan keys' conditions, reused by `preprocess`.
+    cond_pool: Vec<Cond>,
     dir: Dir,
     /// The last item returned: its key (empty for keyless items) and TID.
     last_key: Vec<u8>,
@@ -125,10 +141,6 @@ pub struct ScanState {
     skip_killed: bool,
     /// The TID amgettuple returned last (what `kill_prior_tuple` is about).
     prior_tid: Option<Tid>,
-    /// The base cursor of the last closed cursor, parked, for the next one.
-    spare_base: Option<Box<dyn BaseCursor>>,
-    /// Its reader registration, kept while the generation is current.
-    held_reader: Option<super::readers::ReaderToken>,
 }
 
 /// A marked position (ammarkpos).
@@ -226,12 +238,13 @@ fn implied_bounds(desc: &IndexDesc, conds: &[Cond]) -> Option<(bool, bool)> {
     Some((l == lo_strict, u == hi_strict))
 }
 
-/// Physical lower and upper bound prefixes implied by the conditions.
-fn bounds(desc: &IndexDesc, conds: &[Cond]) -> (Vec<u8>, Option<Vec<u8>>) {
+/// Physical lower and upper bound prefixes implied by the conditions, into
+/// `lower` and `upper` (an empty upper bound is none).
+fn bounds_into(desc: &IndexDesc, conds: &[Cond], lower: &mut Vec<u8>, upper: &mut Vec<u8>) {
     // Equalities on leading columns extend both bounds; the first column
     // without one contributes its range bounds and ends the prefix.
-    let mut lower = Vec::new();
-    let mut upper = Vec::new();
+    lower.clear();
+    upper.clear();
     for col in 0..desc.nkeyatts {
         let eq = conds.iter().find(|c| {
             c.col == col && matches!(c.kind, CondKind::Cmp(3) | CondKind::IsNull)
@@ -251,22 +264,28 @@ fn bounds(desc: &IndexDesc, conds: &[Cond]) -> (Vec<u8>, Option<Vec<u8>>) {
         }
         break;
     }
-    let upper = if upper.is_empty() { None } else { Some(upper) };
-    (lower, upper)
 }
 
 impl ScanState {
-    unsafe fn encode_arg(&self, col: usize, d: pg_sys::Datum, subtype: pg_sys::Oid) -> (Vec<u8>, Vec<u8>) {
+    /// A comparison condition on `col` with argument `d`, in buffers of an
+    /// earlier scan key when there are any (a rescan allocates nothing).
+    unsafe fn cmp_cond(&mut self, col: usize, strategy: u16, d: pg_sys::Datum, subtype: pg_sys::Oid) -> Cond {
+        let mut c = self.cond_pool.pop().unwrap_or(Cond { col, kind: CondKind::IsNotNull, enc: Vec::new(), raw: Vec::new() });
+        c.col = col;
+        c.kind = CondKind::Cmp(strategy);
+        c.enc.clear();
+        c.raw.clear();
         let desc = &self.desc;
         let typid = if subtype == pg_sys::InvalidOid { desc.cols[col].typid } else { subtype };
-        let mut enc = Vec::new();
-        desc.encode_value(col, typid, d, &mut enc);
-        let raw = if desc.cols[col].kind == ColumnKind::Opaque { crate::keys::varlena_bytes(d).to_vec() } else { Vec::new() };
-        (enc, raw)
+        desc.encode_value(col, typid, d, &mut c.enc);
+        if desc.cols[col].kind == ColumnKind::Opaque {
+            c.raw.extend_from_slice(crate::keys::varlena_bytes(d));
+        }
+        c
     }
 
     unsafe fn preprocess(&mut self, keys: &[pg_sys::ScanKeyData]) {
-        self.fixed.clear();
+        self.cond_pool.append(&mut self.fixed);
         self.arrays.clear();
         self.impossible = false;
         for k in keys {
@@ -308,8 +327,7 @@ impl ScanState {
                     if *nulls.add(i) {
                         continue;
                     }
-                    let (enc, raw) = self.encode_arg(col, *elems.add(i), elemtype);
-                    conds.push(Cond { col, kind: CondKind::Cmp(strategy), enc, raw });
+                    conds.push(self.cmp_cond(col, strategy, *elems.add(i), elemtype));
                 }
                 if conds.is_empty() {
                     self.impossible = true;
@@ -338,8 +356,8 @@ impl ScanState {
                 }
                 continue;
             }
-            let (enc, raw) = self.encode_arg(col, k.sk_argument, k.sk_subtype);
-            self.fixed.push(Cond { col, kind: CondKind::Cmp(strategy), enc, raw });
+            let c = self.cmp_cond(col, strategy, k.sk_argument, k.sk_subtype);
+            self.fixed.push(c);
         }
         self.nsub = self.arrays.iter().map(|a| a.elems.len()).product::<usize>().max(1);
         if self.impossible {
@@ -347,35 +365,54 @@ impl ScanState {
         }
     }
 
-    fn sub_conds(&self, sub: usize) -> Vec<Cond> {
-        let mut conds = self.fixed.clone();
-        let mut rest = sub;
+    /// The conditions of subscan `sub` into `conds` (reusing its buffers).
+    fn sub_conds_into(&self, sub: usize, conds: &mut Vec<Cond>) {
         // Mixed radix with the first array most significant, so subscans
         // follow index order on the leading array column.
-        let mut idx = vec![0usize; self.arrays.len()];
+        let mut rest = sub;
+        let mut pick_buf = [0usize; 32];
+        let mut pick_vec;
+        let picks: &mut [usize] = if self.arrays.len() <= pick_buf.len() {
+            &mut pick_buf[..self.arrays.len()]
+        } else {
+            pick_vec = vec![0; self.arrays.len()];
+            &mut pick_vec
+        };
         for (i, a) in self.arrays.iter().enumerate().rev() {
-            idx[i] = rest % a.elems.len();
+            picks[i] = rest % a.elems.len();
             rest /= a.elems.len();
         }
-        for (i, a) in self.arrays.iter().enumerate() {
-            conds.push(a.elems[idx[i]].clone());
+        let wanted = self.fixed.iter().chain(self.arrays.iter().zip(picks.iter()).map(|(a, &j)| &a.elems[j]));
+        let mut n = 0;
+        for c in wanted {
+            match conds.get_mut(n) {
+                Some(slot) => slot.assign(c),
+                None => conds.push(c.clone()),
+            }
+            n += 1;
         }
-        conds
+        conds.truncate(n);
     }
 
-    /// Replaces the current cursor (closing it, its base parked for reuse).
-    fn set_cursor(&mut self, c: Option<Cursor>) {
-        if let Some(old) = self.cur.take() {
-            let (base, reader) = old.close();
-            self.spare_base = Some(base);
-            self.held_reader = Some(reader);
+    /// Closes the current cursor, keeping it for the next one.
+    fn close_cursor(&mut self) {
+        if let Some(mut old) = self.cur.take() {
+            old.close();
+            self.spare = Some(old);
         }
-        self.cur = c;
     }
 
-    unsafe fn open_cursor(&mut self, index: pg_sys::Relation, sub: usize) -> Cursor {
-        let conds = self.sub_conds(sub);
-        let (lower, upper) = bounds(&self.desc, &conds);
+    /// Opens the cursor of subscan `sub`, in the last closed cursor's
+    /// buffers when there is one.
+    unsafe fn open_cursor(&mut self, index: pg_sys::Relation, sub: usize) -> Box<Cursor> {
+        let mut spare = self.spare.take();
+        let held = spare.as_mut().and_then(|c| c.reader.take());
+        let mut conds = spare.as_mut().map(|c| std::mem::take(&mut c.conds)).unwrap_or_default();
+        let mut lower = spare.as_mut().map(|c| std::mem::take(&mut c.lower)).unwrap_or_default();
+        let mut upper = spare.as_mut().and_then(|c| c.upper.take()).unwrap_or_default();
+        self.sub_conds_into(sub, &mut conds);
+        bounds_into(&self.desc, &conds, &mut lower, &mut upper);
+        let upper = if upper.is_empty() { None } else { Some(upper) };
         let desc = &self.desc;
         let point_hash = {
             let full_eq = (0..desc.nkeyatts).all(|c| conds.iter().any(|x| x.col == c && matches!(x.kind, CondKind::Cmp(3))));
@@ -385,31 +422,43 @@ impl ScanState {
                 None
             }
         };
-        let start = state::start_scan(index, desc, self.slot, point_hash, self.held_reader.take());
+        let start = state::start_scan(index, desc, self.slot, point_hash, held);
         self.killed_epoch = start.base.vacuum_epoch;
         // SIREAD locks on the range before reading it (predlock.rs).
         predlock::lock_scan(index, desc, start.lockmap, &lower, upper.as_deref(), self.snapshot);
-        let base = match self.spare_base.take() {
-            Some(mut b) => {
-                b.reopen(&start.base);
-                b
+        let none = !start.dynamic_may_contain;
+        match spare {
+            Some(mut c) => {
+                c.base.reopen(&start.base);
+                c.keyless = if c.base.keyless() && !self.want_keys && !conds.is_empty() { implied_bounds(desc, &conds) } else { None };
+                c.dynamic.reset(start.base.generation, start.base.merged_upto, &lower, upper.as_deref(), none);
+                c.conds = conds;
+                c.lower = lower;
+                c.upper = upper;
+                c.memo.valid = false;
+                c.reader = Some(start.reader);
+                c.returned = None;
+                c.point_hash = point_hash;
+                c
             }
-            None => ams::base(index).cursor(index, desc, &start.base),
-        };
-        let keyless = if base.keyless() && !self.want_keys && !conds.is_empty() { implied_bounds(desc, &conds) } else { None };
-        let dynamic = DynReader::new(self.slot, desc.clone(), start.base.generation, start.base.merged_upto, &lower, upper.as_deref(), !start.dynamic_may_contain);
-        Cursor {
-            keyless,
-            base,
-            conds,
-            lower,
-            upper,
-            dynamic,
-            memo: MatchMemo::default(),
-            slot: self.slot,
-            reader: start.reader,
-            returned: None,
-            point_hash,
+            None => {
+                let base = ams::base(index).cursor(index, desc, &start.base);
+                let keyless = if base.keyless() && !self.want_keys && !conds.is_empty() { implied_bounds(desc, &conds) } else { None };
+                let dynamic = DynReader::new(self.slot, desc.clone(), start.base.generation, start.base.merged_upto, &lower, upper.as_deref(), none);
+                Box::new(Cursor {
+                    keyless,
+                    base,
+                    conds,
+                    lower,
+                    upper,
+                    dynamic,
+                    memo: MatchMemo::default(),
+                    slot: self.slot,
+                    reader: Some(start.reader),
+                    returned: None,
+                    point_hash,
+                })
+            }
         }
     }
 }
@@ -453,8 +502,8 @@ impl Cursor {
         let start = state::start_scan(index, desc, self.slot, self.point_hash, None);
         state::add_key_fetches(self.slot, self.base.key_fetches());
         self.base = ams::base(index).cursor(index, desc, &start.base);
-        self.reader = start.reader;
-        self.dynamic = DynReader::new(self.slot, desc.clone(), start.base.generation, start.base.merged_upto, &self.lower, self.upper.as_deref(), !start.dynamic_may_contain);
+        self.reader = Some(start.reader);
+        self.dynamic.reset(start.base.generation, start.base.merged_upto, &self.lower, self.upper.as_deref(), !start.dynamic_may_contain);
         match self.returned {
             Some(t) => {
                 let k = self.key_for_seek(index, last_key, t);
@@ -597,7 +646,7 @@ impl ScanState {
             self.started = true;
             self.exhausted = false;
             self.sub = if dir == Dir::Fwd { 0 } else { self.nsub as isize - 1 };
-            self.set_cursor(None);
+            self.close_cursor();
             let mut c = self.open_cursor(index, self.sub as usize);
             c.start(index, &desc, dir);
             self.cur = Some(c);
@@ -621,13 +670,13 @@ impl ScanState {
             }
             let next_sub = self.sub + dir.step();
             if next_sub < 0 || next_sub >= self.nsub as isize {
-                self.set_cursor(None);
+                self.close_cursor();
                 self.exhausted = true;
                 self.started = true;
                 return None;
             }
             self.sub = next_sub;
-            self.set_cursor(None);
+            self.close_cursor();
             let mut c = self.open_cursor(index, self.sub as usize);
             c.start(index, &desc, dir);
             self.cur = Some(c);
@@ -661,6 +710,8 @@ pub unsafe extern "C-unwind" fn ambeginscan(index: pg_sys::Relation, nkeys: i32,
         nsub: 1,
         sub: 0,
         cur: None,
+        spare: None,
+        cond_pool: Vec::new(),
         dir: Dir::Fwd,
         last_key: Vec::new(),
         last_tid: None,
@@ -673,8 +724,6 @@ pub unsafe extern "C-unwind" fn ambeginscan(index: pg_sys::Relation, nkeys: i32,
         killed_epoch: 0,
         skip_killed: false,
         prior_tid: None,
-        spare_base: None,
-        held_reader: None,
     });
     (*scan).opaque = Box::into_raw(st) as *mut std::ffi::c_void;
     (*scan).xs_itupdesc = (*index).rd_att;
@@ -698,8 +747,8 @@ pub unsafe extern "C-unwind" fn amrescan(
     } else {
         &[]
     };
+    st.close_cursor();
     st.preprocess(ks);
-    st.set_cursor(None);
     st.last_tid = None;
     st.prior_tid = None;
     st.started = false;
@@ -730,10 +779,11 @@ pub unsafe extern "C-unwind" fn amgettuple(scan: pg_sys::IndexScanDesc, directio
     if (*scan).xs_want_itup {
         pg_sys::MemoryContextReset(st.tuple_cxt);
         let old = pg_sys::MemoryContextSwitchTo(st.tuple_cxt);
-        let n = st.desc.natts;
-        let mut values = vec![pg_sys::Datum::from(0usize); n];
-        let mut nulls = vec![true; n];
-        st.desc.decode(&st.last_key, &mut values, &mut nulls);
+        // An index has at most INDEX_MAX_KEYS (32) columns.
+        let n = st.desc.natts.min(32);
+        let mut values = [pg_sys::Datum::from(0usize); 32];
+        let mut nulls = [true; 32];
+        st.desc.decode(&st.last_key, &mut values[..n], &mut nulls[..n]);
         (*scan).xs_itup = pg_sys::index_form_tuple((*index).rd_att, values.as_mut_ptr(), nulls.as_mut_ptr());
         pg_sys::MemoryContextSwitchTo(old);
     }
@@ -744,7 +794,7 @@ pub unsafe extern "C-unwind" fn amgettuple(scan: pg_sys::IndexScanDesc, directio
 pub unsafe extern "C-unwind" fn amgetbitmap(scan: pg_sys::IndexScanDesc, tbm: *mut pg_sys::TIDBitmap) -> i64 {
     let st = state(scan);
     let index = (*scan).indexRelation;
-    st.set_cursor(None);
+    st.close_cursor();
     st.started = false;
     st.want_keys = false;
     st.snapshot = (*scan).xs_snapshot;
@@ -771,8 +821,8 @@ pub unsafe extern "C-unwind" fn amendscan(scan: pg_sys::IndexScanDesc) {
     let p = (*scan).opaque as *mut ScanState;
     if !p.is_null() {
         let mut st = Box::from_raw(p);
-        st.set_cursor(None);
-        st.held_reader = None;
+        st.close_cursor();
+        st.spare = None;
         pg_sys::MemoryContextDelete(st.tuple_cxt);
         (*scan).opaque = std::ptr::null_mut();
     }
@@ -796,7 +846,7 @@ pub unsafe extern "C-unwind" fn amrestrpos(scan: pg_sys::IndexScanDesc) {
     match mark.last {
         None => {
             st.last_tid = None;
-            st.set_cursor(None);
+            st.close_cursor();
             st.started = false;
         }
         Some((k, t)) => {
@@ -804,11 +854,11 @@ pub unsafe extern "C-unwind" fn amrestrpos(scan: pg_sys::IndexScanDesc) {
             st.last_key.extend_from_slice(&k);
             st.last_tid = Some(t);
             if mark.exhausted {
-                st.set_cursor(None);
+                st.close_cursor();
             } else {
                 st.sub = mark.sub;
                 let desc = st.desc.clone();
-                st.set_cursor(None);
+                st.close_cursor();
                 let mut c = st.open_cursor(index, mark.sub as usize);
                 let k = c.key_for_seek(index, &k, t);
                 c.seek_after(index, &desc, st.dir, &k, t);
