@@ -81,6 +81,9 @@ struct Cursor {
     /// none (compact elastic leaves then read no key per entry).
     /// Some((lower strict, upper strict)).
     keyless: Option<(bool, bool)>,
+    /// The bounds say what the conditions say, but for strict ends
+    /// (`bounds_imply`): entries are tested by `passes`, not decoded.
+    implied: Option<(bool, bool)>,
     memo: MatchMemo,
     slot: SlotRef,
     /// Registered reader of the base's generation for as long as the cursor
@@ -199,43 +202,93 @@ fn matches(desc: &IndexDesc, conds: &[Cond], key: &[u8]) -> bool {
     })
 }
 
-/// For a one-column index: Some((lower strict, upper strict)) when the
-/// conditions are exactly one equality, or a lower and/or an upper bound,
-/// on the column, so an entry between the bounds' positions matches
-/// without looking at its key. NULLs sort outside the bounds.
-fn implied_bounds(desc: &IndexDesc, conds: &[Cond]) -> Option<(bool, bool)> {
-    if desc.natts != 1 || conds.iter().any(|c| c.col != 0 || !matches!(c.kind, CondKind::Cmp(_))) {
+/// What the bounds `bounds_into` derives from a scan's conditions say of
+/// them, when they say everything: the conditions are equalities (or IS
+/// NULL) on leading columns, then nothing or one bound on each side of the
+/// next column, and nothing else. A key between the bounds (prefix
+/// comparisons, both ends inclusive) then satisfies every condition unless
+/// it equals a strict bound's prefix, or the range is open on one side
+/// (NULLs sort past an open end).
+struct BoundsCover {
+    /// (lower strict, upper strict).
+    strict: (bool, bool),
+    /// The range column has a bound on one side only.
+    one_sided: bool,
+    /// No IS NULL among the conditions.
+    only_cmp: bool,
+}
+
+fn bounds_cover(desc: &IndexDesc, conds: &[Cond]) -> Option<BoundsCover> {
+    if conds.is_empty() {
         return None;
     }
-    let strat = |c: &Cond| match c.kind {
-        CondKind::Cmp(s) => s,
-        _ => 0,
-    };
-    if conds.len() == 1 && strat(&conds[0]) == 3 {
-        return Some((false, false));
+    let mut cover = BoundsCover { strict: (false, false), one_sided: false, only_cmp: conds.iter().all(|c| matches!(c.kind, CondKind::Cmp(_))) };
+    let mut used = 0;
+    for col in 0..desc.nkeyatts {
+        let on_col = conds.iter().filter(|c| c.col == col).count();
+        if on_col == 0 {
+            break;
+        }
+        if conds.iter().any(|c| c.col == col && matches!(c.kind, CondKind::Cmp(3) | CondKind::IsNull)) {
+            if on_col != 1 {
+                return None;
+            }
+            used += 1;
+            continue;
+        }
+        // The column's physical lower / upper strategies (DESC flips them).
+        let (lo, lo_strict, hi_strict): ([u16; 2], u16, u16) = if desc.cols[col].order.desc { ([1, 2], 1, 5) } else { ([4, 5], 5, 1) };
+        let strat = |c: &Cond| match c.kind {
+            CondKind::Cmp(s) if c.col == col => Some(s),
+            _ => None,
+        };
+        let lows = conds.iter().filter_map(strat).filter(|s| lo.contains(s));
+        let highs = conds.iter().filter_map(strat).filter(|s| !lo.contains(s));
+        let (low, high) = (lows.clone().next(), highs.clone().next());
+        if lows.count() > 1 || highs.count() > 1 || conds.iter().any(|c| c.col == col && !matches!(c.kind, CondKind::Cmp(_))) {
+            return None;
+        }
+        cover.strict = (low == Some(lo_strict), high == Some(hi_strict));
+        cover.one_sided = low.is_none() || high.is_none();
+        used += on_col;
+        break;
     }
-    let desc_col = desc.cols[0].order.desc;
-    // Physical lower / upper strategies (a DESC column flips them).
-    let (lo, lo_strict, hi_strict) = if desc_col { ([1u16, 2], 1u16, 5u16) } else { ([4u16, 5], 5u16, 1u16) };
-    if conds.len() == 1 {
-        // One side: the other is the edge of the non-NULL keys
-        // (Cursor::start passes it), so NULLs stay out as `matches` would
-        // keep them out.
-        let a = strat(&conds[0]);
-        return Some(if lo.contains(&a) { (a == lo_strict, false) } else { (false, a == hi_strict) });
-    }
-    if conds.len() != 2 {
+    (used == conds.len()).then_some(cover)
+}
+
+/// For the merged cursor: Some((lower strict, upper strict)) when entries
+/// between the bounds need only the strict-bound test (`passes`). Only
+/// where key bytes order like the values (no opaque column): there a key
+/// whose prefix equals a bound's bytes has equal values, and bytes between
+/// two bounds are values between them.
+fn bounds_imply(desc: &IndexDesc, conds: &[Cond]) -> Option<(bool, bool)> {
+    if !desc.memcmp {
         return None;
     }
-    let (a, b) = (strat(&conds[0]), strat(&conds[1]));
-    let (l, u) = if lo.contains(&a) && !lo.contains(&b) && b != 3 {
-        (a, b)
-    } else if lo.contains(&b) && !lo.contains(&a) && a != 3 {
-        (b, a)
-    } else {
+    bounds_cover(desc, conds).filter(|c| !c.one_sided).map(|c| c.strict)
+}
+
+/// For a base structure that stores no keys (`BaseCursor::keyless`), on a
+/// one-column index: Some((lower strict, upper strict)) when an entry
+/// between the bounds' positions matches without looking at its key.
+/// Cursor::start closes an open side at the edge of the non-NULL keys.
+fn keyless_bounds(desc: &IndexDesc, conds: &[Cond]) -> Option<(bool, bool)> {
+    if desc.natts != 1 {
         return None;
-    };
-    Some((l == lo_strict, u == hi_strict))
+    }
+    bounds_cover(desc, conds).filter(|c| c.only_cmp).map(|c| c.strict)
+}
+
+/// Whether `key`, between the cursor's bounds, satisfies its conditions:
+/// the strict-bound test `bounds_imply` allows, or every condition.
+fn passes(desc: &IndexDesc, implied: Option<(bool, bool)>, conds: &[Cond], lower: &[u8], upper: Option<&[u8]>, key: &[u8]) -> bool {
+    match implied {
+        Some((ls, us)) => {
+            !(ls && desc.compare_prefix(key, lower) == Ordering::Equal)
+                && !(us && upper.is_some_and(|u| desc.compare_prefix(key, u) == Ordering::Equal))
+        }
+        None => matches(desc, conds, key),
+    }
 }
 
 /// Physical lower and upper bound prefixes implied by the conditions, into
@@ -430,7 +483,8 @@ impl ScanState {
         match spare {
             Some(mut c) => {
                 c.base.reopen(&start.base);
-                c.keyless = if c.base.keyless() && !self.want_keys && !conds.is_empty() { implied_bounds(desc, &conds) } else { None };
+                c.keyless = if c.base.keyless() && !self.want_keys { keyless_bounds(desc, &conds) } else { None };
+                c.implied = bounds_imply(desc, &conds);
                 c.dynamic.reset(start.base.generation, start.base.merged_upto, &lower, upper.as_deref(), none);
                 c.conds = conds;
                 c.lower = lower;
@@ -443,10 +497,11 @@ impl ScanState {
             }
             None => {
                 let base = ams::base(index).cursor(index, desc, &start.base);
-                let keyless = if base.keyless() && !self.want_keys && !conds.is_empty() { implied_bounds(desc, &conds) } else { None };
+                let keyless = if base.keyless() && !self.want_keys { keyless_bounds(desc, &conds) } else { None };
                 let dynamic = DynReader::new(self.slot, desc.clone(), start.base.generation, start.base.merged_upto, &lower, upper.as_deref(), none);
                 Box::new(Cursor {
                     keyless,
+                    implied: bounds_imply(desc, &conds),
                     base,
                     conds,
                     lower,
@@ -466,8 +521,8 @@ impl ScanState {
 impl Cursor {
     /// Positions at the first item of the range in `dir`.
     unsafe fn start(&mut self, index: pg_sys::Relation, desc: &IndexDesc, dir: Dir) {
-        let conds = &self.conds;
-        self.dynamic.start(index, dir, &mut |k| matches(desc, conds, k));
+        let (conds, implied, lower, upper) = (&self.conds, self.implied, &self.lower, self.upper.as_deref());
+        self.dynamic.start(index, dir, &mut |k| passes(desc, implied, conds, lower, upper, k));
         self.memo.valid = false;
         self.returned = None;
         match self.keyless {
@@ -488,8 +543,8 @@ impl Cursor {
 
     /// Positions strictly after (key, tid) in `dir` (or at it when `inclusive`).
     unsafe fn seek_after(&mut self, index: pg_sys::Relation, desc: &IndexDesc, dir: Dir, key: &[u8], tid: Tid) {
-        let conds = &self.conds;
-        self.dynamic.seek_after(index, dir, key, tid, &mut |k| matches(desc, conds, k));
+        let (conds, implied, lower, upper) = (&self.conds, self.implied, &self.lower, self.upper.as_deref());
+        self.dynamic.seek_after(index, dir, key, tid, &mut |k| passes(desc, implied, conds, lower, upper, k));
         self.memo.valid = false;
         self.base.seek_after(dir, key, tid, false);
         self.returned = Some(tid);
@@ -545,7 +600,9 @@ impl Cursor {
                 return None;
             }
             let memo = &mut self.memo;
-            let ok = if memo.valid && memo.key == k {
+            let ok = if self.implied.is_some() {
+                passes(desc, self.implied, &self.conds, &self.lower, self.upper.as_deref(), k)
+            } else if memo.valid && memo.key == k {
                 memo.matched
             } else {
                 memo.key.clear();
@@ -574,8 +631,8 @@ impl Cursor {
 
     unsafe fn next_inner(&mut self, index: pg_sys::Relation, desc: &Rc<IndexDesc>, dir: Dir, key_out: &mut Vec<u8>) -> Option<Tid> {
         // The dynamic side first: a refill may find the stage merged.
-        let conds = &self.conds;
-        let mut filter = |k: &[u8]| matches(desc, conds, k);
+        let (conds, implied, lower, upper) = (&self.conds, self.implied, &self.lower, self.upper.as_deref());
+        let mut filter = |k: &[u8]| passes(desc, implied, conds, lower, upper, k);
         if let DynPeek::Stale = self.dynamic.peek(index, &mut filter) {
             self.reseek(index, desc, dir, key_out);
             return self.next_inner(index, desc, dir, key_out);
@@ -596,8 +653,8 @@ impl Cursor {
             }
             None => None,
         };
-        let conds = &self.conds;
-        let mut filter = |k: &[u8]| matches(desc, conds, k);
+        let (conds, implied, lower, upper) = (&self.conds, self.implied, &self.lower, self.upper.as_deref());
+        let mut filter = |k: &[u8]| passes(desc, implied, conds, lower, upper, k);
         let d = match self.dynamic.peek(index, &mut filter) {
             DynPeek::Item(k, t) => Some((k, t)),
             DynPeek::End => None,
