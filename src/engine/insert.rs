@@ -123,8 +123,19 @@ unsafe fn find_conflict(
     key: &[u8],
     own: Tid,
 ) -> Conflict {
-    for other in tids_for_key(index, desc, slot, key) {
-        if other == own {
+    let tids = tids_for_key(index, desc, slot, key);
+    // Dead-to-all hints (killed.rs) spare heap visits, as nbtree skips
+    // LP_DEAD items: a key whose row was updated without HOT again and
+    // again (a hot key) has one entry per version until VACUUM. The epoch
+    // is read after the entries: an entry of a TID that VACUUM freed and an
+    // insert reused was added after the epoch moved, so an older hint
+    // never matches it.
+    let epoch = {
+        let _g = slot.shared();
+        slot.state().base.vacuum_epoch
+    };
+    for other in tids {
+        if other == own || super::killed::is_marked(slot, other, epoch) {
             continue;
         }
         let mut snap: pg_sys::SnapshotData = std::mem::zeroed();
@@ -137,6 +148,11 @@ unsafe fn find_conflict(
                 return Conflict::Wait { xid, spec_token: snap.speculativeToken, other };
             }
             return Conflict::Live;
+        }
+        if all_dead {
+            // nbtree marks the item LP_DEAD here; later checks and MVCC
+            // scans of every backend skip it.
+            super::killed::mark(slot, other, epoch);
         }
     }
     Conflict::None

@@ -27,7 +27,11 @@
 //! after the VACUUM, and a scan that started before it has an MVCC snapshot
 //! older than the reusing insert, to which the new tuple is invisible
 //! anyway. Scans under other snapshots (SnapshotDirty for ON CONFLICT and
-//! exclusion checks, SnapshotAny) do not use the hints. Nothing here is
+//! exclusion checks, SnapshotAny) do not use the hints. Unique checks
+//! (insert.rs) do, as nbtree's skip LP_DEAD items, and add hints for the
+//! TIDs the heap reports dead to all (nbtree marks those items LP_DEAD
+//! there): they read the epoch after the key's entries, so an entry of a
+//! reused TID, added after the epoch moved, never meets an older hint. Nothing here is
 //! persisted or WAL-logged; a standby never sets `kill_prior_tuple` and its
 //! scans do not skip (`ignore_killed_tuples` is off in recovery).
 //!
