@@ -806,6 +806,67 @@ impl DynTree {
         first == Some(Ordering::Equal)
     }
 
+    /// Removes the entries whose key equals the bound (`cmp_bound(stored)` =
+    /// stored.cmp(bound)) and whose TID `dead` accepts; returns how many.
+    /// This is the insert path's counterpart of nbtree's simple deletion:
+    /// versions of one key found dead pile up under a hot key, and every
+    /// probe of that key would walk them. Only the leaves holding the key's
+    /// run are touched; a leaf is rewritten only when it loses an entry.
+    /// Leaves shrink in place (separators stay valid bounds, as in
+    /// `retain`, and a leaf may become empty); no block goes back to the
+    /// pool, so this never fails and never changes the tree's shape.
+    pub fn prune_key<P: BlockPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        cmp_bound: &mut dyn FnMut(&[u8]) -> Ordering,
+        dead: &mut dyn FnMut(Tid) -> bool,
+    ) -> usize {
+        let (mut leaf, mut idx) = self.seek(pool, cmp_bound);
+        let ns = self.ns();
+        let mut removed = 0usize;
+        let mut scratch = [0u8; DYN_BLOCK_SIZE];
+        while leaf != NONE {
+            // SAFETY: one leaf borrowed at a time; `dead` sees TIDs only.
+            let b = unsafe { self.node_mut(pool, leaf) };
+            let n = nkeys(b);
+            let mut end = idx;
+            let mut any = false;
+            while end < n {
+                let o = off(b, end);
+                if cmp_bound(key_at(b, 0, o)) != Ordering::Equal {
+                    break;
+                }
+                any |= dead(tid_at(b, o));
+                end += 1;
+            }
+            if any {
+                // Rebuild the leaf without the run's dead entries. `dead`
+                // is asked again per entry and this answer counts (one
+                // that changed since the first pass is just as good).
+                scratch[..ns].copy_from_slice(b);
+                let old = &scratch[..ns];
+                node_init(b, 0);
+                set_next(b, next(old));
+                for i in 0..n {
+                    let o = off(old, i);
+                    if i >= idx && i < end && dead(tid_at(old, o)) {
+                        removed += 1;
+                        self.key_bytes -= rd16(old, o + 6) as u64;
+                    } else {
+                        node_append_raw(b, raw_at(old, 0, i));
+                    }
+                }
+            }
+            if end < n {
+                break;
+            }
+            leaf = next(b);
+            idx = 0;
+        }
+        self.nentries -= removed as u64;
+        removed
+    }
+
     /// Removes every entry for which `keep` returns false; returns how many.
     /// `keep` sees each entry exactly once, in order.
     ///
@@ -1391,6 +1452,8 @@ mod tests {
         /// Reverse scan before (key, tid); an empty key means from the end.
         Before(Vec<u8>, u32, u16),
         Contains(Vec<u8>),
+        /// Drop the entries of one key whose TID block/offset hits a mask.
+        Prune(Vec<u8>, u8),
         Limit(usize),
     }
 
@@ -1420,6 +1483,7 @@ mod tests {
             2 => (k(), 0u32..3, 0u16..4).prop_map(|(k, b, o)| Op::After(k, b, o)),
             3 => (k(), 0u32..3, 0u16..4).prop_map(|(k, b, o)| Op::Before(k, b, o)),
             2 => k().prop_map(Op::Contains),
+            6 => (k(), any::<u8>()).prop_map(|(k, m)| Op::Prune(k, m)),
             1 => (1usize..60).prop_map(Op::Limit),
         ]
     }
@@ -1525,6 +1589,17 @@ mod tests {
                         .next()
                         .is_some_and(|((x, _), _)| x.0 == k);
                     assert_eq!(t.contains_key(&pool, &mut |s| kcmp(s, &k)), want);
+                }
+                Op::Prune(k, mask) => {
+                    let dead =
+                        |tid: Tid| mask & (1 << ((tid.block * 4 + tid.offset as u32) % 8)) != 0;
+                    let blocks = t.nblocks;
+                    let n = t.prune_key(&mut pool, &mut |s| kcmp(s, &k), &mut |tid| dead(tid));
+                    let before = o.len();
+                    o.retain(|(key, tid), _| key.0 != k || !dead(*tid));
+                    assert_eq!(n, before - o.len(), "prune of {k:?}");
+                    assert_eq!(t.nblocks, blocks, "prune changed the tree's blocks");
+                    check(&t, &pool, &o);
                 }
                 Op::Limit(n) => pool.set_limit(pool.allocated() + n),
             }
@@ -1678,6 +1753,57 @@ mod tests {
         assert!(t.contains_key(&pool, &mut |k| k.cmp(b"same")));
         assert!(!t.contains_key(&pool, &mut |k| k.cmp(b"sam")));
         assert!(!t.contains_key(&pool, &mut |k| k.cmp(b"samf")));
+    }
+
+    /// A hot key's run spans many leaves between other keys: pruning it
+    /// removes exactly its dead TIDs, leaves the neighbours alone, may
+    /// empty whole leaves, and the tree stays searchable and insertable.
+    #[test]
+    fn prune_key_across_leaves() {
+        let mut pool = VecPool::new(usize::MAX);
+        let mut t = DynTree::with_node_size(512);
+        let mut c = |a: &[u8], b: &[u8]| a.cmp(b);
+        for i in 0..3000u32 {
+            let tid = Tid::new(i, 1);
+            t.insert(&mut pool, &mut c, b"hot", tid, i as u64).unwrap();
+            t.insert(&mut pool, &mut c, b"aaa", tid, i as u64).unwrap();
+            t.insert(&mut pool, &mut c, b"zzz", tid, i as u64).unwrap();
+        }
+        let blocks = t.nblocks;
+        // Everything below 2900 is dead: whole leaves of the run empty.
+        let n = t.prune_key(&mut pool, &mut |k| k.cmp(b"hot"), &mut |tid| tid.block < 2900);
+        assert_eq!(n, 2900);
+        assert_eq!(t.nblocks, blocks);
+        t.verify(&pool, &mut c).unwrap();
+        assert_eq!(t.nentries, 3100 + 6000 - 2900 - 100);
+        let mut hot = Vec::new();
+        t.scan(&pool, &mut |k| k.cmp(b"hot"), |k, tid, _| {
+            if k != b"hot" {
+                return false;
+            }
+            hot.push(tid.block);
+            true
+        });
+        assert_eq!(hot, (2900..3000).collect::<Vec<_>>());
+        // A key that is absent, and a run with nothing dead: no change.
+        assert_eq!(t.prune_key(&mut pool, &mut |k| k.cmp(b"mmm"), &mut |_| true), 0);
+        assert_eq!(t.prune_key(&mut pool, &mut |k| k.cmp(b"zzz"), &mut |_| false), 0);
+        // Inserts land in the emptied leaves again.
+        for i in 0..3000u32 {
+            t.insert(&mut pool, &mut c, b"hot", Tid::new(i, 2), 0).unwrap();
+        }
+        t.verify(&pool, &mut c).unwrap();
+        assert_eq!(t.nentries, 6000 + 100 + 3000);
+        // Emptying the whole tree keeps a valid (empty-leaved) tree.
+        for k in [&b"aaa"[..], b"hot", b"zzz"] {
+            t.prune_key(&mut pool, &mut |s| s.cmp(k), &mut |_| true);
+        }
+        assert_eq!(t.nentries, 0);
+        t.verify(&pool, &mut c).unwrap();
+        t.insert(&mut pool, &mut c, b"new", Tid::new(1, 1), 0).unwrap();
+        t.verify(&pool, &mut c).unwrap();
+        t.clear(&mut pool);
+        assert_eq!(pool.allocated(), 0);
     }
 
     /// Every insert that fails for lack of blocks leaves the tree intact,

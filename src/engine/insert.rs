@@ -226,7 +226,13 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
     let (fits, want_merge, others_should_merge, overrun) = {
         let _g = slot.exclusive();
         let st = &mut slot.state();
+        if pos >= st.base.merged_upto {
+            st.prune_dead_versions(desc, key, super::killed::owner_of(slot.key));
+        }
         let fits = pos < st.base.merged_upto || st.insert(desc, key, tid, pos);
+        // Merges follow the delta log's growth, not the tree's: pruned
+        // versions leave the tree but stay in the log until a merge.
+        let logged = (pos + 1).saturating_sub(st.base.merged_upto).max(st.tree.nentries);
         let base = ams::base(index);
         let mut threshold = super::state::merge_threshold(&st.base, base.merge_ratio(index), delta::record_len(128, key));
         let cap = base.delta_cap(index, key.len());
@@ -238,7 +244,7 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         // Under arena pressure only an index whose tree holds a real share
         // merges; otherwise every insert of a small index would merge.
         let share = st.tree.nblocks as usize * 64 >= shmem::header().nblocks as usize;
-        let want = !st.merge_requested && (st.tree.nentries >= threshold || (short && share));
+        let want = !st.merge_requested && (logged >= threshold || (short && share));
         if want {
             st.merge_requested = true;
         }
@@ -247,7 +253,7 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         // cap, the inserter merges itself (after the merge in progress, if
         // any): a bulk load then runs at the speed of its merges and the
         // file stays within the bound.
-        let overrun = capped && st.tree.nentries >= threshold.saturating_mul(2);
+        let overrun = capped && logged >= threshold.saturating_mul(2);
         (fits, want || overrun, short && !share, overrun)
     };
     if others_should_merge && crate::guc::BACKGROUND_MERGE.get() {

@@ -93,6 +93,17 @@ impl HintBlocks {
         Some(unsafe { &*(shmem::header().block_ptr(b) as *const KilledTable) })
     }
 
+    /// Whether `tid` is hinted dead for scans of `epoch` of the index
+    /// `owner` (`owner_of`).
+    pub fn contains(&self, owner: u64, tid: Tid, epoch: u64) -> bool {
+        self.table(tid).is_some_and(|t| t.contains(owner, tid, epoch))
+    }
+
+    /// Whether any hint table exists (none before the first hint).
+    pub fn any(&self) -> bool {
+        self.tables().is_some()
+    }
+
     /// Arena bytes the hints take.
     pub fn bytes(&self) -> u64 {
         self.tables().map_or(0, |(n, _)| (n * DYN_BLOCK_SIZE) as u64)
@@ -156,10 +167,7 @@ pub fn mark(slot: SlotRef, tid: Tid, epoch: u64) {
 
 /// Whether a scan of `epoch` of the index of `slot` may skip `tid`.
 pub fn is_marked(slot: SlotRef, tid: Tid, epoch: u64) -> bool {
-    match slot.state().hints.table(tid) {
-        Some(t) => t.contains(owner_of(slot.key), tid, epoch),
-        None => false,
-    }
+    slot.state().hints.contains(owner_of(slot.key), tid, epoch)
 }
 
 /// Whether a scan may skip hinted TIDs: an MVCC snapshot, and a

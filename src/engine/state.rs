@@ -272,6 +272,30 @@ impl DualStageState {
         self.tree.bytes_used() + self.bloom.bytes() + self.key_filter.bloom.bytes() + self.hints.bytes()
     }
 
+    /// Drops from the tree the versions of `key` (its key columns) that
+    /// scans hinted dead to all in the current vacuum epoch; the caller
+    /// holds the slot lock exclusively and is about to insert `key`.
+    /// nbtree deletes its LP_DEAD items when an insert would split their
+    /// page; here every insert of a key tidies that key's run, so a key
+    /// updated over and over (a zipfian hot key) keeps a few live entries
+    /// in the tree instead of every version since the last merge, each of
+    /// which every probe of the key would walk. Only the shared tree
+    /// changes: the delta log keeps the records (a merge drops hinted ones
+    /// with a standby conflict, VACUUM removes them), a rebuild from the
+    /// log brings them back, and a standby's tree, built by replay, never
+    /// loses them. A scan of this epoch would skip every pruned entry, and
+    /// one that opened before the epoch's VACUUM has a snapshot that cannot
+    /// see a tuple dead to all.
+    pub fn prune_dead_versions(&mut self, desc: &IndexDesc, key: &[u8], owner: u64) -> usize {
+        if self.tree.nentries == 0 || !self.hints.any() {
+            return 0;
+        }
+        let epoch = self.base.vacuum_epoch;
+        let hints = &self.hints;
+        let keycols = desc.keycols(key);
+        self.tree.prune_key(&mut ArenaPool, &mut |k| desc.compare_prefix(k, keycols), &mut |t| hints.contains(owner, t, epoch))
+    }
+
     pub fn insert(&mut self, desc: &IndexDesc, key: &[u8], tid: Tid, pos: u64) -> bool {
         let mut cmp = |a: &[u8], b: &[u8]| desc.compare(a, b);
         match self.tree.insert(&mut ArenaPool, &mut cmp, key, tid, pos) {

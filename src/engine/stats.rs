@@ -8,7 +8,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use super::ams;
-use super::build::item_to_tid;
+use super::build::{item_to_tid, tid_to_item};
 use super::delta;
 use super::meta::{self, MaintenanceLock};
 use super::state::{ensure_synced, SlotState};
@@ -168,11 +168,21 @@ fn verify(index: pg_sys::Oid, heapallindexed: bool) {
             }
         }
         // Inserts racing with us may add to the tree after we read the log.
+        // An entry whose heap tuples are dead to all may have been pruned
+        // from the tree on a killed-tuple hint (state.rs,
+        // prune_dead_versions): the heap says whether that is the case.
+        let snap = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
         for e in &log {
             if tree.binary_search_by(|x| desc.compare(&x.0, &e.0).then(x.1.cmp(&e.1))).is_err() {
-                fail(&name, format!("delta log entry with TID ({},{}) is missing from the shared dynamic stage", e.1.block, e.1.offset));
+                let mut item = tid_to_item(e.1);
+                let mut all_dead = false;
+                let found = pg_sys::table_index_fetch_tuple_check(heap, &mut item, snap, &mut all_dead);
+                if found || !all_dead {
+                    fail(&name, format!("delta log entry with TID ({},{}) is missing from the shared dynamic stage", e.1.block, e.1.offset));
+                }
             }
         }
+        pg_sys::UnregisterSnapshot(snap);
         if heapallindexed {
             for (k, t) in tree {
                 all.insert((desc.keycols(&k).to_vec(), t));

@@ -29,7 +29,6 @@ pub struct ShmemHeader {
     pub nblocks: u32,
     free_head: AtomicU32,
     pub free_blocks: AtomicU32,
-    pub lru_clock: AtomicU64,
     /// When (ms since the epoch) a backend last asked another index to merge
     /// because the arena ran short; rate-limits those requests.
     pub pressure_ms: AtomicU64,
@@ -94,7 +93,6 @@ pub unsafe fn startup() {
         }
         (*hdr).free_head = AtomicU32::new(0);
         (*hdr).free_blocks = AtomicU32::new(nb as u32);
-        (*hdr).lru_clock = AtomicU64::new(1);
         (*hdr).pressure_ms = AtomicU64::new(0);
         (*hdr).kept_blocks = AtomicU32::new(0);
         for i in 0..mi {

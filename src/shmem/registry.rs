@@ -6,7 +6,7 @@
 //! state): an opaque payload whose size and lifecycle the user registers
 //! through [`SlotPayload`] from `_PG_init`.
 
-use std::sync::atomic::Ordering as AtomicOrdering;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -60,7 +60,9 @@ pub struct IndexSlot {
     pub db: pg_sys::Oid,
     pub relnode: pg_sys::Oid,
     pub index_oid: pg_sys::Oid,
-    pub last_used: u64,
+    /// When the slot was last looked up (`use_tick`), to a second: what
+    /// eviction takes as least recently used.
+    pub last_used: AtomicU64,
 }
 
 impl IndexSlot {
@@ -124,16 +126,42 @@ impl SlotRef {
     }
 }
 
+/// The clock of `IndexSlot::last_used`: the statement's start (µs), which
+/// PostgreSQL keeps anyway, or the time where no statement runs (workers).
+fn use_tick() -> u64 {
+    let t = unsafe { pg_sys::GetCurrentStatementStartTimestamp() };
+    let t = if t > 0 { t } else { unsafe { pg_sys::GetCurrentTimestamp() } };
+    t.max(1) as u64
+}
+
+/// Notes a use of slot `s`. A slot used all the time is written once a
+/// second, not once per statement: every backend writing one cache line per
+/// scan costs more than eviction gains from a finer order.
+fn touch(s: &IndexSlot, tick: u64) {
+    if tick > s.last_used.load(AtomicOrdering::Relaxed) + 1_000_000 {
+        s.last_used.store(tick, AtomicOrdering::Relaxed);
+    }
+}
+
 /// Finds or creates the slot of `rel`. A created slot has an invalid dual
 /// stage, so its first user rebuilds it from the index pages.
+///
+/// The slot this backend found last for `rel` is checked without the
+/// registry lock: a slot reassigned under us is caught anyway, under the
+/// slot's own lock (`SlotRef::shared`/`exclusive`), since nothing keeps it
+/// from being reassigned between this lookup and that lock either way.
 pub unsafe fn slot_for(rel: pg_sys::Relation) -> SlotRef {
     let key = slot_key(rel);
     let h = header();
-    let tick = h.lru_clock.fetch_add(1, AtomicOrdering::Relaxed);
+    let tick = use_tick();
+    if let Some(i) = hinted(key) {
+        touch(&*h.slot(i), tick);
+        return SlotRef { index: i, slot: h.slot(i), key };
+    }
     {
         let _g = LwGuard::shared(lock(LOCK_REGISTRY));
         if let Some(i) = find(key) {
-            (*h.slot(i)).last_used = tick;
+            touch(&*h.slot(i), tick);
             return SlotRef { index: i, slot: h.slot(i), key };
         }
     }
@@ -152,15 +180,15 @@ pub unsafe fn slot_for(rel: pg_sys::Relation) -> SlotRef {
     };
     let s = h.slot(i);
     {
-        // Nobody can hold this slot's lock for a different key: lookups only
-        // lock slots they found under the registry lock, which we hold.
+        // Whoever still holds a SlotRef of the old key finds the new key
+        // under this lock and stops (`SlotRef::checked`).
         let _sg = LwGuard::exclusive(slot_lock(i));
         payload_ops().reset((*s).payload());
         (*s).in_use = true;
         (*s).db = key.db;
         (*s).relnode = key.relnode;
         (*s).index_oid = (*rel).rd_id;
-        (*s).last_used = tick;
+        (*s).last_used.store(tick, AtomicOrdering::Relaxed);
     }
     SlotRef { index: i, slot: s, key }
 }
@@ -179,18 +207,26 @@ thread_local! {
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
-unsafe fn find(key: SlotKey) -> Option<usize> {
+fn slot_matches(i: usize, key: SlotKey) -> bool {
     let h = header();
-    let matches = |i: usize| {
-        let s = &*h.slot(i);
-        s.in_use && s.db == key.db && s.relnode == key.relnode
-    };
-    if let Some(i) = HINTS.with(|m| m.borrow().get(&key).copied()) {
-        if i < h.max_indexes as usize && matches(i) {
-            return Some(i);
-        }
+    if i >= h.max_indexes as usize {
+        return false;
     }
-    let found = (0..h.max_indexes as usize).find(|&i| matches(i));
+    let s = unsafe { &*h.slot(i) };
+    s.in_use && s.db == key.db && s.relnode == key.relnode
+}
+
+/// The slot this backend last found for `key`, if it still holds `key`.
+fn hinted(key: SlotKey) -> Option<usize> {
+    HINTS.with(|m| m.borrow().get(&key).copied()).filter(|&i| slot_matches(i, key))
+}
+
+/// The slot of `key`; caller holds the registry lock.
+unsafe fn find(key: SlotKey) -> Option<usize> {
+    if let Some(i) = hinted(key) {
+        return Some(i);
+    }
+    let found = (0..header().max_indexes as usize).find(|&i| slot_matches(i, key));
     if let Some(i) = found {
         HINTS.with(|m| m.borrow_mut().insert(key, i));
     }
@@ -211,7 +247,7 @@ unsafe fn evict() -> Option<usize> {
         let gone = s.db == pg_sys::MyDatabaseId && !relation_exists(s.index_oid, s.relnode);
         let idle = payload_ops().idle(s.payload());
         if gone || idle {
-            let age = if gone { 0 } else { s.last_used };
+            let age = if gone { 0 } else { s.last_used.load(AtomicOrdering::Relaxed) };
             if best.map_or(true, |(a, _)| age < a) {
                 best = Some((age, i));
             }
