@@ -13,8 +13,10 @@
 //! first hint, filled by any backend's scans and read by all of them.
 //! It is a cache: a hint that is overwritten or never found costs a heap
 //! visit, nothing more. Merges drop hinted entries from the leaves they
-//! rewrite (`droppable`, nbtree's simple deletion), so they do not pile up
-//! until VACUUM.
+//! rewrite (`droppable`, nbtree's simple deletion), and an insert drops the
+//! hinted versions of its key from the dynamic stage
+//! (`DualStageState::prune_dead_versions`), so they do not pile up until
+//! VACUUM.
 //!
 //! Why skipping by TID alone is safe: a TID dead to all can only be reused
 //! after VACUUM has removed every index entry pointing to it (heap line
