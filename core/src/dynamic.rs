@@ -810,18 +810,52 @@ impl DynTree {
     /// stored.cmp(bound)) and whose TID `dead` accepts; returns how many.
     /// This is the insert path's counterpart of nbtree's simple deletion:
     /// versions of one key found dead pile up under a hot key, and every
-    /// probe of that key would walk them. Only the leaves holding the key's
-    /// run are touched; a leaf is rewritten only when it loses an entry.
-    /// Leaves shrink in place (separators stay valid bounds, as in
-    /// `retain`, and a leaf may become empty); no block goes back to the
-    /// pool, so this never fails and never changes the tree's shape.
+    /// probe of that key would walk them. See `prune_run`.
     pub fn prune_key<P: BlockPool + ?Sized>(
         &mut self,
         pool: &mut P,
         cmp_bound: &mut dyn FnMut(&[u8]) -> Ordering,
         dead: &mut dyn FnMut(Tid) -> bool,
     ) -> usize {
-        let (mut leaf, mut idx) = self.seek(pool, cmp_bound);
+        let (leaf, idx) = self.seek(pool, cmp_bound);
+        self.prune_from(pool, leaf, idx, usize::MAX, &mut |k| cmp_bound(k) == Ordering::Equal, dead)
+    }
+
+    /// Removes the entries with `lower <= key <= upper` (by `cmp`) whose
+    /// TID `dead` accepts, looking at `max_visit` entries at most; returns
+    /// how many. A scan that stepped over dead entries (a range whose low
+    /// end is all deleted rows) clears them for the scans after it; the
+    /// budget keeps a range with a few dead entries far apart from being
+    /// walked whole under the caller's exclusive lock.
+    pub fn prune_range<P: BlockPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        cmp: &mut dyn FnMut(&[u8], &[u8]) -> Ordering,
+        lower: &[u8],
+        upper: &[u8],
+        max_visit: usize,
+        dead: &mut dyn FnMut(Tid) -> bool,
+    ) -> usize {
+        let (leaf, idx) = self.seek(pool, &mut |k| cmp(k, lower));
+        self.prune_from(pool, leaf, idx, max_visit, &mut |k| cmp(k, upper) != Ordering::Greater, dead)
+    }
+
+    /// Removes, from (leaf, idx) on while `in_run(key)` holds and for at
+    /// most `max_visit` entries, the entries whose TID `dead` accepts. Only
+    /// the leaves holding the run are
+    /// touched; a leaf is rewritten only when it loses an entry. Leaves
+    /// shrink in place (separators stay valid bounds, as in `retain`, and a
+    /// leaf may become empty); no block goes back to the pool, so this
+    /// never fails and never changes the tree's shape.
+    fn prune_from<P: BlockPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        mut leaf: u32,
+        mut idx: usize,
+        mut max_visit: usize,
+        in_run: &mut dyn FnMut(&[u8]) -> bool,
+        dead: &mut dyn FnMut(Tid) -> bool,
+    ) -> usize {
         let ns = self.ns();
         let mut removed = 0usize;
         let mut scratch = [0u8; DYN_BLOCK_SIZE];
@@ -831,13 +865,14 @@ impl DynTree {
             let n = nkeys(b);
             let mut end = idx;
             let mut any = false;
-            while end < n {
+            while end < n && max_visit > 0 {
                 let o = off(b, end);
-                if cmp_bound(key_at(b, 0, o)) != Ordering::Equal {
+                if !in_run(key_at(b, 0, o)) {
                     break;
                 }
                 any |= dead(tid_at(b, o));
                 end += 1;
+                max_visit -= 1;
             }
             if any {
                 // Rebuild the leaf without the run's dead entries. `dead`
@@ -857,7 +892,7 @@ impl DynTree {
                     }
                 }
             }
-            if end < n {
+            if end < n || max_visit == 0 {
                 break;
             }
             leaf = next(b);
@@ -1454,6 +1489,8 @@ mod tests {
         Contains(Vec<u8>),
         /// Drop the entries of one key whose TID block/offset hits a mask.
         Prune(Vec<u8>, u8),
+        /// The same over a key range (bounds in either order: empty range).
+        PruneRange(Vec<u8>, Vec<u8>, u8),
         Limit(usize),
     }
 
@@ -1484,6 +1521,7 @@ mod tests {
             3 => (k(), 0u32..3, 0u16..4).prop_map(|(k, b, o)| Op::Before(k, b, o)),
             2 => k().prop_map(Op::Contains),
             6 => (k(), any::<u8>()).prop_map(|(k, m)| Op::Prune(k, m)),
+            3 => (k(), k(), any::<u8>()).prop_map(|(a, b, m)| Op::PruneRange(a, b, m)),
             1 => (1usize..60).prop_map(Op::Limit),
         ]
     }
@@ -1598,6 +1636,37 @@ mod tests {
                     let before = o.len();
                     o.retain(|(key, tid), _| key.0 != k || !dead(*tid));
                     assert_eq!(n, before - o.len(), "prune of {k:?}");
+                    assert_eq!(t.nblocks, blocks, "prune changed the tree's blocks");
+                    check(&t, &pool, &o);
+                }
+                Op::PruneRange(lo, hi, mask) if mask % 5 == 0 => {
+                    // A budget of a few entries: a prefix of the range.
+                    let budget = (mask / 5) as usize % 7;
+                    let dead = |tid: Tid| mask & (1 << ((tid.block * 4 + tid.offset as u32) % 8)) != 0 || mask == 0;
+                    let inside = |k: &[u8]| kcmp(k, &lo) != Ordering::Less && kcmp(k, &hi) != Ordering::Greater;
+                    let victims: Vec<(K, Tid)> = o
+                        .keys()
+                        .filter(|(k, _)| inside(&k.0))
+                        .take(budget)
+                        .filter(|(_, t)| dead(*t))
+                        .cloned()
+                        .collect();
+                    let n = t.prune_range(&mut pool, &mut kcmp, &lo, &hi, budget, &mut |tid| dead(tid));
+                    for v in &victims {
+                        o.remove(v);
+                    }
+                    assert_eq!(n, victims.len(), "budgeted prune of {lo:?}..={hi:?}");
+                    check(&t, &pool, &o);
+                }
+                Op::PruneRange(lo, hi, mask) => {
+                    let dead =
+                        |tid: Tid| mask & (1 << ((tid.block * 4 + tid.offset as u32) % 8)) != 0;
+                    let blocks = t.nblocks;
+                    let n = t.prune_range(&mut pool, &mut kcmp, &lo, &hi, usize::MAX, &mut |tid| dead(tid));
+                    let before = o.len();
+                    let inside = |k: &[u8]| kcmp(k, &lo) != Ordering::Less && kcmp(k, &hi) != Ordering::Greater;
+                    o.retain(|(key, tid), _| !inside(&key.0) || !dead(*tid));
+                    assert_eq!(n, before - o.len(), "prune of {lo:?}..={hi:?}");
                     assert_eq!(t.nblocks, blocks, "prune changed the tree's blocks");
                     check(&t, &pool, &o);
                 }

@@ -61,6 +61,24 @@ struct ArrayKey {
     elems: Vec<Cond>,
 }
 
+/// Dynamic-stage entries a cursor stepped over because they were hinted
+/// dead, and the keys of the first and the last of them: at close, the
+/// cursor prunes that key range of the stage (`state::prune_dead_range`),
+/// so the scans after it do not step over them again. A range whose low
+/// end is all deleted rows (TPC-C's new_order, read by Delivery and then
+/// deleted) is the case: inserts never come back to those keys to prune
+/// them, and until a merge every scan of the range walked them.
+#[derive(Default)]
+struct DeadSeen {
+    count: u32,
+    first: Vec<u8>,
+    last: Vec<u8>,
+}
+
+/// Dead entries a cursor must have stepped over before its close prunes
+/// them: a few are cheaper to skip than an exclusive lock is to take.
+const PRUNE_AFTER_DEAD: u32 = 8;
+
 /// Whether the last key the conditions were evaluated on matched (posting
 /// lists repeat a key for every TID).
 #[derive(Default)]
@@ -95,13 +113,16 @@ struct Cursor {
     /// buffer), for re-seeking after a merge.
     returned: Option<Tid>,
     point_hash: Option<u64>,
+    /// The last item came from the dynamic stage.
+    from_dynamic: bool,
+    dead_seen: DeadSeen,
 }
 
 impl Cursor {
     /// Ends the cursor. It is kept whole for the next subscan or rescan
     /// (`ScanState::spare`): its base parked, its reader registration, and
     /// every buffer, so a nested-loop probe allocates nothing.
-    fn close(&mut self) {
+    fn close(&mut self, desc: &IndexDesc) {
         // One shared counter for every backend: touched only by scans that
         // read keys from the heap, not by every probe.
         let fetches = self.base.key_fetches();
@@ -109,6 +130,25 @@ impl Cursor {
             state::add_key_fetches(self.slot, fetches);
         }
         self.base.park();
+        if self.dead_seen.count >= PRUNE_AFTER_DEAD {
+            state::prune_dead_range(self.slot, desc, &self.dead_seen.first, &self.dead_seen.last, self.dead_seen.count);
+        }
+        self.dead_seen.count = 0;
+    }
+
+    /// The item just returned (its key in `key`) is hinted dead.
+    fn note_dead(&mut self, key: &[u8]) {
+        if !self.from_dynamic || key.is_empty() {
+            return;
+        }
+        let d = &mut self.dead_seen;
+        if d.count == 0 {
+            d.first.clear();
+            d.first.extend_from_slice(key);
+        }
+        d.last.clear();
+        d.last.extend_from_slice(key);
+        d.count += 1;
     }
 }
 
@@ -450,7 +490,7 @@ impl ScanState {
     /// Closes the current cursor, keeping it for the next one.
     fn close_cursor(&mut self) {
         if let Some(mut old) = self.cur.take() {
-            old.close();
+            old.close(&self.desc);
             self.spare = Some(old);
         }
     }
@@ -512,6 +552,8 @@ impl ScanState {
                     reader: Some(start.reader),
                     returned: None,
                     point_hash,
+                    from_dynamic: false,
+                    dead_seen: DeadSeen::default(),
                 })
             }
         }
@@ -643,6 +685,7 @@ impl Cursor {
             let t = self.base.peek_tid()?;
             self.base.advance(dir);
             key_out.clear();
+            self.from_dynamic = false;
             return Some(t);
         }
         let from_base = match self.settle_base(desc, dir) {
@@ -677,12 +720,14 @@ impl Cursor {
                 self.dynamic.advance();
             }
             self.base.advance(dir);
+            self.from_dynamic = false;
             Some(t)
         } else {
             let (k, t) = d.unwrap();
             key_out.clear();
             key_out.extend_from_slice(k);
             self.dynamic.advance();
+            self.from_dynamic = true;
             Some(t)
         }
     }
@@ -721,6 +766,7 @@ impl ScanState {
                 self.last_tid = Some(t);
                 if self.skip_killed && super::killed::is_marked(self.slot, t, self.killed_epoch) {
                     // Dead to all: what btree's LP_DEAD items are.
+                    c.note_dead(&self.last_key);
                     continue;
                 }
                 return Some(t);

@@ -630,3 +630,36 @@ pub fn add_key_fetches(slot: SlotRef, n: u64) {
         slot.state().key_fetches.fetch_add(n, AtomicOrdering::Relaxed);
     }
 }
+
+/// Drops from the dynamic stage the entries with keys between `a` and `b`
+/// (either order) whose TIDs are hinted dead in the current epoch, when a
+/// scan has just stepped over `seen` of them (scan.rs, `DeadSeen`); the
+/// same pruning as `DualStageState::prune_dead_versions`, over a range.
+/// The lock is taken only if it is free at once: inserters and other scans
+/// are not made to wait for a tidy-up, and the next scan tries again.
+pub fn prune_dead_range(slot: SlotRef, desc: &IndexDesc, a: &[u8], b: &[u8], seen: u32) -> usize {
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        return 0;
+    }
+    let lock = slot.lock();
+    if !unsafe { pg_sys::LWLockConditionalAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE) } {
+        return 0;
+    }
+    let _g = crate::shmem::LwGuard::adopt(lock);
+    if !slot.holds_key() {
+        return 0;
+    }
+    let st = slot.state();
+    if !st.valid || st.tree.nentries == 0 || !st.hints.any() {
+        return 0;
+    }
+    let (lo, hi) = if desc.compare(a, b) == Ordering::Greater { (b, a) } else { (a, b) };
+    let epoch = st.base.vacuum_epoch;
+    let owner = super::killed::owner_of(slot.key);
+    let hints = &st.hints;
+    let mut cmp = |x: &[u8], y: &[u8]| desc.compare(x, y);
+    // The scan stepped over `seen` dead entries in that range; live ones
+    // between them are walked too, but not without bound.
+    let budget = seen as usize * 4 + 64;
+    st.tree.prune_range(&mut ArenaPool, &mut cmp, lo, hi, budget, &mut |t| hints.contains(owner, t, epoch))
+}

@@ -171,6 +171,11 @@ impl LwGuard {
         unsafe { pg_sys::LWLockAcquire(l, pg_sys::LWLockMode::LW_SHARED) };
         LwGuard(l)
     }
+    /// Releases `l`, which the caller has just acquired itself (e.g. with
+    /// LWLockConditionalAcquire), when the guard goes.
+    pub fn adopt(l: *mut pg_sys::LWLock) -> LwGuard {
+        LwGuard(l)
+    }
 }
 
 impl Drop for LwGuard {
