@@ -221,6 +221,11 @@ cluster_kill9() {
     local dir=$1 pid kids p i
     pid=$(ph_cluster_pid "$dir")
     [[ -n $pid ]] || ph_die "cluster_kill9: $dir is not running"
+    # Stop the postmaster first: a child it forked between listing its
+    # children and killing it would survive, still attached to the shared
+    # memory, and the restart would refuse to start ("pre-existing shared
+    # memory block is still in use").  A stopped process forks nothing.
+    kill -STOP "$pid" 2>/dev/null || true
     kids=$(pgrep -P "$pid" || true)
     kill -9 "$pid" 2>/dev/null || true
     for p in $kids; do kill -9 "$p" 2>/dev/null || true; done
