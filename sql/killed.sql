@@ -44,12 +44,13 @@ INSERT INTO km SELECT g FROM generate_series(1, 1000) g;
 CREATE INDEX km_k ON km USING hybrid_btree (k);
 -- a hint needs the deleted tuples dead to every snapshot: wait out any
 -- autovacuum ANALYZE that holds one
-DO $$ BEGIN
+CREATE FUNCTION killed_wait_for_old_snapshots() RETURNS void LANGUAGE plpgsql AS $$ BEGIN
   FOR i IN 1..200 LOOP
     EXIT WHEN NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_xmin IS NOT NULL);
     PERFORM pg_sleep(0.05);
   END LOOP;
 END $$;
+SELECT killed_wait_for_old_snapshots();
 DELETE FROM km WHERE k <= 300;
 SELECT count(*), min(k), max(k) FROM km WHERE k BETWEEN 1 AND 2000;
 INSERT INTO km SELECT g FROM generate_series(1001, 1100) g;
@@ -75,12 +76,7 @@ DROP TABLE km;
 CREATE TABLE kp (k int8, v int8) WITH (autovacuum_enabled = off);
 INSERT INTO kp SELECT g, 0 FROM generate_series(1, 1000) g;
 CREATE UNIQUE INDEX kp_k ON kp USING hybrid_btree (k);
-DO $$ BEGIN
-  FOR i IN 1..200 LOOP
-    EXIT WHEN NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_xmin IS NOT NULL);
-    PERFORM pg_sleep(0.05);
-  END LOOP;
-END $$;
+SELECT killed_wait_for_old_snapshots();
 -- one key, 20 times deleted and inserted again, each in its own transaction:
 -- each insert's unique check finds the last version dead and prunes it
 SELECT q FROM generate_series(1, 20) i,
@@ -100,3 +96,4 @@ SELECT pg_hybrid.verify('kp_k', true);
 SELECT pg_hybrid.merge('kp_k') >= 0 AS merged;
 SELECT count(*), min(k), max(k), sum(v) FROM kp;
 DROP TABLE kp;
+DROP FUNCTION killed_wait_for_old_snapshots();
