@@ -138,7 +138,7 @@ impl Cursor {
 
     /// The item just returned (its key in `key`) is hinted dead.
     fn note_dead(&mut self, key: &[u8]) {
-        if !self.from_dynamic || key.is_empty() {
+        if !self.from_dynamic {
             return;
         }
         let d = &mut self.dead_seen;

@@ -290,10 +290,20 @@ impl DualStageState {
         if self.tree.nentries == 0 || !self.hints.any() {
             return 0;
         }
-        let epoch = self.base.vacuum_epoch;
-        let hints = &self.hints;
+        let (epoch, hints) = (self.base.vacuum_epoch, &self.hints);
         let keycols = desc.keycols(key);
         self.tree.prune_key(&mut ArenaPool, &mut |k| desc.compare_prefix(k, keycols), &mut |t| hints.contains(owner, t, epoch))
+    }
+
+    /// `prune_dead_versions` over the keys from `lo` to `hi`, looking at
+    /// `budget` entries at most (`prune_dead_range`).
+    fn prune_dead_between(&mut self, desc: &IndexDesc, lo: &[u8], hi: &[u8], budget: usize, owner: u64) -> usize {
+        if self.tree.nentries == 0 || !self.hints.any() {
+            return 0;
+        }
+        let (epoch, hints) = (self.base.vacuum_epoch, &self.hints);
+        let mut cmp = |x: &[u8], y: &[u8]| desc.compare(x, y);
+        self.tree.prune_range(&mut ArenaPool, &mut cmp, lo, hi, budget, &mut |t| hints.contains(owner, t, epoch))
     }
 
     pub fn insert(&mut self, desc: &IndexDesc, key: &[u8], tid: Tid, pos: u64) -> bool {
@@ -641,25 +651,17 @@ pub fn prune_dead_range(slot: SlotRef, desc: &IndexDesc, a: &[u8], b: &[u8], see
     if unsafe { pg_sys::RecoveryInProgress() } {
         return 0;
     }
-    let lock = slot.lock();
-    if !unsafe { pg_sys::LWLockConditionalAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE) } {
-        return 0;
-    }
-    let _g = crate::shmem::LwGuard::adopt(lock);
+    let Some(_g) = crate::shmem::LwGuard::try_exclusive(slot.lock()) else { return 0 };
     if !slot.holds_key() {
         return 0;
     }
     let st = slot.state();
-    if !st.valid || st.tree.nentries == 0 || !st.hints.any() {
+    if !st.valid {
         return 0;
     }
     let (lo, hi) = if desc.compare(a, b) == Ordering::Greater { (b, a) } else { (a, b) };
-    let epoch = st.base.vacuum_epoch;
-    let owner = super::killed::owner_of(slot.key);
-    let hints = &st.hints;
-    let mut cmp = |x: &[u8], y: &[u8]| desc.compare(x, y);
     // The scan stepped over `seen` dead entries in that range; live ones
     // between them are walked too, but not without bound.
     let budget = seen as usize * 4 + 64;
-    st.tree.prune_range(&mut ArenaPool, &mut cmp, lo, hi, budget, &mut |t| hints.contains(owner, t, epoch))
+    st.prune_dead_between(desc, lo, hi, budget, super::killed::owner_of(slot.key))
 }

@@ -171,10 +171,9 @@ impl LwGuard {
         unsafe { pg_sys::LWLockAcquire(l, pg_sys::LWLockMode::LW_SHARED) };
         LwGuard(l)
     }
-    /// Releases `l`, which the caller has just acquired itself (e.g. with
-    /// LWLockConditionalAcquire), when the guard goes.
-    pub fn adopt(l: *mut pg_sys::LWLock) -> LwGuard {
-        LwGuard(l)
+    /// The lock exclusively if it is free at once, else None.
+    pub fn try_exclusive(l: *mut pg_sys::LWLock) -> Option<LwGuard> {
+        unsafe { pg_sys::LWLockConditionalAcquire(l, pg_sys::LWLockMode::LW_EXCLUSIVE) }.then_some(LwGuard(l))
     }
 }
 
