@@ -173,7 +173,13 @@ impl LwGuard {
     }
     /// The lock exclusively if it is free at once, else None.
     pub fn try_exclusive(l: *mut pg_sys::LWLock) -> Option<LwGuard> {
-        unsafe { pg_sys::LWLockConditionalAcquire(l, pg_sys::LWLockMode::LW_EXCLUSIVE) }.then_some(LwGuard(l))
+        // Not `then_some(LwGuard(l))`: its argument is built (and dropped,
+        // releasing a lock not held) even when the acquire fails.
+        if unsafe { pg_sys::LWLockConditionalAcquire(l, pg_sys::LWLockMode::LW_EXCLUSIVE) } {
+            Some(LwGuard(l))
+        } else {
+            None
+        }
     }
 }
 
