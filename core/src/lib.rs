@@ -12,3 +12,4 @@ pub mod clock_cache;
 pub mod elastic;
 pub mod partition;
 pub mod killed;
+pub mod fast_hash;

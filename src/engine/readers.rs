@@ -21,9 +21,9 @@
 //! is also what it was with the horizon rule without hot_standby_feedback.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use pg_hybrid_core::fast_hash::FastMap;
 use pgrx::pg_sys;
 
 use super::state::DualStageState;
@@ -112,7 +112,7 @@ struct Registration {
 }
 
 thread_local! {
-    static ACTIVE: RefCell<(u64, HashMap<u64, Registration>)> = RefCell::new((0, HashMap::new()));
+    static ACTIVE: RefCell<(u64, FastMap<u64, Registration>)> = RefCell::new((0, FastMap::default()));
     static CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 

@@ -8,7 +8,7 @@
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use pg_hybrid_core::fast_hash::FastMap;
 use std::rc::Rc;
 
 use pg_hybrid_core::keys::{self as ck, ColumnKind, ColumnOrder, KeySchema};
@@ -75,7 +75,7 @@ pub struct IndexDesc {
 pub const MAX_KEY_BYTES: usize = (crate::storage::page::BODY_CAP - 64) / 3;
 
 thread_local! {
-    static DESCS: RefCell<HashMap<(u32, u32), Rc<IndexDesc>>> = RefCell::new(HashMap::new());
+    static DESCS: RefCell<FastMap<(u32, u32), Rc<IndexDesc>>> = RefCell::new(FastMap::default());
 }
 
 pub unsafe fn index_desc(index: pg_sys::Relation) -> Rc<IndexDesc> {
