@@ -8,9 +8,9 @@
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
-use pg_hybrid_core::fast_hash::FastMap;
 use std::rc::Rc;
 
+use pg_hybrid_core::fast_hash::FastMap;
 use pg_hybrid_core::keys::{self as ck, ColumnKind, ColumnOrder, KeySchema};
 use pgrx::pg_sys;
 use pgrx::prelude::*;

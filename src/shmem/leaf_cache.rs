@@ -113,17 +113,13 @@ pub fn with_cached<R>(key: &CacheKey, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
 pub fn store(key: &CacheKey, body: &[u8]) {
     let Some(h) = enabled() else { return };
     let p = partition(key);
-    let l = lock(CACHE_LOCKS_START + p);
-    unsafe {
-        if !pg_sys::LWLockConditionalAcquire(l, pg_sys::LWLockMode::LW_EXCLUSIVE) {
-            return;
-        }
-        let evicted = ClockCache::attach(part_base(CACHE, p)).insert(key, body);
-        pg_sys::LWLockRelease(l);
-        if let Some(n) = evicted {
-            h.inserts.fetch_add(1, Ordering::Relaxed);
-            h.evictions.fetch_add(n as u64, Ordering::Relaxed);
-        }
+    let evicted = {
+        let Some(_g) = LwGuard::try_exclusive(lock(CACHE_LOCKS_START + p)) else { return };
+        unsafe { ClockCache::attach(part_base(CACHE, p)) }.insert(key, body)
+    };
+    if let Some(n) = evicted {
+        h.inserts.fetch_add(1, Ordering::Relaxed);
+        h.evictions.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 

@@ -201,8 +201,8 @@ pub unsafe fn existing_slot(rel: pg_sys::Relation) -> Option<SlotRef> {
 }
 
 thread_local! {
-    /// Where this backend last found each index; checked under the registry
-    /// lock like any other slot, so a stale hint only costs the full search.
+    /// Where this backend last found each index; `hinted` checks that the
+    /// slot still holds the key, so a stale hint only costs the full search.
     static HINTS: std::cell::RefCell<pg_hybrid_core::fast_hash::FastMap<SlotKey, usize>> =
         std::cell::RefCell::new(Default::default());
 }
