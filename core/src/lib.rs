@@ -13,3 +13,4 @@ pub mod elastic;
 pub mod partition;
 pub mod killed;
 pub mod fast_hash;
+pub mod hasis;

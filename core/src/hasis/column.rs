@@ -1,0 +1,667 @@
+//! The column part of a hybrid page: PAX mini-pages in 4 KB units.
+//!
+//! The column area is `column_blocks` blocks = twice as many 4 KB units of
+//! `UNIT_PAYLOAD` (4072) bytes each (see `layout`). Major compaction lays
+//! out, in consecutive units:
+//!
+//! 1. the **meta mini-page**: row and column counts, and per column its
+//!    description, unit range, byte length, null count and min/max. It is
+//!    immutable for a page version, so the glue can cache it per
+//!    (extent, version) the way the paper caches its metadata region;
+//! 2. the **row header mini-page**: one 26-byte row header (slot, natts,
+//!    MVCC fields) per row, 156 per unit, never straddling a unit, so an
+//!    in-place MVCC change (delete, update, lock, freeze) touches exactly
+//!    one block;
+//! 3. one **data mini-page per column**, starting on a fresh unit, as many
+//!    units as its values need. A value may continue from one unit into the
+//!    next (the paper: "we move to the next mini-page and continue").
+//!
+//! Sizes come from the content, so any column mix fits as long as the total
+//! fits the area; compaction (`compact`) moves fewer rows into the column
+//! part when it would not. Unused units and blocks stay zero.
+
+use super::layout::{
+    rd16, rd32, wr16, wr32, BlockKind, BlockTrailer, Geometry, BLCKSZ, UNITS_PER_BLOCK, UNIT_PAYLOAD,
+};
+use super::row::{ColumnDesc, Mvcc, Row, RowHeader, Schema, Width, DESC_LEN, MAX_COLUMNS, MINMAX_MAX, MVCC_OFF, ROW_HEADER};
+use super::{corrupt, Error, Result};
+
+/// Row headers per unit (26 bytes each, none straddles a unit).
+pub const HEADERS_PER_UNIT: usize = UNIT_PAYLOAD / ROW_HEADER;
+/// Fixed bytes of the meta mini-page.
+pub const META_FIXED: usize = 12;
+/// Bytes per column in the meta mini-page.
+pub const META_COL: usize = 48;
+
+const F_NULLS: u8 = 0x01;
+const F_MINMAX: u8 = 0x02;
+
+/// A row headed for the column part.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ColumnRow {
+    pub header: RowHeader,
+    pub row: Row,
+}
+
+/// Where one column's mini-page is and what it holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ColumnMeta {
+    pub desc: ColumnDesc,
+    pub first_unit: u16,
+    pub units: u16,
+    /// Bytes of the mini-page's content (the rest of its units is zero).
+    pub len: u32,
+    pub null_count: u16,
+    /// Null bitmap present (some row is NULL or lacks the column).
+    pub has_nulls: bool,
+    /// (min, max) over the non-null values, for descriptions that have an
+    /// order (`ColumnDesc::has_minmax`) and at least one non-null value.
+    pub minmax: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Sizes of a column part, computed without building it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub ncols: usize,
+    pub nrows: usize,
+    pub meta_units: usize,
+    pub header_units: usize,
+    pub columns: Vec<ColumnMeta>,
+    pub total_units: usize,
+}
+
+fn units_for(len: usize) -> usize {
+    len.div_ceil(UNIT_PAYLOAD)
+}
+
+fn bitmap_len(nrows: usize) -> usize {
+    nrows.div_ceil(8)
+}
+
+fn value<'r>(r: &'r ColumnRow, c: usize) -> Option<&'r [u8]> {
+    r.row.values.get(c).and_then(|v| v.as_deref())
+}
+
+/// Computes the layout of a column part holding `rows` (any order here;
+/// `build` wants them by slot). Errors only on rows that do not match the
+/// schema.
+pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clone) -> Result<Plan> {
+    let mut nrows = 0usize;
+    let mut ncols = 0usize;
+    for r in rows.clone() {
+        if r.header.natts as usize != r.row.values.len() || r.row.values.len() > schema.len() {
+            return Err(Error::BadInput("column row does not match its header or the schema"));
+        }
+        nrows += 1;
+        ncols = ncols.max(r.row.values.len());
+    }
+    if nrows > u16::MAX as usize {
+        return Err(Error::BadInput("too many rows for a column part"));
+    }
+    let meta_units = units_for(META_FIXED + META_COL * ncols).max(1);
+    let header_units = nrows.div_ceil(HEADERS_PER_UNIT);
+    let mut next = meta_units + header_units;
+    let mut columns = Vec::with_capacity(ncols);
+    for (c, desc) in schema.columns[..ncols].iter().enumerate() {
+        let mut nulls = 0usize;
+        let mut bytes = 0usize;
+        let mut minmax: Option<(&[u8], &[u8])> = None;
+        for r in rows.clone() {
+            match value(r, c) {
+                None => nulls += 1,
+                Some(v) => {
+                    if let Width::Fixed(n) = desc.width {
+                        if v.len() != n as usize {
+                            return Err(Error::BadInput("fixed-length value of the wrong length"));
+                        }
+                    }
+                    bytes += v.len();
+                    if desc.has_minmax() {
+                        minmax = Some(match minmax {
+                            None => (v, v),
+                            Some((lo, hi)) => (
+                                if desc.order.cmp(v, lo).is_lt() { v } else { lo },
+                                if desc.order.cmp(v, hi).is_gt() { v } else { hi },
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        let has_nulls = nulls > 0;
+        let body = match desc.width {
+            Width::Fixed(n) => nrows * n as usize,
+            Width::Varlena => 4 * nrows + bytes,
+        };
+        let len = if has_nulls { bitmap_len(nrows) } else { 0 } + body;
+        let units = units_for(len);
+        columns.push(ColumnMeta {
+            desc: *desc,
+            first_unit: next as u16,
+            units: units as u16,
+            len: len as u32,
+            null_count: nulls as u16,
+            has_nulls,
+            minmax: minmax.map(|(a, b)| (a.to_vec(), b.to_vec())),
+        });
+        next += units;
+        if next > u16::MAX as usize {
+            return Err(Error::NoSpace);
+        }
+    }
+    Ok(Plan { ncols, nrows, meta_units, header_units, columns, total_units: next })
+}
+
+/// Column blocks a column part of `ncols` columns needs at the least (one
+/// row, every column in one unit). Each column takes whole 4 KB units, so
+/// the glue refuses a `column_blocks` reloption below this for the
+/// relation's column count (and checks again at ADD COLUMN): with fewer,
+/// no row could ever enter the column part and the table would work as a
+/// pure delta (row) store.
+pub fn min_column_blocks(ncols: usize) -> usize {
+    (units_for(META_FIXED + META_COL * ncols).max(1) + 1 + ncols).div_ceil(UNITS_PER_BLOCK)
+}
+
+/// Writes `bytes` as the content of the mini-page starting at `first_unit`.
+fn scatter(blocks: &mut [Vec<u8>], first_unit: usize, bytes: &[u8]) {
+    for (i, chunk) in bytes.chunks(UNIT_PAYLOAD).enumerate() {
+        let (blk, off) = Geometry::unit_location(first_unit + i);
+        blocks[blk][off..off + chunk.len()].copy_from_slice(chunk);
+    }
+}
+
+/// Builds the column blocks of version `version` for `rows`, which must be
+/// in strictly ascending slot order. Returns all `column_blocks` blocks
+/// (those past the used units all zero) and the plan, or `Error::NoSpace`
+/// if the rows do not fit the area.
+pub fn build(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32) -> Result<(Vec<Vec<u8>>, Plan)> {
+    if rows.windows(2).any(|w| w[0].header.slot >= w[1].header.slot) {
+        return Err(Error::BadInput("column rows not in ascending slot order"));
+    }
+    let p = plan(schema, rows.iter())?;
+    let mut blocks = vec![vec![0u8; BLCKSZ]; g.params.column_blocks as usize];
+    if p.nrows == 0 {
+        return Ok((blocks, p));
+    }
+    if p.total_units > g.column_units() {
+        return Err(Error::NoSpace);
+    }
+
+    // Meta mini-page.
+    let mut meta = vec![0u8; META_FIXED + META_COL * p.ncols];
+    wr16(&mut meta, 0, p.ncols as u16);
+    wr16(&mut meta, 2, p.nrows as u16);
+    wr16(&mut meta, 4, p.meta_units as u16);
+    wr16(&mut meta, 6, p.header_units as u16);
+    wr16(&mut meta, 8, p.total_units as u16);
+    for (c, m) in p.columns.iter().enumerate() {
+        let e = &mut meta[META_FIXED + META_COL * c..META_FIXED + META_COL * (c + 1)];
+        m.desc.encode(&mut e[0..DESC_LEN]);
+        wr16(e, 4, m.first_unit);
+        wr16(e, 6, m.units);
+        wr32(e, 8, m.len);
+        wr16(e, 12, m.null_count);
+        e[14] = if m.has_nulls { F_NULLS } else { 0 } | if m.minmax.is_some() { F_MINMAX } else { 0 };
+        if let Some((lo, hi)) = &m.minmax {
+            e[16..16 + lo.len()].copy_from_slice(lo);
+            e[32..32 + hi.len()].copy_from_slice(hi);
+        }
+    }
+    scatter(&mut blocks, 0, &meta);
+
+    // Row headers.
+    for (r, row) in rows.iter().enumerate() {
+        let (blk, off) = header_location(p.meta_units, r);
+        row.header.encode(&mut blocks[blk][off..off + ROW_HEADER]);
+    }
+
+    // Data mini-pages.
+    for (c, m) in p.columns.iter().enumerate() {
+        let mut s = Vec::with_capacity(m.len as usize);
+        if m.has_nulls {
+            s.resize(bitmap_len(p.nrows), 0);
+            for (r, row) in rows.iter().enumerate() {
+                if value(row, c).is_none() {
+                    s[r / 8] |= 1 << (r % 8);
+                }
+            }
+        }
+        match m.desc.width {
+            Width::Fixed(n) => {
+                for row in rows {
+                    match value(row, c) {
+                        Some(v) => s.extend_from_slice(v),
+                        // NULL stays a zero-filled slot: O(1) access by row
+                        // number, and zeros cost nothing on the drive.
+                        None => s.resize(s.len() + n as usize, 0),
+                    }
+                }
+            }
+            Width::Varlena => {
+                let mut end = 0u32;
+                for row in rows {
+                    end += value(row, c).map_or(0, |v| v.len() as u32);
+                    s.extend_from_slice(&end.to_le_bytes());
+                }
+                for row in rows {
+                    if let Some(v) = value(row, c) {
+                        s.extend_from_slice(v);
+                    }
+                }
+            }
+        }
+        debug_assert_eq!(s.len(), m.len as usize);
+        scatter(&mut blocks, m.first_unit as usize, &s);
+    }
+
+    for (i, b) in blocks.iter_mut().enumerate().take(p.total_units.div_ceil(UNITS_PER_BLOCK)) {
+        BlockTrailer { kind: BlockKind::Column, index: g.column_block(i) as u16, version }.write(b);
+    }
+    Ok((blocks, p))
+}
+
+/// (column block index, byte offset) of row `r`'s header, given where the
+/// header mini-page starts (the meta unit count).
+fn header_location(header_first_unit: usize, r: usize) -> (usize, usize) {
+    let (blk, off) = Geometry::unit_location(header_first_unit + r / HEADERS_PER_UNIT);
+    (blk, off + (r % HEADERS_PER_UNIT) * ROW_HEADER)
+}
+
+/// Overwrites the MVCC fields of the row header at `offset` of a column
+/// block (from `ColumnPart::header_location`) in place.
+pub fn set_row_mvcc(block: &mut [u8], offset: usize, mvcc: &Mvcc) -> Result<()> {
+    if block.len() != BLCKSZ || offset + ROW_HEADER > super::layout::BODY_END {
+        return Err(Error::BadInput("row header location out of range"));
+    }
+    let at = offset + MVCC_OFF;
+    mvcc.encode(&mut block[at..at + super::row::MVCC_LEN]);
+    Ok(())
+}
+
+/// A checked, read-only view of a column part.
+#[derive(Clone, Debug)]
+pub struct ColumnPart<'a> {
+    blocks: Vec<&'a [u8]>,
+    nrows: usize,
+    header_first_unit: usize,
+    columns: Vec<ColumnMeta>,
+}
+
+impl<'a> ColumnPart<'a> {
+    /// Parses the column part the extent header describes (`units`, `rows`)
+    /// from the column blocks, checking every used block's trailer (and
+    /// `version` if given) and the whole meta mini-page against itself.
+    pub fn parse(g: &Geometry, blocks: Vec<&'a [u8]>, units: usize, rows: usize, version: Option<u32>) -> Result<Self> {
+        let nblocks = units.div_ceil(UNITS_PER_BLOCK);
+        if units == 0 || units > g.column_units() || blocks.len() < nblocks {
+            return corrupt("column part size out of range");
+        }
+        for (i, b) in blocks.iter().enumerate().take(nblocks) {
+            BlockTrailer::check(b, BlockKind::Column, g.column_block(i), version)?;
+        }
+        let mut part = ColumnPart { blocks, nrows: rows, header_first_unit: 0, columns: Vec::new() };
+        let fixed = part.gather(0, units, 0, META_FIXED)?;
+        let ncols = rd16(&fixed, 0) as usize;
+        let meta_units = rd16(&fixed, 4) as usize;
+        let header_units = rd16(&fixed, 6) as usize;
+        if rd16(&fixed, 2) as usize != rows || rd16(&fixed, 8) as usize != units {
+            return corrupt("column part meta disagrees with the extent header");
+        }
+        if ncols > MAX_COLUMNS || meta_units != units_for(META_FIXED + META_COL * ncols).max(1) {
+            return corrupt("column part meta size inconsistent");
+        }
+        if header_units != rows.div_ceil(HEADERS_PER_UNIT) || rows == 0 || meta_units + header_units > units {
+            return corrupt("column part header mini-page size inconsistent");
+        }
+        let meta = part.gather(0, meta_units, 0, META_FIXED + META_COL * ncols)?;
+        let mut next = meta_units + header_units;
+        for c in 0..ncols {
+            let e = &meta[META_FIXED + META_COL * c..META_FIXED + META_COL * (c + 1)];
+            let desc = ColumnDesc::decode(&e[0..DESC_LEN])?;
+            let (first_unit, cunits, len, null_count, flags) = (rd16(e, 4), rd16(e, 6), rd32(e, 8), rd16(e, 12), e[14]);
+            let has_nulls = flags & F_NULLS != 0;
+            if flags & !(F_NULLS | F_MINMAX) != 0 || e[15] != 0 {
+                return corrupt("unknown column flags");
+            }
+            if first_unit as usize != next || cunits as usize != units_for(len as usize) {
+                return corrupt("column mini-page out of place");
+            }
+            next += cunits as usize;
+            if null_count as usize > rows || has_nulls != (null_count > 0) {
+                return corrupt("column null count inconsistent");
+            }
+            let bitmap = if has_nulls { bitmap_len(rows) } else { 0 };
+            let ok_len = match desc.width {
+                Width::Fixed(n) => len as usize == bitmap + rows * n as usize,
+                Width::Varlena => len as usize >= bitmap + 4 * rows,
+            };
+            if !ok_len {
+                return corrupt("column mini-page length inconsistent");
+            }
+            let minmax = if flags & F_MINMAX != 0 {
+                let n = match (desc.has_minmax(), desc.width) {
+                    (true, Width::Fixed(n)) => n as usize,
+                    _ => return corrupt("min/max on a column without order"),
+                };
+                if null_count as usize == rows {
+                    return corrupt("min/max on an all-null column");
+                }
+                debug_assert!(n <= MINMAX_MAX);
+                Some((e[16..16 + n].to_vec(), e[32..32 + n].to_vec()))
+            } else {
+                None
+            };
+            part.columns.push(ColumnMeta { desc, first_unit, units: cunits, len, null_count, has_nulls, minmax });
+        }
+        if next != units {
+            return corrupt("column mini-pages do not end where the part ends");
+        }
+        part.header_first_unit = meta_units;
+        Ok(part)
+    }
+
+    /// Copies `len` bytes at `pos` of the mini-page at `first_unit`
+    /// (`units` long), across unit and block boundaries.
+    fn gather(&self, first_unit: usize, units: usize, pos: usize, len: usize) -> Result<Vec<u8>> {
+        if pos + len > units * UNIT_PAYLOAD {
+            return corrupt("read past the end of a mini-page");
+        }
+        let mut out = Vec::with_capacity(len);
+        let mut p = pos;
+        while p < pos + len {
+            let u = first_unit + p / UNIT_PAYLOAD;
+            let within = p % UNIT_PAYLOAD;
+            let n = (UNIT_PAYLOAD - within).min(pos + len - p);
+            let (blk, off) = Geometry::unit_location(u);
+            let b = match self.blocks.get(blk) {
+                Some(b) => b,
+                None => return corrupt("mini-page runs past the column blocks"),
+            };
+            out.extend_from_slice(&b[off + within..off + within + n]);
+            p += n;
+        }
+        Ok(out)
+    }
+
+    fn read_stream(&self, c: usize, pos: usize, len: usize) -> Result<Vec<u8>> {
+        let m = &self.columns[c];
+        if pos + len > m.len as usize {
+            return corrupt("read past a column's content");
+        }
+        self.gather(m.first_unit as usize, m.units as usize, pos, len)
+    }
+
+    pub fn nrows(&self) -> usize {
+        self.nrows
+    }
+    pub fn ncols(&self) -> usize {
+        self.columns.len()
+    }
+    pub fn column_meta(&self, c: usize) -> Option<&ColumnMeta> {
+        self.columns.get(c)
+    }
+
+    /// (column block index, byte offset) of row `r`'s header: the one place
+    /// a delete/update/lock of a column-resident version writes.
+    pub fn header_location(&self, r: usize) -> Result<(usize, usize)> {
+        if r >= self.nrows {
+            return Err(Error::BadInput("column row out of range"));
+        }
+        Ok(header_location(self.header_first_unit, r))
+    }
+
+    pub fn row_header(&self, r: usize) -> Result<RowHeader> {
+        let (blk, off) = self.header_location(r)?;
+        let b = self.blocks.get(blk).ok_or(Error::Corrupt("row header past the column blocks"))?;
+        let h = RowHeader::decode(&b[off..off + ROW_HEADER]);
+        if h.natts as usize > self.columns.len() {
+            return corrupt("column row has more columns than its part");
+        }
+        Ok(h)
+    }
+
+    /// Value of column `c` in row `r`; `None` for NULL (and for a column
+    /// the row lacks: check `natts`).
+    pub fn value(&self, r: usize, c: usize) -> Result<Option<Vec<u8>>> {
+        if r >= self.nrows || c >= self.columns.len() {
+            return Err(Error::BadInput("column value out of range"));
+        }
+        let m = &self.columns[c];
+        let mut base = 0;
+        if m.has_nulls {
+            base = bitmap_len(self.nrows);
+            if self.read_stream(c, r / 8, 1)?[0] & (1 << (r % 8)) != 0 {
+                return Ok(None);
+            }
+        }
+        match m.desc.width {
+            Width::Fixed(n) => Ok(Some(self.read_stream(c, base + r * n as usize, n as usize)?)),
+            Width::Varlena => {
+                let data = base + 4 * self.nrows;
+                let end = rd32(&self.read_stream(c, base + 4 * r, 4)?, 0) as usize;
+                let start = if r == 0 { 0 } else { rd32(&self.read_stream(c, base + 4 * (r - 1), 4)?, 0) as usize };
+                if start > end || data + end > m.len as usize {
+                    return corrupt("varlena offsets out of order or out of range");
+                }
+                Ok(Some(self.read_stream(c, data + start, end - start)?))
+            }
+        }
+    }
+
+    /// Header and values of row `r` (`natts` values).
+    pub fn row(&self, r: usize) -> Result<ColumnRow> {
+        let header = self.row_header(r)?;
+        let mut values = Vec::with_capacity(header.natts as usize);
+        for c in 0..header.natts as usize {
+            values.push(self.value(r, c)?);
+        }
+        Ok(ColumnRow { header, row: Row { values } })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hasis::layout::{Params, BODY_END, TRAILER_OFF};
+    use crate::hasis::row::MinMaxOrder;
+
+    fn geo(column_blocks: u16) -> Geometry {
+        Geometry::new(Params { column_blocks, max_slots: 1000, ..Params::default() }).unwrap()
+    }
+
+    fn schema() -> Schema {
+        Schema::new(vec![
+            ColumnDesc::fixed(4, MinMaxOrder::SignedInt),
+            ColumnDesc::varlena(),
+            ColumnDesc::fixed(8, MinMaxOrder::Float),
+            ColumnDesc::fixed(3, MinMaxOrder::None),
+        ])
+        .unwrap()
+    }
+
+    fn rows(n: usize, wide: usize) -> Vec<ColumnRow> {
+        (0..n)
+            .map(|i| {
+                let natts = if i % 7 == 3 { 2 } else { 4 };
+                let mut values = vec![
+                    Some(((i as i32) - 50).to_le_bytes().to_vec()),
+                    if i % 5 == 0 { None } else { Some(vec![b'a' + (i % 26) as u8; (i * 37) % (wide + 1)]) },
+                    Some((i as f64 / 3.0).to_le_bytes().to_vec()),
+                    if i % 2 == 0 { None } else { Some(vec![i as u8; 3]) },
+                ];
+                values.truncate(natts);
+                ColumnRow {
+                    header: RowHeader { slot: (2 * i) as u16, natts: natts as u16, mvcc: Mvcc { xmin: i as u32 + 3, ..Mvcc::default() } },
+                    row: Row { values },
+                }
+            })
+            .collect()
+    }
+
+    fn views(blocks: &[Vec<u8>]) -> Vec<&[u8]> {
+        blocks.iter().map(|b| &b[..]).collect()
+    }
+
+    fn check_roundtrip(g: &Geometry, rs: &[ColumnRow]) -> Plan {
+        let (blocks, p) = build(g, &schema(), rs, 5).unwrap();
+        let part = ColumnPart::parse(g, views(&blocks), p.total_units, rs.len(), Some(5)).unwrap();
+        assert_eq!(part.nrows(), rs.len());
+        for (r, want) in rs.iter().enumerate() {
+            assert_eq!(&part.row(r).unwrap(), want);
+        }
+        // Blocks past the used units are all zero (free on the drive).
+        for b in &blocks[p.total_units.div_ceil(2)..] {
+            assert!(b.iter().all(|&x| x == 0));
+        }
+        p
+    }
+
+    #[test]
+    fn roundtrip_small_and_minmax() {
+        let g = geo(16);
+        let rs = rows(40, 30);
+        let p = check_roundtrip(&g, &rs);
+        assert_eq!(p.meta_units, 1);
+        assert_eq!(p.header_units, 1);
+        let (blocks, _) = build(&g, &schema(), &rs, 5).unwrap();
+        let part = ColumnPart::parse(&g, views(&blocks), p.total_units, rs.len(), None).unwrap();
+        let m0 = part.column_meta(0).unwrap();
+        assert_eq!(m0.minmax, Some(((-50i32).to_le_bytes().to_vec(), (-11i32).to_le_bytes().to_vec())));
+        assert!(!m0.has_nulls);
+        let m2 = part.column_meta(2).unwrap();
+        assert!(m2.has_nulls); // rows with natts 2 lack it
+        assert_eq!(m2.minmax.as_ref().unwrap().0, 0.0f64.to_le_bytes());
+        assert_eq!(part.column_meta(3).unwrap().minmax, None);
+        assert!(part.column_meta(1).unwrap().minmax.is_none());
+    }
+
+    #[test]
+    fn header_mini_page_boundaries() {
+        let g = geo(16);
+        for n in [1, HEADERS_PER_UNIT - 1, HEADERS_PER_UNIT, HEADERS_PER_UNIT + 1, 3 * HEADERS_PER_UNIT + 1] {
+            let rs = rows(n, 4);
+            let p = check_roundtrip(&g, &rs);
+            assert_eq!(p.header_units, n.div_ceil(HEADERS_PER_UNIT));
+        }
+    }
+
+    #[test]
+    fn wide_varlena_columns_span_units_and_blocks() {
+        let g = geo(16);
+        // Values up to 3000 bytes: the varlena mini-page spans many units
+        // and values straddle unit and block boundaries.
+        let rs = rows(60, 3000);
+        let p = check_roundtrip(&g, &rs);
+        assert!(p.columns[1].units > 10, "{:?}", p.columns[1]);
+        // The same rows do not fit a 2-block column area.
+        assert_eq!(build(&geo(2), &schema(), &rs, 5).unwrap_err(), Error::NoSpace);
+    }
+
+    #[test]
+    fn min_column_blocks_is_tight() {
+        for ncols in [1usize, 2, 3, 30, 84, 85, 200] {
+            let s = Schema::new(vec![ColumnDesc::fixed(4, MinMaxOrder::None); ncols]).unwrap();
+            let row = ColumnRow {
+                header: RowHeader { slot: 0, natts: ncols as u16, mvcc: Mvcc::default() },
+                row: Row { values: vec![Some(vec![1; 4]); ncols] },
+            };
+            let need = min_column_blocks(ncols) as u16;
+            let fits = |cb: u16| {
+                let g = Geometry::new(Params { column_blocks: cb, max_slots: 100, ..Params::default() }).unwrap();
+                build(&g, &s, std::slice::from_ref(&row), 1).is_ok()
+            };
+            assert!(fits(need), "{ncols}");
+            assert!(need == 1 || !fits(need - 1), "{ncols}");
+        }
+        // The defaults (16 blocks, 32 units) take up to 30 columns.
+        assert_eq!(min_column_blocks(30), 16);
+        assert_eq!(min_column_blocks(31), 17);
+    }
+
+    #[test]
+    fn exact_unit_fill() {
+        let s = Schema::new(vec![ColumnDesc::fixed(UNIT_PAYLOAD as u16 / 8, MinMaxOrder::None)]).unwrap();
+        let g = geo(2);
+        let rs: Vec<ColumnRow> = (0..8)
+            .map(|i| ColumnRow {
+                header: RowHeader { slot: i, natts: 1, mvcc: Mvcc::default() },
+                row: Row { values: vec![Some(vec![i as u8 + 1; UNIT_PAYLOAD / 8])] },
+            })
+            .collect();
+        let (blocks, p) = build(&g, &s, &rs, 1).unwrap();
+        assert_eq!(p.columns[0].units, 1); // 8 values fill one unit exactly
+        assert_eq!(p.total_units, 3);
+        let part = ColumnPart::parse(&g, views(&blocks), 3, 8, None).unwrap();
+        assert_eq!(part.value(7, 0).unwrap().unwrap(), vec![8; UNIT_PAYLOAD / 8]);
+    }
+
+    #[test]
+    fn columns_start_on_4k_boundaries() {
+        let g = geo(16);
+        let rs = rows(200, 100);
+        let (blocks, p) = build(&g, &schema(), &rs, 5).unwrap();
+        for m in &p.columns {
+            let (blk, off) = Geometry::unit_location(m.first_unit as usize);
+            // A mini-page's first byte is the first payload byte of a 4 KB unit.
+            assert!(off == 24 || off == 4096);
+            assert!(blk < blocks.len());
+        }
+    }
+
+    #[test]
+    fn in_place_mvcc_stamp() {
+        let g = geo(16);
+        let rs = rows(400, 10);
+        let (mut blocks, p) = build(&g, &schema(), &rs, 5).unwrap();
+        let (blk, off) = ColumnPart::parse(&g, views(&blocks), p.total_units, 400, None).unwrap().header_location(321).unwrap();
+        let m = Mvcc { xmin: 1, xmax: 99, cid: 3, ctid: crate::tid::Tid::new(8, 9), infomask: 7, infomask2: 1 };
+        set_row_mvcc(&mut blocks[blk], off, &m).unwrap();
+        let part = ColumnPart::parse(&g, views(&blocks), p.total_units, 400, None).unwrap();
+        let h = part.row_header(321).unwrap();
+        assert_eq!(h.mvcc, m);
+        assert_eq!(h.slot, rs[321].header.slot);
+        assert_eq!(part.row(320).unwrap(), rs[320]);
+        assert!(set_row_mvcc(&mut blocks[0], BODY_END, &m).is_err());
+    }
+
+    #[test]
+    fn rejects_bad_input_and_corrupt_parts() {
+        let g = geo(16);
+        let mut rs = rows(30, 20);
+        rs.swap(3, 4);
+        assert!(build(&g, &schema(), &rs, 1).is_err());
+        let rs = rows(30, 20);
+        let (blocks, p) = build(&g, &schema(), &rs, 5).unwrap();
+        let u = p.total_units;
+        assert!(ColumnPart::parse(&g, views(&blocks), u, 31, None).is_err());
+        assert!(ColumnPart::parse(&g, views(&blocks), u + 1, 30, None).is_err());
+        assert!(matches!(ColumnPart::parse(&g, views(&blocks), u, 30, Some(6)), Err(Error::VersionMismatch { .. })));
+        let mut m = blocks.clone();
+        m[0][TRAILER_OFF] = 0;
+        assert_eq!(ColumnPart::parse(&g, views(&m), u, 30, None).unwrap_err(), Error::BadMagic);
+        // Flip every byte of the meta mini-page and the row headers: parse
+        // and reads return errors or values, never panic.
+        for pos in 24..24 + META_FIXED + META_COL * 4 + 30 * ROW_HEADER {
+            for x in [0x01u8, 0x80, 0xff] {
+                let mut m = blocks.clone();
+                m[0][pos] ^= x;
+                if let Ok(part) = ColumnPart::parse(&g, views(&m), u, 30, None) {
+                    for r in 0..30 {
+                        let _ = part.row(r);
+                    }
+                }
+            }
+        }
+        // Corrupt varlena offsets.
+        let part = ColumnPart::parse(&g, views(&blocks), u, 30, None).unwrap();
+        let c1 = part.column_meta(1).unwrap().clone();
+        let (blk, off) = Geometry::unit_location(c1.first_unit as usize);
+        let mut m = blocks.clone();
+        let at = off + bitmap_len(30) + 4 * 11;
+        m[blk][at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let part = ColumnPart::parse(&g, views(&m), u, 30, None).unwrap();
+        assert!(part.value(11, 1).is_err());
+        assert!(part.value(12, 1).is_err());
+        assert!(part.value(30, 0).is_err());
+    }
+}

@@ -1,0 +1,246 @@
+//! The header block (block 0 of an extent) and the slot directory.
+//!
+//! The header block holds the extent header (its parameters, the current
+//! page version in its trailer, what is in use) followed by the first 2032
+//! slot directory entries; further entries fill whole directory blocks.
+//! A directory entry says where the version of a slot is: in the column
+//! part (a row index) or in the delta part (a delta block and a byte
+//! offset), or that the slot is unused or dead (removed, index entries not
+//! yet gone), exactly like heap's line pointer states.
+
+use super::layout::{rd16, wr16, BlockKind, BlockTrailer, Geometry, Params, BODY_START, FIRST_VERSION};
+use super::{corrupt, Error, Result};
+
+/// Where the directory starts in the header block.
+pub const DIR_START: usize = 48;
+/// Bytes per directory entry.
+pub const DIR_ENTRY: usize = 4;
+
+/// Where the version of a slot is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DirEntry {
+    /// Free for a new version (also every slot >= `slot_hwm`).
+    Unused,
+    /// The version was removed by compaction; index entries may still point
+    /// here. Only VACUUM turns it `Unused` again (after `ambulkdelete`).
+    Dead,
+    /// Row `row` of the column part.
+    Column { row: u16 },
+    /// The item at byte `offset` of delta block `block` (0-based in the
+    /// delta part).
+    Delta { block: u8, offset: u16 },
+}
+
+impl DirEntry {
+    pub fn encode(&self) -> [u8; DIR_ENTRY] {
+        let (tag, aux, v) = match *self {
+            DirEntry::Unused => (0u8, 0u8, 0u16),
+            DirEntry::Dead => (1, 0, 0),
+            DirEntry::Column { row } => (2, 0, row),
+            DirEntry::Delta { block, offset } => (3, block, offset),
+        };
+        let v = v.to_le_bytes();
+        [tag, aux, v[0], v[1]]
+    }
+
+    pub fn decode(b: &[u8]) -> Result<DirEntry> {
+        let v = rd16(b, 2);
+        match (b[0], b[1]) {
+            (0, 0) if v == 0 => Ok(DirEntry::Unused),
+            (1, 0) if v == 0 => Ok(DirEntry::Dead),
+            (2, 0) => Ok(DirEntry::Column { row: v }),
+            (3, block) => Ok(DirEntry::Delta { block, offset: v }),
+            _ => corrupt("bad slot directory entry"),
+        }
+    }
+
+    /// Whether the slot has a version.
+    pub fn is_used(&self) -> bool {
+        matches!(self, DirEntry::Column { .. } | DirEntry::Delta { .. })
+    }
+}
+
+/// The extent header. The page version is the header block's trailer
+/// version: major compaction advances it.
+///
+/// ```text
+/// 24  2  column_blocks      \
+/// 26  2  delta_blocks        |  the parameters the extent was made with;
+/// 28  2  directory_blocks    |  a reader with other parameters gets an
+/// 30  2  max_slots           |  error, not a misreading
+/// 32  2  compact_trigger    /
+/// 34  2  slot_hwm      slots >= this were never used (entries zero)
+/// 36  2  column_rows   rows in the column part
+/// 38  2  column_units  4 KB units the column part uses (0: no column part)
+/// 40  2  delta_used    delta blocks in use; the last one takes appends
+/// 42  6  reserved, 0
+/// 48 ..  directory entries for slots 0..2032
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExtentHeader {
+    pub version: u32,
+    pub slot_hwm: u16,
+    pub column_rows: u16,
+    pub column_units: u16,
+    pub delta_used: u16,
+}
+
+impl ExtentHeader {
+    /// The header of a new, empty extent.
+    pub fn empty() -> ExtentHeader {
+        ExtentHeader { version: FIRST_VERSION, slot_hwm: 0, column_rows: 0, column_units: 0, delta_used: 0 }
+    }
+
+    /// Writes a fresh header block (directory all unused).
+    pub fn init_block(block: &mut [u8], g: &Geometry) {
+        block[BODY_START..].fill(0);
+        ExtentHeader::empty().write(block, g);
+    }
+
+    /// Writes the header fields and the trailer; leaves the directory alone.
+    pub fn write(&self, block: &mut [u8], g: &Geometry) {
+        let p = g.params;
+        wr16(block, 24, p.column_blocks);
+        wr16(block, 26, p.delta_blocks);
+        wr16(block, 28, g.directory_blocks);
+        wr16(block, 30, p.max_slots);
+        wr16(block, 32, p.compact_trigger);
+        wr16(block, 34, self.slot_hwm);
+        wr16(block, 36, self.column_rows);
+        wr16(block, 38, self.column_units);
+        wr16(block, 40, self.delta_used);
+        block[42..DIR_START].fill(0);
+        BlockTrailer { kind: BlockKind::Header, index: 0, version: self.version }.write(block);
+    }
+
+    /// Reads and checks the header block against the expected geometry.
+    pub fn read(block: &[u8], g: &Geometry) -> Result<ExtentHeader> {
+        let t = BlockTrailer::check(block, BlockKind::Header, 0, None)?;
+        let stored = Params {
+            column_blocks: rd16(block, 24),
+            delta_blocks: rd16(block, 26),
+            compact_trigger: rd16(block, 32),
+            max_slots: rd16(block, 30),
+        };
+        if stored != g.params || rd16(block, 28) != g.directory_blocks {
+            return Err(Error::BadParams("extent was made with other parameters"));
+        }
+        let h = ExtentHeader {
+            version: t.version,
+            slot_hwm: rd16(block, 34),
+            column_rows: rd16(block, 36),
+            column_units: rd16(block, 38),
+            delta_used: rd16(block, 40),
+        };
+        if h.slot_hwm as usize > g.max_slots() {
+            return corrupt("slot high-water mark beyond max_slots");
+        }
+        if h.column_rows > h.slot_hwm {
+            return corrupt("more column rows than slots ever used");
+        }
+        if h.column_units as usize > g.column_units() || (h.column_units == 0) != (h.column_rows == 0) {
+            return corrupt("column part size out of range");
+        }
+        if h.delta_used > g.params.delta_blocks {
+            return corrupt("more delta blocks in use than exist");
+        }
+        Ok(h)
+    }
+
+    /// Whether the delta part has reached the compaction trigger.
+    pub fn compaction_due(&self, g: &Geometry) -> bool {
+        self.delta_used >= g.params.compact_trigger
+    }
+}
+
+/// Initializes directory block `i` (all entries unused).
+pub fn init_directory_block(block: &mut [u8], g: &Geometry, i: usize, version: u32) {
+    block[BODY_START..].fill(0);
+    BlockTrailer { kind: BlockKind::Directory, index: g.directory_block(i) as u16, version }.write(block);
+}
+
+/// Reads the entry of `slot` from the block that holds it (the caller
+/// fetched `g.directory_entry(slot).0` and checked its trailer).
+pub fn read_entry(block: &[u8], g: &Geometry, slot: u16) -> Result<DirEntry> {
+    if slot as usize >= g.max_slots() {
+        return Err(Error::BadInput("slot beyond max_slots"));
+    }
+    let (_, off) = g.directory_entry(slot);
+    DirEntry::decode(&block[off..off + DIR_ENTRY])
+}
+
+/// Writes the entry of `slot` into the block that holds it.
+pub fn write_entry(block: &mut [u8], g: &Geometry, slot: u16, e: DirEntry) -> Result<()> {
+    if slot as usize >= g.max_slots() {
+        return Err(Error::BadInput("slot beyond max_slots"));
+    }
+    let (_, off) = g.directory_entry(slot);
+    block[off..off + DIR_ENTRY].copy_from_slice(&e.encode());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hasis::layout::{BLCKSZ, DIR_IN_HEADER, TRAILER_OFF};
+
+    #[test]
+    fn entry_roundtrip_and_bad_entries() {
+        for e in [
+            DirEntry::Unused,
+            DirEntry::Dead,
+            DirEntry::Column { row: 0 },
+            DirEntry::Column { row: 4069 },
+            DirEntry::Delta { block: 7, offset: 8000 },
+        ] {
+            assert_eq!(DirEntry::decode(&e.encode()).unwrap(), e);
+        }
+        assert_eq!(DirEntry::Unused.encode(), [0; 4]);
+        for bad in [[0, 1, 0, 0], [0, 0, 1, 0], [1, 0, 0, 1], [2, 1, 0, 0], [4, 0, 0, 0], [0xff; 4]] {
+            assert!(DirEntry::decode(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn header_roundtrip_and_checks() {
+        let g = Geometry::new(Params::default()).unwrap();
+        let mut b = vec![0u8; BLCKSZ];
+        ExtentHeader::init_block(&mut b, &g);
+        assert_eq!(ExtentHeader::read(&b, &g).unwrap(), ExtentHeader::empty());
+        let h = ExtentHeader { version: 9, slot_hwm: 100, column_rows: 60, column_units: 5, delta_used: 2 };
+        h.write(&mut b, &g);
+        assert_eq!(ExtentHeader::read(&b, &g).unwrap(), h);
+        assert!(h.compaction_due(&g));
+
+        let other = Geometry::new(Params { delta_blocks: 9, ..Params::default() }).unwrap();
+        assert!(matches!(ExtentHeader::read(&b, &other), Err(Error::BadParams(_))));
+        for (off, v) in [(34, 5000u16), (36, 101), (38, 33), (38, 0), (40, 9)] {
+            let mut m = b.clone();
+            wr16(&mut m, off, v);
+            assert!(ExtentHeader::read(&m, &g).is_err(), "offset {off} value {v}");
+        }
+        let mut m = b.clone();
+        m[TRAILER_OFF..].fill(0);
+        assert!(ExtentHeader::read(&m, &g).is_err());
+    }
+
+    #[test]
+    fn directory_entries_land_in_header_then_directory_blocks() {
+        let g = Geometry::new(Params::default()).unwrap();
+        let last_in_header = (DIR_IN_HEADER - 1) as u16;
+        assert_eq!(g.directory_entry(0), (0, DIR_START));
+        assert_eq!(g.directory_entry(last_in_header).1 + DIR_ENTRY, TRAILER_OFF);
+        assert_eq!(g.directory_entry(last_in_header + 1), (1, BODY_START));
+        let (blk, off) = g.directory_entry(g.params.max_slots - 1);
+        assert_eq!(blk, 1);
+        assert_eq!(off + DIR_ENTRY, TRAILER_OFF);
+
+        let mut d = vec![0u8; BLCKSZ];
+        init_directory_block(&mut d, &g, 0, 3);
+        let s = last_in_header + 5;
+        write_entry(&mut d, &g, s, DirEntry::Delta { block: 1, offset: 40 }).unwrap();
+        assert_eq!(read_entry(&d, &g, s).unwrap(), DirEntry::Delta { block: 1, offset: 40 });
+        assert!(read_entry(&d, &g, g.params.max_slots).is_err());
+        assert!(BlockTrailer::check(&d, BlockKind::Directory, 1, Some(3)).is_ok());
+    }
+}
