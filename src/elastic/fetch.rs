@@ -197,7 +197,20 @@ impl HeapFetcher {
             vals.push(self.values[a - 1]);
             nulls.push(self.nulls[a - 1]);
         }
+        // Detoasting an out-of-line value reads the TOAST table, which
+        // needs a snapshot; a merge worker holds none (engine/worker.rs).
+        let tupdesc = (*self.heap).rd_att;
+        let external = self.attnums.iter().zip(vals.iter().zip(&nulls)).any(|(&a, (&v, &null))| {
+            !null && (*(*tupdesc).attrs.as_ptr().add(a - 1)).attlen == -1 && is_external(v)
+        });
+        let pushed = external && !pg_sys::ActiveSnapshotSet();
+        if pushed {
+            pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot());
+        }
         self.desc.encode_tuple(vals.as_ptr(), nulls.as_ptr(), out);
+        if pushed {
+            pg_sys::PopActiveSnapshot();
+        }
         (self.key_values, self.key_nulls) = (vals, nulls);
         pg_sys::MemoryContextSwitchTo(old);
         true
@@ -239,4 +252,11 @@ impl Drop for HeapFetcher {
             pg_sys::relation_close(self.heap, pg_sys::AccessShareLock as i32);
         }
     }
+}
+
+/// Whether a varlena datum is a pointer to an out-of-line (TOAST) value:
+/// a 1-byte header of 0x01 (PostgreSQL's VARATT_IS_EXTERNAL on
+/// little-endian machines, the only kind Debian's amd64 server is).
+unsafe fn is_external(d: pg_sys::Datum) -> bool {
+    *(d.cast_mut_ptr::<u8>()) == 0x01
 }

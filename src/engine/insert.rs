@@ -12,6 +12,7 @@ use pgrx::prelude::*;
 use super::ams;
 use super::base::{Dir, ScanRange};
 use super::build::{item_to_tid, tid_to_item};
+use super::meta::BaseInfo;
 use super::state::{self, ensure_synced, SlotState};
 use super::{delta, merge, predlock};
 use crate::keys::{index_desc, IndexDesc};
@@ -40,7 +41,7 @@ pub unsafe extern "C-unwind" fn aminsert(
     let checks = check != pg_sys::IndexUniqueCheck::UNIQUE_CHECK_NO
         && (desc.nulls_not_distinct || !desc.has_null_keycol(&key));
     if !checks {
-        let merge_now = insert_entry(index, &desc, slot, &key, tid);
+        let merge_now = insert_entry(index, &desc, slot, &key, tid, &DeadVersions::default());
         check_serializable(index, &desc, slot, &key);
         merge_if_overrun(index, merge_now);
         return true;
@@ -51,17 +52,17 @@ pub unsafe extern "C-unwind" fn aminsert(
     loop {
         let guard = LwGuard::exclusive(stripe);
         match find_conflict(index, heap, &desc, slot, &key, tid) {
-            Conflict::None => {
+            Conflict::None(dead) => {
                 if check == pg_sys::IndexUniqueCheck::UNIQUE_CHECK_EXISTING {
                     return true;
                 }
-                insert_after_check(index, &desc, slot, &key, tid, guard);
+                insert_after_check(index, &desc, slot, &key, tid, &dead, guard);
                 return true;
             }
             // A partial check (speculative insertion, deferred constraints)
             // inserts and reports the possible conflict instead of raising it.
             Conflict::Wait { .. } | Conflict::Live if check == pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL => {
-                insert_after_check(index, &desc, slot, &key, tid, guard);
+                insert_after_check(index, &desc, slot, &key, tid, &DeadVersions::default(), guard);
                 return false;
             }
             Conflict::Wait { xid, spec_token, other } => {
@@ -85,7 +86,8 @@ pub unsafe extern "C-unwind" fn aminsert(
 }
 
 enum Conflict {
-    None,
+    /// No live or in-progress holder of the key.
+    None(DeadVersions),
     Wait { xid: pg_sys::TransactionId, spec_token: u32, other: Tid },
     Live,
 }
@@ -95,24 +97,50 @@ pub unsafe fn tids_for_key(index: pg_sys::Relation, desc: &Rc<IndexDesc>, slot: 
     let keycols = desc.keycols(key).to_vec();
     let snap = state::snapshot(index, desc, slot, &keycols, Some(&keycols), desc.key_hash(key), &mut |_| true);
     let mut out: Vec<Tid> = snap.items.iter().map(|(_, t)| *t).collect();
-    let base = ams::base(index);
-    if base.is_empty(&snap.base) || !snap.static_may_contain {
-        return out;
+    if snap.static_may_contain {
+        let fetches = base_tids_of_key(index, desc, &snap.base, &keycols, usize::MAX, &mut out);
+        state::add_key_fetches(slot, fetches);
     }
-    let mut c = base.cursor(index, desc, &snap.base);
+    // An entry merged while the scan of the dynamic stage above ran can be
+    // in both lists. Sorting, not a linear search per entry: a hot key's
+    // versions can number thousands between VACUUMs.
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Appends the TIDs the base structure of generation `base` holds under
+/// the key columns `keycols`, at most `limit` of them; returns the heap key
+/// fetches it took. The caller keeps the generation's pages from being
+/// recycled (a registered reader, or the maintenance lock).
+pub unsafe fn base_tids_of_key(index: pg_sys::Relation, desc: &Rc<IndexDesc>, base: &BaseInfo, keycols: &[u8], limit: usize, out: &mut Vec<Tid>) -> u64 {
+    let structure = ams::base(index);
+    if structure.is_empty(base) {
+        return 0;
+    }
+    let mut c = structure.cursor(index, desc, base);
     // The key columns as a prefix: INCLUDE columns may follow them.
-    c.start(Dir::Fwd, &ScanRange { lower: &keycols, upper: Some(&keycols), whole_key: false, strict: (false, false) });
+    c.start(Dir::Fwd, &ScanRange { lower: keycols, upper: Some(keycols), whole_key: false, strict: (false, false) });
+    let mut taken = 0;
     while let Some((k, t)) = c.peek(Dir::Fwd) {
-        if desc.compare_prefix(k, &keycols) != Ordering::Equal {
+        if taken == limit || desc.compare_prefix(k, keycols) != Ordering::Equal {
             break;
         }
-        if !out.contains(&t) {
-            out.push(t);
-        }
+        out.push(t);
+        taken += 1;
         c.advance(Dir::Fwd);
     }
-    state::add_key_fetches(slot, c.key_fetches());
-    out
+    c.key_fetches()
+}
+
+/// The TIDs of a key that a unique check found dead to all, which the
+/// insert drops from the dynamic stage, and the vacuum epoch they were
+/// found in (after a VACUUM a TID may stand for a new tuple).
+#[derive(Default)]
+struct DeadVersions {
+    /// Sorted.
+    tids: Vec<Tid>,
+    epoch: u64,
 }
 
 unsafe fn find_conflict(
@@ -134,6 +162,7 @@ unsafe fn find_conflict(
         let _g = slot.shared();
         slot.state().base.vacuum_epoch
     };
+    let mut dead = DeadVersions { tids: Vec::new(), epoch };
     for other in tids {
         if other == own || super::killed::is_marked(slot, other, epoch) {
             continue;
@@ -153,9 +182,10 @@ unsafe fn find_conflict(
             // nbtree marks the item LP_DEAD here; later checks and MVCC
             // scans of every backend skip it.
             super::killed::mark(slot, other, epoch);
+            dead.tids.push(other);
         }
     }
-    Conflict::None
+    Conflict::None(dead)
 }
 
 pub unsafe fn report_duplicate(index: pg_sys::Relation, desc: &IndexDesc, key: &[u8], building: bool) -> ! {
@@ -189,8 +219,8 @@ pub unsafe fn report_duplicate(index: pg_sys::Relation, desc: &IndexDesc, key: &
 /// The insert of a unique check that found no blocking conflict: the entry
 /// goes in while the stripe is held, then (the stripe released) the SSI
 /// check and a back-pressure merge.
-unsafe fn insert_after_check(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8], tid: Tid, stripe: LwGuard) {
-    let merge_now = insert_entry(index, desc, slot, key, tid);
+unsafe fn insert_after_check(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8], tid: Tid, dead: &DeadVersions, stripe: LwGuard) {
+    let merge_now = insert_entry(index, desc, slot, key, tid, dead);
     drop(stripe);
     check_serializable(index, desc, slot, key);
     merge_if_overrun(index, merge_now);
@@ -217,17 +247,20 @@ unsafe fn merge_if_overrun(index: pg_sys::Relation, merge_now: bool) {
     }
 }
 
-/// Appends to the delta log and adds the entry to the dynamic stage;
-/// requests a merge when the ratio trigger fires or the arena runs short.
+/// Appends to the delta log and adds the entry to the dynamic stage,
+/// dropping the key's versions that are hinted dead or that the unique
+/// check just found dead (`dead`: the hint table is a bounded cache, and a
+/// hot key can outrun it); requests a merge when the ratio trigger fires or the arena runs short.
 /// Returns true when the caller must merge itself (back-pressure) once it
 /// has released its locks.
-unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8], tid: Tid) -> bool {
+unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8], tid: Tid, dead: &DeadVersions) -> bool {
     let pos = delta::append(index, key, tid, &slot.state().tail_hint);
     let (fits, want_merge, others_should_merge, overrun) = {
         let _g = slot.exclusive();
         let st = &mut slot.state();
         if pos >= st.base.merged_upto {
-            st.prune_dead_versions(desc, key, super::killed::owner_of(slot.key));
+            let dead = if dead.epoch == st.base.vacuum_epoch { &dead.tids[..] } else { &[] };
+            st.prune_dead_versions(desc, key, super::killed::owner_of(slot.key), dead);
         }
         let fits = pos < st.base.merged_upto || st.insert(desc, key, tid, pos);
         // Merges follow the delta log's growth, not the tree's: pruned

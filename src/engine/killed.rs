@@ -214,37 +214,64 @@ pub fn forget(slot: SlotRef, tids: &[Tid], epoch: u64) {
     }
 }
 
-/// Hinted TIDs of `index` that a merge may drop, nbtree's simple deletion
-/// of LP_DEAD items for our stages: the entries go when a merge rewrites
-/// them anyway, so a range whose low end is all deleted rows (TPC-C's
-/// new_order) does not keep growing until VACUUM. The heap AM computes the
+/// TIDs of `index` that a merge may drop, nbtree's simple and bottom-up
+/// deletion for our stages: the entries go when a merge rewrites them
+/// anyway, so a range whose low end is all deleted rows (TPC-C's
+/// new_order) does not keep growing until VACUUM, nor does a key updated
+/// again and again. Two sources: the hints (as trustworthy as LP_DEAD
+/// bits, so passed as known deletable) and `versions`, the entries of keys
+/// the batch brings new versions of (merge.rs), which the heap AM checks.
+/// The hint table is a bounded cache; under a heavy stream of updates it
+/// loses hints faster than merges use them, and without the second source
+/// a hot key's dead versions would pile up in the static stage until
+/// VACUUM, every probe of it walking them all. The heap AM computes the
 /// conflict horizon from the tuples (`table_index_delete_tuples`, as
-/// nbtree does; the hints are as trustworthy as LP_DEAD bits, so they are
-/// passed as known deletable). None when there is nothing to drop, or the
+/// nbtree does). None when there is nothing to drop, or the
 /// heap cannot be locked right now (AccessShareLock, conditionally: a
 /// merge worker holds only the index, and must not wait behind DDL in the
 /// wrong lock order); the merge then keeps every entry. The caller holds
 /// the maintenance lock, so no VACUUM changes the epoch meanwhile.
-pub unsafe fn droppable(index: pg_sys::Relation, slot: SlotRef, epoch: u64) -> Option<DroppableTids> {
-    // At most this many per merge: the heap AM's batch ids are int16.
-    const MAX_BATCH: usize = i16::MAX as usize;
-    let mut tids = hinted(slot, epoch);
-    if tids.is_empty() {
+pub unsafe fn droppable(index: pg_sys::Relation, slot: SlotRef, epoch: u64, versions: &[Tid]) -> Option<DroppableTids> {
+    let hinted = hinted(slot, epoch);
+    // Versions the heap has to judge (nbtree's bottom-up deletion): the
+    // hinted ones are known dead already.
+    let unhinted: Vec<Tid> = versions.iter().copied().filter(|t| hinted.binary_search(t).is_err()).collect();
+    if hinted.is_empty() && unhinted.is_empty() {
         return None;
     }
-    tids.truncate(MAX_BATCH);
     let heap_oid = (*(*index).rd_index).indrelid;
     if !pg_sys::ConditionalLockRelationOid(heap_oid, pg_sys::AccessShareLock as i32) {
         return None;
     }
     let heap = pg_sys::relation_open(heap_oid, pg_sys::NoLock as i32);
+    let mut out: Vec<Tid> = Vec::new();
+    let mut horizon = pg_sys::InvalidTransactionId;
+    for (tids, known) in [(&hinted[..], true), (&unhinted[..], false)] {
+        // The heap AM's batch ids are int16.
+        for batch in tids.chunks(i16::MAX as usize) {
+            let h = deletable_in_heap(heap, index, batch, known, &mut out);
+            if h != pg_sys::InvalidTransactionId && (horizon == pg_sys::InvalidTransactionId || pg_sys::TransactionIdPrecedes(horizon, h)) {
+                horizon = h;
+            }
+        }
+    }
+    pg_sys::relation_close(heap, pg_sys::NoLock as i32);
+    out.sort_unstable();
+    (!out.is_empty()).then_some(DroppableTids { tids: out, horizon })
+}
+
+/// One `table_index_delete_tuples` call (simple deletion) over at most
+/// 32767 TIDs: appends the deletable ones to `out` and returns the newest
+/// xid their removal takes away. `known`: the TIDs are known dead (hints),
+/// otherwise the heap AM checks each one's HOT chain.
+unsafe fn deletable_in_heap(heap: pg_sys::Relation, index: pg_sys::Relation, tids: &[Tid], known: bool, out: &mut Vec<Tid>) -> pg_sys::TransactionId {
     let mut deltids: Vec<pg_sys::TM_IndexDelete> = tids
         .iter()
         .enumerate()
         .map(|(i, &t)| pg_sys::TM_IndexDelete { tid: super::build::tid_to_item(t), id: i as i16 })
         .collect();
     let mut status: Vec<pg_sys::TM_IndexStatus> = (0..tids.len())
-        .map(|i| pg_sys::TM_IndexStatus { idxoffnum: (i + 1) as u16, knowndeletable: true, promising: false, freespace: 0 })
+        .map(|i| pg_sys::TM_IndexStatus { idxoffnum: (i + 1) as u16, knowndeletable: known, promising: false, freespace: 0 })
         .collect();
     let mut op = pg_sys::TM_IndexDeleteOp {
         irel: index,
@@ -256,13 +283,7 @@ pub unsafe fn droppable(index: pg_sys::Relation, slot: SlotRef, epoch: u64) -> O
         status: status.as_mut_ptr(),
     };
     let horizon = pg_sys::table_index_delete_tuples(heap, &mut op);
-    pg_sys::relation_close(heap, pg_sys::NoLock as i32);
     // The heap AM sorts deltids and keeps the deletable ones in front.
-    let mut out: Vec<Tid> = deltids[..op.ndeltids.max(0) as usize]
-        .iter()
-        .filter(|d| status[d.id as usize].knowndeletable)
-        .map(|d| tids[d.id as usize])
-        .collect();
-    out.sort_unstable();
-    (!out.is_empty()).then_some(DroppableTids { tids: out, horizon })
+    out.extend(deltids[..op.ndeltids.max(0) as usize].iter().filter(|d| status[d.id as usize].knowndeletable).map(|d| tids[d.id as usize]));
+    horizon
 }

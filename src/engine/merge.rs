@@ -4,6 +4,7 @@
 //! generation in one WAL record, and retired pages are recycled once no
 //! reader of an older generation is left, or the xid horizon passed them.
 
+use std::rc::Rc;
 use std::time::Instant;
 
 use pg_hybrid_core::tid::Tid;
@@ -19,7 +20,7 @@ use super::meta::{self, BaseInfo, MaintenanceLock};
 use super::predlock;
 use pg_hybrid_core::partition::choose_boundaries;
 use super::state::{add_key_fetches, expected_dynamic, KeyFilter, SlotState};
-use crate::keys::index_desc;
+use crate::keys::{index_desc, IndexDesc};
 use crate::shmem::{self, ArenaPool, SlotRef};
 use crate::storage::alloc::{alloc_page, free_pages};
 use crate::storage::buffer::{Buf, Lock};
@@ -53,6 +54,73 @@ pub unsafe fn merge_index(index: pg_sys::Relation, reason: Reason) -> MergeOutco
     }
     let _ml = MaintenanceLock::exclusive(index);
     merge_locked(index, reason, None)
+}
+
+/// Lets go of the catalog snapshot, which the catalog lookups of a merge
+/// (opening the heap, the key's support functions) take and would keep for
+/// the rest of the transaction: in a merge worker it is the only snapshot,
+/// and its xmin would hold back the horizon for the whole merge, so no
+/// version made meanwhile could be found dead to all (the hot keys of an
+/// update-heavy load would pile up versions that every probe walks). A
+/// backend merging inline keeps its statement's snapshot anyway.
+fn release_catalog_snapshot() {
+    unsafe { pg_sys::InvalidateCatalogSnapshot() };
+}
+
+/// Keys of a batch looked at for dead versions per merge, and TIDs the
+/// heap checks at most: about 50 ms of heap visits.
+const MAX_VERSION_KEYS: usize = 16384;
+const MAX_VERSION_TIDS: usize = 1 << 17;
+
+/// The entries of the keys that `fresh` (the batch, sorted) brings new
+/// versions of, from the batch and from the base structure of `base`,
+/// sorted: what nbtree's bottom-up deletion would look at. A key counts
+/// when the batch holds it twice or more (a row updated again and again
+/// without HOT) or, in a unique index, when the base structure holds it
+/// already (an update's new version; the old one was merged before). Keys
+/// with the most entries in the batch come first, at most
+/// `MAX_VERSION_KEYS` of them and `MAX_VERSION_TIDS` TIDs, so the cost of
+/// a merge stays bounded whatever the batch (a bulk load of duplicates
+/// into a non-unique index pays for at most that many heap visits). The
+/// heap decides which of them are dead to all (`killed::droppable`).
+unsafe fn superseded_candidates(index: pg_sys::Relation, desc: &Rc<IndexDesc>, base: &BaseInfo, fresh: &[Entry]) -> Vec<Tid> {
+    struct KeyRun {
+        start: usize,
+        len: usize,
+    }
+    let mut runs: Vec<KeyRun> = Vec::new();
+    let mut i = 0;
+    while i < fresh.len() {
+        let keycols = desc.keycols(&fresh[i].key);
+        let mut j = i + 1;
+        while j < fresh.len() && desc.keycols(&fresh[j].key) == keycols {
+            j += 1;
+        }
+        if j - i >= 2 || desc.unique {
+            runs.push(KeyRun { start: i, len: j - i });
+        }
+        i = j;
+    }
+    runs.sort_by(|a, b| b.len.cmp(&a.len));
+    let mut out: Vec<Tid> = Vec::new();
+    let mut in_base: Vec<Tid> = Vec::new();
+    for run in runs.iter().take(MAX_VERSION_KEYS) {
+        let batch = &fresh[run.start..run.start + run.len];
+        let room = MAX_VERSION_TIDS.saturating_sub(out.len() + batch.len());
+        in_base.clear();
+        super::insert::base_tids_of_key(index, desc, base, desc.keycols(&batch[0].key), room, &mut in_base);
+        if batch.len() + in_base.len() >= 2 {
+            out.extend(batch.iter().map(|e| e.tid));
+            out.extend_from_slice(&in_base);
+        }
+        if out.len() >= MAX_VERSION_TIDS {
+            break;
+        }
+        pgrx::check_for_interrupts!();
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// The merge proper; the caller holds the maintenance lock exclusively.
@@ -103,7 +171,12 @@ pub unsafe fn merge_locked(
     if merged_entries == 0 && dead.is_none() {
         return MergeOutcome { merged_entries, static_entries: m.base.entries, millis: 0.0 };
     }
-    let droppable = if dead.is_none() && ams::base(index).prunes_on_merge() { killed::droppable(index, slot, m.base.vacuum_epoch) } else { None };
+    let droppable = if dead.is_none() && ams::base(index).prunes_on_merge() {
+        let versions = superseded_candidates(index, &desc, &m.base, &fresh);
+        killed::droppable(index, slot, m.base.vacuum_epoch, &versions)
+    } else {
+        None
+    };
     if let Some(d) = &droppable {
         // Before any page of the new generation: a standby switches to it
         // only after the queries that could still see the tuples are gone.
@@ -143,6 +216,7 @@ pub unsafe fn merge_locked(
             None if droppable.is_some() => Some(Prune { dead: &mut drop_hinted, everywhere: false }),
             None => None,
         };
+        release_catalog_snapshot();
         let res = ams::base(index).merge(index, &desc, &m, step, prune, gen);
         add_key_fetches(slot, res.key_fetches);
         hashes = match (hashes, res.key_hashes) {

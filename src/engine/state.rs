@@ -286,13 +286,16 @@ impl DualStageState {
     /// loses them. A scan of this epoch would skip every pruned entry, and
     /// one that opened before the epoch's VACUUM has a snapshot that cannot
     /// see a tuple dead to all.
-    pub fn prune_dead_versions(&mut self, desc: &IndexDesc, key: &[u8], owner: u64) -> usize {
-        if self.tree.nentries == 0 || !self.hints.any() {
+    pub fn prune_dead_versions(&mut self, desc: &IndexDesc, key: &[u8], owner: u64, dead: &[Tid]) -> usize {
+        if self.tree.nentries == 0 || (dead.is_empty() && !self.hints.any()) {
             return 0;
         }
         let (epoch, hints) = (self.base.vacuum_epoch, &self.hints);
         let keycols = desc.keycols(key);
-        self.tree.prune_key(&mut ArenaPool, &mut |k| desc.compare_prefix(k, keycols), &mut |t| hints.contains(owner, t, epoch))
+        // `dead` is sorted (the unique check walks the key's TIDs in order).
+        self.tree.prune_key(&mut ArenaPool, &mut |k| desc.compare_prefix(k, keycols), &mut |t| {
+            dead.binary_search(&t).is_ok() || hints.contains(owner, t, epoch)
+        })
     }
 
     /// `prune_dead_versions` over the keys from `lo` to `hi`, looking at

@@ -305,13 +305,16 @@ fn merged_stream<'a, 'd: 'a>(
         .flat_map(|(k, tids)| {
             let k = Rc::new(k);
             tids.into_iter().map(move |t| (k.clone(), t))
-        })
-        .filter(move |(_, t)| match dead.as_mut() {
-            Some(d) => !d(*t),
-            None => true,
         });
     let fresh_pairs = fresh.iter().map(|e| (Rc::new(e.key.clone()), e.tid));
-    Box::new(Regroup { pairs: MergePairs { a: old_pairs.peekable(), b: fresh_pairs.peekable(), desc }, pending: None })
+    // Dead TIDs leave the batch too: the batch is the delta log, which
+    // keeps every version a key went through since the last merge (the
+    // dynamic stage drops dead versions from its tree only).
+    let live = MergePairs { a: old_pairs.peekable(), b: fresh_pairs.peekable(), desc }.filter(move |(_, t)| match dead.as_mut() {
+        Some(d) => !d(*t),
+        None => true,
+    });
+    Box::new(Regroup { pairs: live, pending: None })
 }
 
 /// Groups equal keys of a sorted build stream into (key, TIDs).
