@@ -4,7 +4,8 @@ the side's AM.
 
 Workloads (YCSB core): A 50% read / 50% update, B 95/5, C read only,
 E 95% short range scans (1..100 rows from a key, in key order) / 5% inserts of
-new keys.  Each runs with zipfian keys, permute(random_zipfian(1, n, s), n)
+new keys; then U, update-only with zipfian keys for three times as long,
+right after a VACUUM (hot_updates_after_vacuum).  Each runs with zipfian keys, permute(random_zipfian(1, n, s), n)
 (permute spreads the hot keys over the key space, as YCSB's hashing does;
 pgbench needs s > 1, YCSB's own constant is 0.99), and with uniform keys.
 
@@ -56,6 +57,27 @@ def scripts(work, dist, n):
         os.chmod(p, 0o644)
         paths[name] = p
     return paths
+
+
+def hot_updates_after_vacuum(a, cl, c, res, side, rep, paths, seconds):
+    """Case U: update-only zipfian load for 3 x the workload time right after
+    a VACUUM of the table as the workloads left it.  A VACUUM frees heap
+    space (updates turn HOT for a while) and empties hybrid_btree's hint
+    tables; a load of hot-key updates then piles up versions, and an index
+    that cannot get rid of dead ones fast enough slows down for good (seen on
+    hybrid_btree before 74c9650: 25k -> 400 updates/s).  Reported: the TPS
+    over the whole run and the slowest 5-second interval."""
+    c.execute("VACUUM usertable")
+    args = ["-n", "-M", "prepared", "-c", str(a.clients), "-j", str(a.threads), "-T", str(3 * seconds),
+            "-P", "5", "-f", paths["zipfian"]["update"]]
+    out = cl.pgbench(args, db="ycsb")
+    m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out)
+    if not m:
+        raise BenchError("ycsb U-zipfian-after-vacuum: no tps in pgbench output: %s" % out[-1000:])
+    res.add("U-zipfian-after-vacuum", "tps", "tps", "higher", side, rep, float(m.group(1)))
+    intervals = [float(x) for x in re.findall(r"progress: [0-9.]+ s, ([0-9.]+) tps", out)]
+    if intervals:
+        res.add("U-zipfian-after-vacuum", "slowest_5s_tps", "tps", "higher", side, rep, min(intervals))
 
 
 def run(a, cl, res):
@@ -112,6 +134,7 @@ def run(a, cl, res):
                     index_bytes(c)[0])
             res.add("end", "rows_after_workloads", "rows", "none", side, rep,
                     c.execute("SELECT count(*) FROM usertable").fetchone()[0])
+            hot_updates_after_vacuum(a, cl, c, res, side, rep, paths, seconds)
     c.close()
     cl.drop_db("ycsb")
     res.params.update({"usertable rows": n, "row": "%d fields x %d bytes" % (FIELDS, FIELD_LEN),
@@ -119,5 +142,6 @@ def run(a, cl, res):
                        "clients": a.clients, "threads": a.threads, "seconds per workload and side": seconds,
                        "pgbench": "-M prepared"})
     res.note("workloads run in the order C, B, A, E on a fresh copy of usertable per side; "
-             "E inserts new keys above n from a sequence")
+             "E inserts new keys above n from a sequence; then VACUUM and U (update-only zipfian, "
+             "3 x the time, TPS and slowest 5 s interval)")
 
