@@ -106,14 +106,11 @@ unsafe fn superseded_candidates(index: pg_sys::Relation, desc: &Rc<IndexDesc>, b
     }
     runs.sort_by(|a, b| b.len.cmp(&a.len));
     let mut out: Vec<Tid> = Vec::new();
-    let mut in_base: Vec<Tid> = Vec::new();
     for run in runs.iter().take(MAX_VERSION_KEYS) {
         let batch = &fresh[run.start..run.start + run.len];
-        let room = MAX_VERSION_TIDS.saturating_sub(out.len() + batch.len());
-        in_base.clear();
-        super::insert::base_tids_of_key(index, desc, base, desc.keycols(&batch[0].key), room, &mut in_base);
         out.extend(batch.iter().map(|e| e.tid));
-        out.extend_from_slice(&in_base);
+        let room = MAX_VERSION_TIDS.saturating_sub(out.len());
+        super::insert::base_tids_of_key(index, desc, base, desc.keycols(&batch[0].key), room, &mut out);
         if out.len() >= MAX_VERSION_TIDS {
             break;
         }
