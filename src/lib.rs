@@ -10,6 +10,7 @@ use pgrx::prelude::*;
 pub mod elastic;
 pub mod engine;
 pub mod guc;
+pub mod hasis;
 pub mod hybrid;
 pub mod keys;
 pub mod shmem;

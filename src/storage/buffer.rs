@@ -30,6 +30,12 @@ impl Buf {
         Self::lock_new(buf, lock)
     }
 
+    /// `read` through a buffer access strategy (a ring for large scans).
+    pub unsafe fn read_with(rel: pg_sys::Relation, blkno: u32, lock: Lock, strategy: pg_sys::BufferAccessStrategy) -> Buf {
+        let buf = pg_sys::ReadBufferExtended(rel, pg_sys::ForkNumber::MAIN_FORKNUM, blkno, pg_sys::ReadBufferMode::RBM_NORMAL, strategy);
+        Self::lock_new(buf, lock)
+    }
+
     pub unsafe fn lock_new(buf: pg_sys::Buffer, lock: Lock) -> Buf {
         match lock {
             Lock::Share => pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_SHARE as i32),

@@ -1,0 +1,395 @@
+//! The `TableAmRoutine` of hasis and its SQL declaration. Every callback
+//! PostgreSQL 15 may call is set: PostgreSQL asserts rather than checks
+//! them, and a release build would crash on a NULL one.
+
+#![allow(clippy::too_many_arguments)]
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use super::visibility::from_item_pointer;
+use super::{build, ddl, dml, relation, scan, tuple};
+
+#[no_mangle]
+pub extern "C" fn pg_finfo_hasis_handler() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+#[no_mangle]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn hasis_handler(_fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    pg_sys::Datum::from(&raw const ROUTINE)
+}
+
+pgrx::extension_sql!(
+    r#"
+CREATE FUNCTION hasis_handler(internal) RETURNS table_am_handler
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'hasis_handler';
+CREATE ACCESS METHOD hasis TYPE TABLE HANDLER hasis_handler;
+COMMENT ON ACCESS METHOD hasis IS 'hybrid pages (HaSiS): extents with a PAX column part and a row delta part';
+"#,
+    name = "hasis_am",
+    requires = ["preload_check"]
+);
+
+#[pg_guard]
+unsafe extern "C-unwind" fn slot_callbacks(_rel: pg_sys::Relation) -> *const pg_sys::TupleTableSlotOps {
+    &raw const pg_sys::TTSOpsHeapTuple
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn scan_begin(
+    rel: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    nkeys: i32,
+    key: pg_sys::ScanKey,
+    parallel: pg_sys::ParallelTableScanDesc,
+    flags: u32,
+) -> pg_sys::TableScanDesc {
+    scan::begin(rel, snapshot, nkeys, key, parallel, flags)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn scan_end(s: pg_sys::TableScanDesc) {
+    scan::end(s)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn scan_rescan(s: pg_sys::TableScanDesc, key: pg_sys::ScanKey, _set_params: bool, _allow_strat: bool, _allow_sync: bool, _allow_pagemode: bool) {
+    scan::rescan(s, key)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn scan_getnextslot(s: pg_sys::TableScanDesc, dir: pg_sys::ScanDirection::Type, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    scan::getnextslot(s, dir, slot)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn parallelscan_estimate(rel: pg_sys::Relation) -> pg_sys::Size {
+    pg_sys::table_block_parallelscan_estimate(rel)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn parallelscan_initialize(rel: pg_sys::Relation, p: pg_sys::ParallelTableScanDesc) -> pg_sys::Size {
+    pg_sys::table_block_parallelscan_initialize(rel, p)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn parallelscan_reinitialize(rel: pg_sys::Relation, p: pg_sys::ParallelTableScanDesc) {
+    pg_sys::table_block_parallelscan_reinitialize(rel, p)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn index_fetch_begin(rel: pg_sys::Relation) -> *mut pg_sys::IndexFetchTableData {
+    scan::fetch_begin(rel)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn index_fetch_reset(_s: *mut pg_sys::IndexFetchTableData) {}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn index_fetch_end(s: *mut pg_sys::IndexFetchTableData) {
+    scan::fetch_end(s)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn index_fetch_tuple(
+    s: *mut pg_sys::IndexFetchTableData,
+    tid: pg_sys::ItemPointer,
+    snapshot: pg_sys::Snapshot,
+    slot: *mut pg_sys::TupleTableSlot,
+    call_again: *mut bool,
+    all_dead: *mut bool,
+) -> bool {
+    scan::index_fetch_tuple(s, tid, snapshot, slot, call_again, all_dead)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn tuple_fetch_row_version(rel: pg_sys::Relation, tid: pg_sys::ItemPointer, snapshot: pg_sys::Snapshot, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    scan::fetch_row_version(rel, tid, snapshot, slot)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn tuple_tid_valid(s: pg_sys::TableScanDesc, tid: pg_sys::ItemPointer) -> bool {
+    scan::tid_valid(s, tid)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn tuple_get_latest_tid(s: pg_sys::TableScanDesc, tid: pg_sys::ItemPointer) {
+    scan::get_latest_tid(s, tid)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn tuple_satisfies_snapshot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, snapshot: pg_sys::Snapshot) -> bool {
+    scan::satisfies_snapshot(rel, slot, snapshot)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn index_delete_tuples(rel: pg_sys::Relation, delstate: *mut pg_sys::TM_IndexDeleteOp) -> pg_sys::TransactionId {
+    scan::index_delete_tuples(rel, delstate)
+}
+
+unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId, options: i32) {
+    crate::require_preload();
+    let xid = pg_sys::GetCurrentTransactionId().into_inner();
+    // Inserts conflict with serializable readers of the whole relation.
+    super::visibility::CheckForSerializableConflictIn(rel, std::ptr::null_mut(), pg_sys::InvalidBlockNumber);
+    let p = tuple::prepare(rel, slot, std::ptr::null_mut(), options);
+    let m = pg_hybrid_core::hasis::row::Mvcc {
+        xmin: xid,
+        xmax: 0,
+        cid,
+        ctid: Default::default(),
+        infomask: super::visibility::HEAP_XMAX_INVALID,
+        infomask2: 0,
+    };
+    let tid = relation::insert(rel, p.natts, m, &p.payload);
+    (*slot).tts_tid = super::visibility::to_item_pointer(tid);
+    (*slot).tts_tableOid = (*rel).rd_id;
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn tuple_insert(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId, options: i32, _bistate: *mut pg_sys::BulkInsertStateData) {
+    insert_slot(rel, slot, cid, options);
+    pg_sys::pgstat_count_heap_insert(rel, 1);
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn tuple_insert_speculative(_rel: pg_sys::Relation, _slot: *mut pg_sys::TupleTableSlot, _cid: pg_sys::CommandId, _options: i32, _bistate: *mut pg_sys::BulkInsertStateData, _token: u32) {
+    super::not_supported("INSERT ... ON CONFLICT", "Use MERGE, or INSERT ... WHERE NOT EXISTS, or a heap table.");
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn tuple_complete_speculative(_rel: pg_sys::Relation, _slot: *mut pg_sys::TupleTableSlot, _token: u32, _succeeded: bool) {
+    super::not_supported("INSERT ... ON CONFLICT", "Use MERGE, or INSERT ... WHERE NOT EXISTS, or a heap table.");
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn multi_insert(rel: pg_sys::Relation, slots: *mut *mut pg_sys::TupleTableSlot, nslots: i32, cid: pg_sys::CommandId, options: i32, _bistate: *mut pg_sys::BulkInsertStateData) {
+    for i in 0..nslots as usize {
+        insert_slot(rel, *slots.add(i), cid, options);
+    }
+    pg_sys::pgstat_count_heap_insert(rel, nslots as i64);
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn tuple_delete(
+    rel: pg_sys::Relation,
+    tid: pg_sys::ItemPointer,
+    cid: pg_sys::CommandId,
+    _snapshot: pg_sys::Snapshot,
+    crosscheck: pg_sys::Snapshot,
+    wait: bool,
+    tmfd: *mut pg_sys::TM_FailureData,
+    _changing_part: bool,
+) -> pg_sys::TM_Result::Type {
+    dml::delete(rel, from_item_pointer(&*tid), cid, crosscheck, wait, tmfd)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn tuple_update(
+    rel: pg_sys::Relation,
+    otid: pg_sys::ItemPointer,
+    slot: *mut pg_sys::TupleTableSlot,
+    cid: pg_sys::CommandId,
+    _snapshot: pg_sys::Snapshot,
+    crosscheck: pg_sys::Snapshot,
+    wait: bool,
+    tmfd: *mut pg_sys::TM_FailureData,
+    lockmode: *mut pg_sys::LockTupleMode::Type,
+    update_indexes: *mut bool,
+) -> pg_sys::TM_Result::Type {
+    crate::require_preload();
+    dml::update(rel, from_item_pointer(&*otid), slot, cid, crosscheck, wait, tmfd, lockmode, update_indexes)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn tuple_lock(
+    rel: pg_sys::Relation,
+    tid: pg_sys::ItemPointer,
+    _snapshot: pg_sys::Snapshot,
+    slot: *mut pg_sys::TupleTableSlot,
+    cid: pg_sys::CommandId,
+    mode: pg_sys::LockTupleMode::Type,
+    wait_policy: pg_sys::LockWaitPolicy::Type,
+    flags: u8,
+    tmfd: *mut pg_sys::TM_FailureData,
+) -> pg_sys::TM_Result::Type {
+    dml::lock(rel, tid, slot, cid, mode, wait_policy, flags, tmfd)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn finish_bulk_insert(_rel: pg_sys::Relation, _options: i32) {}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn relation_set_new_filenode(
+    rel: pg_sys::Relation,
+    newrnode: *const pg_sys::RelFileNode,
+    persistence: std::os::raw::c_char,
+    freeze_xid: *mut pg_sys::TransactionId,
+    minmulti: *mut pg_sys::MultiXactId,
+) {
+    ddl::set_new_filenode(rel, newrnode, persistence, freeze_xid, minmulti)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn relation_nontransactional_truncate(rel: pg_sys::Relation) {
+    ddl::nontransactional_truncate(rel)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn relation_copy_data(rel: pg_sys::Relation, newrnode: *const pg_sys::RelFileNode) {
+    ddl::copy_data(rel, newrnode)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn relation_copy_for_cluster(
+    old: pg_sys::Relation,
+    new: pg_sys::Relation,
+    old_index: pg_sys::Relation,
+    _use_sort: bool,
+    oldest_xmin: pg_sys::TransactionId,
+    xid_cutoff: *mut pg_sys::TransactionId,
+    _multi_cutoff: *mut pg_sys::MultiXactId,
+    num_tuples: *mut f64,
+    tups_vacuumed: *mut f64,
+    tups_recently_dead: *mut f64,
+) {
+    ddl::copy_for_cluster(old, new, old_index, oldest_xmin, xid_cutoff, num_tuples, tups_vacuumed, tups_recently_dead)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn relation_vacuum(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, strategy: pg_sys::BufferAccessStrategy) {
+    ddl::vacuum(rel, params, strategy)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn scan_analyze_next_block(s: pg_sys::TableScanDesc, blockno: pg_sys::BlockNumber, strategy: pg_sys::BufferAccessStrategy) -> bool {
+    scan::analyze_next_block(s, blockno, strategy)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn scan_analyze_next_tuple(s: pg_sys::TableScanDesc, oldest_xmin: pg_sys::TransactionId, liverows: *mut f64, deadrows: *mut f64, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    scan::analyze_next_tuple(s, oldest_xmin, liverows, deadrows, slot)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn index_build_range_scan(
+    table: pg_sys::Relation,
+    index: pg_sys::Relation,
+    info: *mut pg_sys::IndexInfo,
+    _allow_sync: bool,
+    anyvisible: bool,
+    _progress: bool,
+    start_blockno: pg_sys::BlockNumber,
+    numblocks: pg_sys::BlockNumber,
+    callback: pg_sys::IndexBuildCallback,
+    callback_state: *mut std::ffi::c_void,
+    s: pg_sys::TableScanDesc,
+) -> f64 {
+    build::index_build_range_scan(table, index, info, anyvisible, start_blockno, numblocks, callback, callback_state, s)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn index_validate_scan(_table: pg_sys::Relation, _index: pg_sys::Relation, _info: *mut pg_sys::IndexInfo, _snapshot: pg_sys::Snapshot, _state: *mut pg_sys::ValidateIndexState) {
+    super::not_supported("CREATE INDEX CONCURRENTLY", "Use CREATE INDEX without CONCURRENTLY (it blocks writes while it runs).");
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn relation_size(rel: pg_sys::Relation, fork: pg_sys::ForkNumber::Type) -> u64 {
+    pg_sys::table_block_relation_size(rel, fork)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn relation_needs_toast_table(rel: pg_sys::Relation) -> bool {
+    ddl::needs_toast_table(rel)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn relation_toast_am(_rel: pg_sys::Relation) -> pg_sys::Oid {
+    pg_sys::HEAP_TABLE_AM_OID
+}
+
+/// hasis's TOAST tables are heap tables (`relation_toast_am`), so this is
+/// never called for them; a hasis table itself has no TOAST slices.
+#[pg_guard]
+unsafe extern "C-unwind" fn relation_fetch_toast_slice(_toastrel: pg_sys::Relation, _valueid: pg_sys::Oid, _attrsize: i32, _off: i32, _len: i32, _result: *mut pg_sys::varlena) {
+    crate::raise(PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE, "a hasis table is not a TOAST table", "TOAST tables of hasis tables use the heap access method.");
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn relation_estimate_size(rel: pg_sys::Relation, attr_widths: *mut i32, pages: *mut pg_sys::BlockNumber, tuples: *mut f64, allvisfrac: *mut f64) {
+    ddl::estimate_size(rel, attr_widths, pages, tuples, allvisfrac)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn scan_bitmap_next_block(s: pg_sys::TableScanDesc, tbmres: *mut pg_sys::TBMIterateResult) -> bool {
+    scan::bitmap_next_block(s, tbmres)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn scan_bitmap_next_tuple(s: pg_sys::TableScanDesc, tbmres: *mut pg_sys::TBMIterateResult, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    scan::bitmap_next_tuple(s, tbmres, slot)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn scan_sample_next_block(_s: pg_sys::TableScanDesc, _state: *mut pg_sys::SampleScanState) -> bool {
+    super::not_supported("TABLESAMPLE", "Sample with WHERE random() < fraction, or use a heap table.");
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn scan_sample_next_tuple(_s: pg_sys::TableScanDesc, _state: *mut pg_sys::SampleScanState, _slot: *mut pg_sys::TupleTableSlot) -> bool {
+    super::not_supported("TABLESAMPLE", "Sample with WHERE random() < fraction, or use a heap table.");
+}
+
+static ROUTINE: pg_sys::TableAmRoutine = pg_sys::TableAmRoutine {
+    type_: pg_sys::NodeTag::T_TableAmRoutine,
+    slot_callbacks: Some(slot_callbacks),
+    scan_begin: Some(scan_begin),
+    scan_end: Some(scan_end),
+    scan_rescan: Some(scan_rescan),
+    scan_getnextslot: Some(scan_getnextslot),
+    // TID range scans are not offered: the planner sees no TID range
+    // support and uses a TID scan or a filter.
+    scan_set_tidrange: None,
+    scan_getnextslot_tidrange: None,
+    parallelscan_estimate: Some(parallelscan_estimate),
+    parallelscan_initialize: Some(parallelscan_initialize),
+    parallelscan_reinitialize: Some(parallelscan_reinitialize),
+    index_fetch_begin: Some(index_fetch_begin),
+    index_fetch_reset: Some(index_fetch_reset),
+    index_fetch_end: Some(index_fetch_end),
+    index_fetch_tuple: Some(index_fetch_tuple),
+    tuple_fetch_row_version: Some(tuple_fetch_row_version),
+    tuple_tid_valid: Some(tuple_tid_valid),
+    tuple_get_latest_tid: Some(tuple_get_latest_tid),
+    tuple_satisfies_snapshot: Some(tuple_satisfies_snapshot),
+    index_delete_tuples: Some(index_delete_tuples),
+    tuple_insert: Some(tuple_insert),
+    tuple_insert_speculative: Some(tuple_insert_speculative),
+    tuple_complete_speculative: Some(tuple_complete_speculative),
+    multi_insert: Some(multi_insert),
+    tuple_delete: Some(tuple_delete),
+    tuple_update: Some(tuple_update),
+    tuple_lock: Some(tuple_lock),
+    finish_bulk_insert: Some(finish_bulk_insert),
+    relation_set_new_filenode: Some(relation_set_new_filenode),
+    relation_nontransactional_truncate: Some(relation_nontransactional_truncate),
+    relation_copy_data: Some(relation_copy_data),
+    relation_copy_for_cluster: Some(relation_copy_for_cluster),
+    relation_vacuum: Some(relation_vacuum),
+    scan_analyze_next_block: Some(scan_analyze_next_block),
+    scan_analyze_next_tuple: Some(scan_analyze_next_tuple),
+    index_build_range_scan: Some(index_build_range_scan),
+    index_validate_scan: Some(index_validate_scan),
+    relation_size: Some(relation_size),
+    relation_needs_toast_table: Some(relation_needs_toast_table),
+    relation_toast_am: Some(relation_toast_am),
+    relation_fetch_toast_slice: Some(relation_fetch_toast_slice),
+    relation_estimate_size: Some(relation_estimate_size),
+    scan_bitmap_next_block: Some(scan_bitmap_next_block),
+    scan_bitmap_next_tuple: Some(scan_bitmap_next_tuple),
+    scan_sample_next_block: Some(scan_sample_next_block),
+    scan_sample_next_tuple: Some(scan_sample_next_tuple),
+};

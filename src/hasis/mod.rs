@@ -1,0 +1,55 @@
+//! hasis: the table access method of hybrid pages (HaSiS, FAST'25).
+//!
+//! The page formats, slot/TID mapping and compaction live in
+//! `pg_hybrid_core::hasis` (plain Rust, README there). This folder is the
+//! PostgreSQL glue, one file per callback family:
+//!
+//! | file | what |
+//! |---|---|
+//! | `handler.rs` | the `TableAmRoutine` and the SQL declaration |
+//! | `relation.rs` | metapage, extents on buffers, insert, point reads, stamps (WAL: GenericXLog) |
+//! | `tuple.rs` | slot <-> core row (TOAST, missing attributes, system columns) |
+//! | `visibility.rs` | heap's visibility rules applied to a row header |
+//! | `dml.rs` | delete, update, row locks, EvalPlanQual's chain walk |
+//! | `scan.rs` | sequential, parallel, bitmap, TID and ANALYZE scans, index fetches |
+//! | `build.rs` | CREATE INDEX's table scan |
+//! | `ddl.rs` | new storage, TRUNCATE, SET TABLESPACE, CLUSTER / VACUUM FULL, VACUUM, size estimates |
+//!
+//! README.md beside this file states the locking protocol and what does not
+//! work yet.
+
+pub mod build;
+pub mod ddl;
+pub mod dml;
+pub mod handler;
+pub mod relation;
+pub mod scan;
+pub mod tuple;
+pub mod visibility;
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use pg_hybrid_core::hasis::Error as FormatError;
+
+/// Raises a hasis format error as an ERROR naming the relation and block.
+pub unsafe fn format_error(rel: pg_sys::Relation, blkno: u32, e: FormatError) -> ! {
+    let name = crate::storage::page::rel_name(rel);
+    match e {
+        FormatError::RowTooWide { len, max } => crate::raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("row of {len} bytes is too wide for a hasis table (at most {max} bytes after TOAST)"),
+            format!("Store the wide columns of \"{name}\" with a toastable type (text, bytea, jsonb), or use a heap table."),
+        ),
+        other => crate::raise(
+            PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            format!("corrupt hasis page in table \"{name}\" at block {blkno}: {other}"),
+            "Restore the table from a backup; pg_hybrid.verify_table() lists what is damaged.",
+        ),
+    }
+}
+
+/// The ERROR for a feature hasis does not offer yet.
+pub fn not_supported(what: &str, hint: &str) -> ! {
+    crate::raise(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, format!("{what} is not supported on hasis tables yet"), hint)
+}

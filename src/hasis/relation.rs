@@ -1,0 +1,553 @@
+//! A hasis relation on shared buffers: the metapage, extents, inserts into
+//! the delta part, point reads of one version, in-place MVCC stamps, and
+//! the per-extent visit scans build on. Every page change is one
+//! GenericXLog record (at most four pages; README.md "WAL").
+//!
+//! Lock order inside an extent (core README "Locking"): header block
+//! first, then the other blocks in block order. Readers here hold the
+//! header block's share lock for as long as they read the extent's other
+//! blocks; every change of the extent takes the header block (exclusive
+//! for inserts, share for stamps), so a reader never sees a slot
+//! allocated but not yet written.
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use pg_hybrid_core::hasis::delta::{self, DeltaView, ITEM_HDR};
+use pg_hybrid_core::hasis::header::{self, init_directory_block, DirEntry, ExtentHeader};
+use pg_hybrid_core::hasis::layout::{Geometry, Params, BLCKSZ, TRAILER_OFF};
+use pg_hybrid_core::hasis::row::{Mvcc, RowHeader, MVCC_OFF};
+use pg_hybrid_core::hasis::Error as FormatError;
+use pg_hybrid_core::tid::Tid;
+
+use super::format_error;
+use crate::storage::buffer::{nblocks, Buf, Lock};
+use crate::storage::wal::WalRecord;
+
+/// Block 0 of every non-empty hasis relation.
+pub const META_BLOCK: u32 = 0;
+const META_MAGIC: u32 = 0x544D_5348; // "HSMT" in file order
+const META_FORMAT: u32 = 1;
+/// Byte offsets in the metapage body.
+const M_MAGIC: usize = 24;
+const M_FORMAT: usize = 28;
+const M_PARAMS: usize = 32; // column_blocks, delta_blocks, compact_trigger, max_slots: u16 each
+const M_NEXTENTS: usize = 40;
+const M_END: usize = 44;
+
+/// Offset of the infomask inside the encoded MVCC fields.
+const INFOMASK_IN_MVCC: usize = 18;
+
+/// What the metapage says.
+#[derive(Clone, Copy, Debug)]
+pub struct Meta {
+    pub geometry: Geometry,
+    /// Extents made so far; extent k starts at block `1 + k * extent_blocks`.
+    pub nextents: u32,
+}
+
+impl Meta {
+    pub fn extent_first(&self, k: u32) -> u32 {
+        1 + k * self.geometry.extent_blocks() as u32
+    }
+    /// The extent a block belongs to, if it is inside one that exists.
+    pub fn extent_of(&self, blkno: u32) -> Option<u32> {
+        if blkno == META_BLOCK {
+            return None;
+        }
+        let k = (blkno - 1) / self.geometry.extent_blocks() as u32;
+        (k < self.nextents).then_some(k)
+    }
+}
+
+pub fn default_geometry() -> Geometry {
+    Geometry::new(Params::default()).expect("default hasis parameters are valid")
+}
+
+pub unsafe fn bytes<'a>(page: pg_sys::Page) -> &'a mut [u8] {
+    std::slice::from_raw_parts_mut(page as *mut u8, BLCKSZ)
+}
+
+/// Initializes a page for a hasis block: standard header, 16-byte special
+/// space for the format's trailer, `pd_lower` as given.
+unsafe fn init_page(page: pg_sys::Page, lower: usize) {
+    pg_sys::PageInit(page, BLCKSZ, BLCKSZ - TRAILER_OFF);
+    set_lower(page, lower);
+}
+
+unsafe fn set_lower(page: pg_sys::Page, lower: usize) {
+    (*(page as *mut pg_sys::PageHeaderData)).pd_lower = lower as u16;
+}
+
+unsafe fn rd16(b: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes([b[off], b[off + 1]])
+}
+unsafe fn rd32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
+}
+
+/// Reads the metapage; `None` for an empty relation (no blocks: a new or
+/// truncated table, whose metapage is written by the first insert).
+pub unsafe fn read_meta(rel: pg_sys::Relation) -> Option<Meta> {
+    if nblocks(rel) == 0 {
+        return None;
+    }
+    let buf = Buf::read(rel, META_BLOCK, Lock::Share);
+    Some(parse_meta(rel, buf.page()))
+}
+
+unsafe fn parse_meta(rel: pg_sys::Relation, page: pg_sys::Page) -> Meta {
+    let b = bytes(page);
+    if pg_sys::PageIsNew(page) || rd32(b, M_MAGIC) != META_MAGIC {
+        format_error(rel, META_BLOCK, FormatError::Corrupt("block 0 is not a hasis metapage"));
+    }
+    if rd32(b, M_FORMAT) != META_FORMAT {
+        crate::raise(
+            PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            format!("hasis table \"{}\" has metapage format {}, this build reads format {META_FORMAT}", crate::storage::page::rel_name(rel), rd32(b, M_FORMAT)),
+            "Install the pg_hybrid version that wrote the table, or restore it from a dump.",
+        );
+    }
+    let params = Params {
+        column_blocks: rd16(b, M_PARAMS),
+        delta_blocks: rd16(b, M_PARAMS + 2),
+        compact_trigger: rd16(b, M_PARAMS + 4),
+        max_slots: rd16(b, M_PARAMS + 6),
+    };
+    let geometry = Geometry::new(params).unwrap_or_else(|e| format_error(rel, META_BLOCK, e));
+    Meta { geometry, nextents: rd32(b, M_NEXTENTS) }
+}
+
+unsafe fn write_meta(page: pg_sys::Page, m: &Meta) {
+    let b = bytes(page);
+    b[M_MAGIC..M_MAGIC + 4].copy_from_slice(&META_MAGIC.to_le_bytes());
+    b[M_FORMAT..M_FORMAT + 4].copy_from_slice(&META_FORMAT.to_le_bytes());
+    let p = m.geometry.params;
+    for (i, v) in [p.column_blocks, p.delta_blocks, p.compact_trigger, p.max_slots].into_iter().enumerate() {
+        b[M_PARAMS + 2 * i..M_PARAMS + 2 * i + 2].copy_from_slice(&v.to_le_bytes());
+    }
+    b[M_NEXTENTS..M_NEXTENTS + 4].copy_from_slice(&m.nextents.to_le_bytes());
+}
+
+/// The metapage, written first if the relation is empty.
+pub unsafe fn ensure_meta(rel: pg_sys::Relation) -> Meta {
+    if let Some(m) = read_meta(rel) {
+        return m;
+    }
+    let local = crate::storage::buffer::relation_is_local(rel);
+    if !local {
+        pg_sys::LockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
+    }
+    if nblocks(rel) == 0 {
+        let buf = Buf::extend(rel);
+        let mut rec = WalRecord::start(rel);
+        let page = rec.register_new(&buf);
+        init_page(page, M_END);
+        write_meta(page, &Meta { geometry: default_geometry(), nextents: 0 });
+        rec.finish();
+    }
+    if !local {
+        pg_sys::UnlockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
+    }
+    read_meta(rel).expect("metapage just written")
+}
+
+/// A block of the relation for initialization: read if it exists, else
+/// the relation is extended up to it (blocks in between stay zero pages,
+/// `PageIsNew`: free on a compressing drive). Exclusively locked.
+unsafe fn block_for_init(rel: pg_sys::Relation, blkno: u32) -> Buf {
+    if blkno < nblocks(rel) {
+        return Buf::read(rel, blkno, Lock::Exclusive);
+    }
+    loop {
+        let b = Buf::extend(rel);
+        if b.blkno() >= blkno {
+            return b;
+        }
+    }
+}
+
+/// A block inside an existing extent, exclusively locked; extends the file
+/// if a crash lost the zero blocks the extent was made with (only its
+/// header, directory and used blocks are in the WAL).
+unsafe fn read_extending(rel: pg_sys::Relation, blkno: u32) -> Buf {
+    if blkno < nblocks(rel) {
+        return Buf::read(rel, blkno, Lock::Exclusive);
+    }
+    let local = crate::storage::buffer::relation_is_local(rel);
+    if !local {
+        pg_sys::LockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
+    }
+    let b = block_for_init(rel, blkno);
+    if !local {
+        pg_sys::UnlockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
+    }
+    b
+}
+
+/// Makes extent `seen` (the number of extents the caller saw) and returns
+/// the metapage after it; if another backend made one meanwhile, returns
+/// that state instead. Header and directory blocks are initialized and
+/// logged with the metapage in one record; the column and delta blocks
+/// exist as zero pages and are initialized when first used.
+pub unsafe fn add_extent(rel: pg_sys::Relation, seen: u32) -> Meta {
+    let meta_buf = Buf::read(rel, META_BLOCK, Lock::Exclusive);
+    let mut meta = parse_meta(rel, meta_buf.page());
+    if meta.nextents != seen {
+        return meta;
+    }
+    let g = meta.geometry;
+    assert!(g.directory_blocks as usize + 2 <= crate::storage::wal::MAX_PAGES);
+    let first = meta.extent_first(meta.nextents);
+    let last = first + g.extent_blocks() as u32 - 1;
+    let local = crate::storage::buffer::relation_is_local(rel);
+    if !local {
+        pg_sys::LockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
+    }
+    let header = block_for_init(rel, first);
+    let dirs: Vec<Buf> = (0..g.directory_blocks as usize).map(|i| block_for_init(rel, first + g.directory_block(i) as u32)).collect();
+    // The rest of the extent exists before the metapage says the extent
+    // does, so a later reader never reads past the end of the file.
+    if nblocks(rel) <= last {
+        loop {
+            let b = Buf::extend(rel);
+            if b.blkno() >= last {
+                break;
+            }
+        }
+    }
+    if !local {
+        pg_sys::UnlockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
+    }
+    let mut rec = WalRecord::start(rel);
+    let hp = rec.register_new(&header);
+    init_page(hp, TRAILER_OFF);
+    ExtentHeader::init_block(bytes(hp), &g);
+    for (i, d) in dirs.iter().enumerate() {
+        let dp = rec.register_new(d);
+        init_page(dp, TRAILER_OFF);
+        init_directory_block(bytes(dp), &g, i, ExtentHeader::empty().version);
+    }
+    let mp = rec.register(&meta_buf);
+    meta.nextents += 1;
+    write_meta(mp, &meta);
+    rec.finish();
+    meta
+}
+
+fn check<T>(rel: pg_sys::Relation, blkno: u32, r: Result<T, FormatError>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => unsafe { format_error(rel, blkno, e) },
+    }
+}
+
+/// Outcome of one insert attempt into one extent.
+pub enum Placed {
+    At(Tid),
+    /// No free slot or delta space here.
+    Full,
+}
+
+/// Inserts one encoded row version (payload in the core's row format) into
+/// extent `k`: a slot, a delta item, the directory entry. `mvcc.ctid` is
+/// set to the new version's own TID.
+pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u16, mut mvcc: Mvcc, payload: &[u8]) -> Placed {
+    let g = meta.geometry;
+    let first = meta.extent_first(k);
+    let hbuf = Buf::read(rel, first, Lock::Exclusive);
+    let mut h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
+    // A slot: a fresh one above the high-water mark, else the lowest one
+    // VACUUM made unused (as heap reuses line pointers).
+    let slot = if (h.slot_hwm as usize) < g.max_slots() {
+        h.slot_hwm
+    } else {
+        match lowest_unused_slot(rel, &g, first, &hbuf, h.slot_hwm) {
+            Some(s) => s,
+            None => return Placed::Full,
+        }
+    };
+    let tid = check(rel, first, g.tid(first, slot));
+    mvcc.ctid = tid;
+    let item = check(rel, first, delta::encode_item(&RowHeader { slot, natts, mvcc }, payload));
+
+    // The delta block: the last one in use if the item fits, else the next.
+    let mut target: Option<(usize, Buf, bool)> = None;
+    let (dir_index, _) = g.directory_entry(slot);
+    let dir_buf = (dir_index != 0).then(|| Buf::read(rel, first + dir_index as u32, Lock::Exclusive));
+    if h.delta_used > 0 {
+        let i = h.delta_used as usize - 1;
+        let blk = first + g.delta_block(i) as u32;
+        let b = Buf::read(rel, blk, Lock::Exclusive);
+        if check(rel, blk, delta::free_space(bytes(b.page()))) >= item.len() {
+            target = Some((i, b, false));
+        }
+    }
+    if target.is_none() {
+        if h.delta_used >= g.params.delta_blocks {
+            return Placed::Full;
+        }
+        let i = h.delta_used as usize;
+        let blk = first + g.delta_block(i) as u32;
+        let b = read_extending(rel, blk);
+        if !pg_sys::PageIsNew(b.page()) && check(rel, blk, pg_hybrid_core::hasis::layout::BlockTrailer::read(bytes(b.page()))).is_some() {
+            format_error(rel, blk, FormatError::Corrupt("delta block past delta_used is initialized"));
+        }
+        target = Some((i, b, true));
+    }
+    let (i, dbuf, fresh) = target.unwrap();
+    let dblk = first + g.delta_block(i) as u32;
+
+    let mut rec = WalRecord::start(rel);
+    let hp = rec.register(&hbuf);
+    let dirp = dir_buf.as_ref().map(|b| rec.register(b));
+    let dp = if fresh { rec.register_new(&dbuf) } else { rec.register(&dbuf) };
+    if fresh {
+        init_page(dp, 0);
+        delta::init_block(bytes(dp), &g, i, h.version);
+        h.delta_used += 1;
+    }
+    let offset = check(rel, dblk, delta::append(bytes(dp), &item));
+    set_lower(dp, offset as usize + item.len());
+    let entry = DirEntry::Delta { block: i as u8, offset };
+    let entry_page = dirp.unwrap_or(hp);
+    check(rel, first, header::write_entry(bytes(entry_page), &g, slot, entry));
+    h.slot_hwm = h.slot_hwm.max(slot + 1);
+    h.write(bytes(hp), &g);
+    rec.finish();
+    Placed::At(tid)
+}
+
+unsafe fn lowest_unused_slot(rel: pg_sys::Relation, g: &Geometry, first: u32, hbuf: &Buf, hwm: u16) -> Option<u16> {
+    let mut dir: Option<(usize, Buf)> = None;
+    for s in 0..hwm {
+        let (bi, _) = g.directory_entry(s);
+        let page = if bi == 0 {
+            hbuf.page()
+        } else {
+            if dir.as_ref().map(|d| d.0) != Some(bi) {
+                dir = Some((bi, Buf::read(rel, first + bi as u32, Lock::Share)));
+            }
+            dir.as_ref().unwrap().1.page()
+        };
+        if check(rel, first + bi as u32, header::read_entry(bytes(page), g, s)) == DirEntry::Unused {
+            return Some(s);
+        }
+    }
+    None
+}
+
+/// Inserts a row version somewhere in the relation: the last extent, else
+/// a new one. Returns its TID.
+pub unsafe fn insert(rel: pg_sys::Relation, natts: u16, mvcc: Mvcc, payload: &[u8]) -> Tid {
+    let mut meta = ensure_meta(rel);
+    let mut k = meta.nextents.saturating_sub(1);
+    loop {
+        if k >= meta.nextents {
+            meta = add_extent(rel, meta.nextents);
+            k = meta.nextents - 1;
+        }
+        match insert_into_extent(rel, &meta, k, natts, mvcc, payload) {
+            Placed::At(tid) => return tid,
+            Placed::Full => {
+                k += 1;
+                if k >= meta.nextents {
+                    meta = read_meta(rel).expect("metapage exists");
+                }
+            }
+        }
+    }
+}
+
+/// One row version found by TID, its blocks locked.
+pub struct Located {
+    /// The extent's header block, share-locked: no compaction can move the
+    /// version while this is held.
+    _header: Buf,
+    /// The delta block holding the version (share or exclusive).
+    pub buf: Buf,
+    pub tid: Tid,
+    /// Offset of the delta item in its block.
+    item: usize,
+    len: usize,
+    pub header: RowHeader,
+}
+
+/// What a TID names.
+pub enum Lookup {
+    /// Nothing: no such extent or slot, or a slot never used or made
+    /// unused by VACUUM.
+    Missing,
+    /// A slot whose version compaction removed (dead to every snapshot).
+    Dead,
+    Found(Located),
+}
+
+impl Located {
+    pub unsafe fn payload(&self) -> &[u8] {
+        &bytes(self.buf.page())[self.item + ITEM_HDR..self.item + self.len]
+    }
+    /// Writes hint bits found by a visibility check back into the page
+    /// (no WAL, as heap's hint bits; the check already marked the buffer
+    /// dirty as a hint).
+    pub unsafe fn set_hint(&self, infomask: u16) {
+        set_hint(self.buf.page(), self.item, infomask);
+    }
+    /// Overwrites the version's MVCC fields, WAL-logged. The buffer must be
+    /// exclusively locked.
+    pub unsafe fn stamp(&mut self, rel: pg_sys::Relation, m: &Mvcc) {
+        let mut rec = WalRecord::start(rel);
+        let p = rec.register(&self.buf);
+        let blk = self.tid.block;
+        check(rel, blk, delta::set_mvcc(bytes(p), self.item as u16, m));
+        rec.finish();
+        self.header.mvcc = *m;
+    }
+}
+
+pub unsafe fn set_hint(page: pg_sys::Page, item: usize, infomask: u16) {
+    let at = item + 2 + MVCC_OFF + INFOMASK_IN_MVCC;
+    bytes(page)[at..at + 2].copy_from_slice(&infomask.to_le_bytes());
+}
+
+/// Finds the version a TID names and locks its block with `lock`.
+pub unsafe fn locate(rel: pg_sys::Relation, meta: &Meta, tid: Tid, lock: Lock) -> Lookup {
+    let Some(k) = meta.extent_of(tid.block) else { return Lookup::Missing };
+    let g = meta.geometry;
+    let first = meta.extent_first(k);
+    let Ok(slot) = g.slot(first, tid) else { return Lookup::Missing };
+    let hbuf = Buf::read(rel, first, Lock::Share);
+    let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
+    if slot >= h.slot_hwm {
+        return Lookup::Missing;
+    }
+    let (bi, _) = g.directory_entry(slot);
+    let entry = if bi == 0 {
+        check(rel, first, header::read_entry(bytes(hbuf.page()), &g, slot))
+    } else {
+        let d = Buf::read(rel, first + bi as u32, Lock::Share);
+        check(rel, first + bi as u32, header::read_entry(bytes(d.page()), &g, slot))
+    };
+    match entry {
+        DirEntry::Unused => Lookup::Missing,
+        DirEntry::Dead => Lookup::Dead,
+        DirEntry::Column { .. } => column_part_unreadable(rel, first),
+        DirEntry::Delta { block, offset } => {
+            let blk = first + g.delta_block(block as usize) as u32;
+            let buf = Buf::read(rel, blk, lock);
+            let view = check(rel, blk, DeltaView::parse(bytes(buf.page()), &g, block as usize, Some(h.version)));
+            let it = check(rel, blk, view.item(offset));
+            if it.header.slot != slot {
+                format_error(rel, blk, FormatError::Corrupt("delta item does not carry its slot"));
+            }
+            let (header, len) = (it.header, it.bytes.len());
+            Lookup::Found(Located { _header: hbuf, buf, tid, item: offset as usize, len, header })
+        }
+    }
+}
+
+/// Column parts are written by major compaction, which this build does not
+/// run yet; a table that has one was written by a newer build.
+unsafe fn column_part_unreadable(rel: pg_sys::Relation, blk: u32) -> ! {
+    crate::raise(
+        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+        format!("hasis table \"{}\" has a column part at block {blk}, which this build of pg_hybrid cannot read", crate::storage::page::rel_name(rel)),
+        "Install the pg_hybrid version that wrote the table.",
+    )
+}
+
+/// One version met by `visit_extent`.
+pub struct Visited<'a> {
+    pub tid: Tid,
+    pub header: RowHeader,
+    pub payload: &'a [u8],
+    /// The share-locked buffer holding the version (for visibility hints).
+    pub buffer: pg_sys::Buffer,
+    page: pg_sys::Page,
+    item: usize,
+}
+
+impl Visited<'_> {
+    pub unsafe fn set_hint(&self, infomask: u16) {
+        set_hint(self.page, self.item, infomask);
+    }
+}
+
+/// Which versions of an extent a visit reads.
+#[derive(Clone, Copy, Debug)]
+pub enum Select {
+    /// Every version (sequential scans).
+    All,
+    /// The versions whose TIDs lie in one block (bitmap and ANALYZE
+    /// scans): found through the directory, so only the delta blocks that
+    /// hold them are read.
+    TidBlock(u32),
+}
+
+/// Calls `f` for the selected versions of extent `k`, holding the header
+/// block's share lock throughout and each delta block's share lock while
+/// its versions are visited. `All` goes through the delta part in append
+/// order; `TidBlock` in slot order.
+pub unsafe fn visit_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, select: Select, strategy: pg_sys::BufferAccessStrategy, f: &mut dyn FnMut(&Visited)) {
+    let g = meta.geometry;
+    let first = meta.extent_first(k);
+    let hbuf = Buf::read_with(rel, first, Lock::Share, strategy);
+    let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
+    if h.column_rows > 0 {
+        column_part_unreadable(rel, first);
+    }
+    // Per delta block, the item offsets to visit (None: all of them).
+    let mut wanted: Vec<Option<Vec<u16>>> = vec![None; h.delta_used as usize];
+    if let Select::TidBlock(blk) = select {
+        wanted = vec![Some(Vec::new()); h.delta_used as usize];
+        let per = pg_hybrid_core::hasis::layout::MAX_OFFSET as u32;
+        let lo = (blk.saturating_sub(first) * per).min(h.slot_hwm as u32) as u16;
+        let hi = ((blk + 1).saturating_sub(first) * per).min(h.slot_hwm as u32) as u16;
+        let mut dir: Option<(usize, Buf)> = None;
+        for s in lo..hi {
+            let (bi, _) = g.directory_entry(s);
+            let page = if bi == 0 {
+                hbuf.page()
+            } else {
+                if dir.as_ref().map(|d| d.0) != Some(bi) {
+                    dir = Some((bi, Buf::read_with(rel, first + bi as u32, Lock::Share, strategy)));
+                }
+                dir.as_ref().unwrap().1.page()
+            };
+            match check(rel, first + bi as u32, header::read_entry(bytes(page), &g, s)) {
+                DirEntry::Delta { block, offset } if (block as u16) < h.delta_used => {
+                    wanted[block as usize].as_mut().unwrap().push(offset);
+                }
+                DirEntry::Delta { .. } => format_error(rel, first, FormatError::Corrupt("directory entry names a delta block not in use")),
+                DirEntry::Column { .. } => column_part_unreadable(rel, first),
+                DirEntry::Unused | DirEntry::Dead => {}
+            }
+        }
+    }
+    for (i, want) in wanted.iter().enumerate() {
+        if matches!(want, Some(v) if v.is_empty()) {
+            continue;
+        }
+        let blk = first + g.delta_block(i) as u32;
+        let buf = Buf::read_with(rel, blk, Lock::Share, strategy);
+        let page = buf.page();
+        let view = check(rel, blk, DeltaView::parse(bytes(page), &g, i, Some(h.version)));
+        let mut visit = |it: pg_hybrid_core::hasis::delta::DeltaItem| {
+            let tid = check(rel, blk, g.tid(first, it.header.slot));
+            let v = Visited { tid, header: it.header, payload: &it.bytes[ITEM_HDR..], buffer: buf.buffer(), page, item: it.offset as usize };
+            f(&v);
+        };
+        match want {
+            None => {
+                for it in view.items() {
+                    visit(check(rel, blk, it));
+                }
+            }
+            Some(offsets) => {
+                for &o in offsets {
+                    visit(check(rel, blk, view.item(o)));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,452 @@
+//! Reads of a hasis table: sequential (serial and parallel), bitmap, TID,
+//! ANALYZE sampling, and the fetches index scans make.
+//!
+//! A scan reads one extent (or, for bitmap and ANALYZE scans, the versions
+//! of one TID block) at a time under the extent's header share lock,
+//! decides visibility for each version there (hint bits written back in
+//! place), copies the visible rows out and releases the locks before
+//! returning any of them, as heap's page-at-a-time mode does.
+
+use pgrx::pg_sys;
+
+use pg_hybrid_core::hasis::row::Mvcc;
+use pg_hybrid_core::tid::Tid;
+
+use super::relation::{self, Lookup, Meta, Select};
+use super::tuple;
+use super::visibility::*;
+use crate::storage::buffer::{nblocks, Lock};
+
+/// A version a scan will return.
+pub struct Pending {
+    pub tid: Tid,
+    pub mvcc: Mvcc,
+    pub natts: u16,
+    pub payload: Vec<u8>,
+}
+
+/// PostgreSQL's scan descriptor with hasis's state behind it.
+#[repr(C)]
+pub struct HasisScan {
+    pub base: pg_sys::TableScanDescData,
+    pub state: *mut ScanState,
+}
+
+pub struct ScanState {
+    pub meta: Option<Meta>,
+    /// Blocks when the scan started (TID scans' validity bound).
+    pub nblocks: u32,
+    next_extent: u32,
+    pending: Vec<Pending>,
+    pos: usize,
+    strategy: pg_sys::BufferAccessStrategy,
+    worker: Option<Box<pg_sys::ParallelBlockTableScanWorkerData>>,
+    worker_started: bool,
+    /// ANALYZE: the TID block chosen by scan_analyze_next_block, until its
+    /// versions are loaded.
+    analyze_block: Option<u32>,
+}
+
+impl ScanState {
+    fn reset(&mut self) {
+        self.next_extent = 0;
+        self.pending.clear();
+        self.pos = 0;
+        self.worker_started = false;
+        self.analyze_block = None;
+    }
+}
+
+pub unsafe fn state<'a>(scan: pg_sys::TableScanDesc) -> &'a mut ScanState {
+    &mut *(*(scan as *mut HasisScan)).state
+}
+
+pub unsafe fn begin(
+    rel: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    nkeys: i32,
+    key: pg_sys::ScanKey,
+    parallel: pg_sys::ParallelTableScanDesc,
+    flags: u32,
+) -> pg_sys::TableScanDesc {
+    crate::require_preload();
+    if flags & pg_sys::ScanOptions::SO_TYPE_SAMPLESCAN != 0 {
+        super::not_supported("TABLESAMPLE", "Sample with WHERE random() < fraction, or use a heap table.");
+    }
+    let scan = pg_sys::palloc0(std::mem::size_of::<HasisScan>()) as *mut HasisScan;
+    (*scan).base.rs_rd = rel;
+    (*scan).base.rs_snapshot = snapshot;
+    (*scan).base.rs_nkeys = nkeys;
+    (*scan).base.rs_key = key;
+    (*scan).base.rs_flags = flags;
+    (*scan).base.rs_parallel = parallel;
+    let large = flags & pg_sys::ScanOptions::SO_ALLOW_STRAT != 0 && nblocks(rel) as i32 > pg_sys::NBuffers / 4;
+    let st = ScanState {
+        meta: relation::read_meta(rel),
+        nblocks: nblocks(rel),
+        next_extent: 0,
+        pending: Vec::new(),
+        pos: 0,
+        strategy: if large { pg_sys::GetAccessStrategy(pg_sys::BufferAccessStrategyType::BAS_BULKREAD) } else { std::ptr::null_mut() },
+        worker: (!parallel.is_null()).then(|| Box::new(std::mem::zeroed())),
+        worker_started: false,
+        analyze_block: None,
+    };
+    (*scan).state = Box::into_raw(Box::new(st));
+    // A sequential scan of a serializable transaction locks the relation
+    // (heap_beginscan does the same: nothing finer exists to lock).
+    if flags & pg_sys::ScanOptions::SO_TYPE_SEQSCAN != 0 {
+        PredicateLockRelation(rel, snapshot);
+    }
+    scan as pg_sys::TableScanDesc
+}
+
+pub unsafe fn end(scan: pg_sys::TableScanDesc) {
+    let hs = scan as *mut HasisScan;
+    let st = Box::from_raw((*hs).state);
+    if !st.strategy.is_null() {
+        pg_sys::FreeAccessStrategy(st.strategy);
+    }
+    drop(st);
+    if (*scan).rs_flags & pg_sys::ScanOptions::SO_TEMP_SNAPSHOT != 0 {
+        pg_sys::UnregisterSnapshot((*scan).rs_snapshot);
+    }
+    pg_sys::pfree(scan as *mut std::ffi::c_void);
+}
+
+pub unsafe fn rescan(scan: pg_sys::TableScanDesc, key: pg_sys::ScanKey) {
+    if !key.is_null() && (*scan).rs_nkeys > 0 {
+        std::ptr::copy(key, (*scan).rs_key, (*scan).rs_nkeys as usize);
+    }
+    let rel = (*scan).rs_rd;
+    let st = state(scan);
+    st.reset();
+    st.meta = relation::read_meta(rel);
+    st.nblocks = nblocks(rel);
+}
+
+/// The next extent this scan (or this parallel worker) reads.
+pub unsafe fn next_extent(scan: pg_sys::TableScanDesc) -> Option<u32> {
+    let rel = (*scan).rs_rd;
+    let st = state(scan);
+    let meta = st.meta?;
+    let Some(worker) = st.worker.as_mut() else {
+        let k = st.next_extent;
+        st.next_extent += 1;
+        return (k < meta.nextents).then_some(k);
+    };
+    // Parallel: blocks are handed out by PostgreSQL's block allocator; a
+    // worker reads the extents whose header blocks it was given.
+    let pbscan = (*scan).rs_parallel as pg_sys::ParallelBlockTableScanDesc;
+    if !st.worker_started {
+        pg_sys::table_block_parallelscan_startblock_init(rel, &mut **worker, pbscan);
+        st.worker_started = true;
+    }
+    loop {
+        let blk = pg_sys::table_block_parallelscan_nextpage(rel, &mut **worker, pbscan);
+        if blk == pg_sys::InvalidBlockNumber {
+            return None;
+        }
+        if let Some(k) = meta.extent_of(blk) {
+            if meta.extent_first(k) == blk {
+                return Some(k);
+            }
+        }
+    }
+}
+
+/// Loads the versions of `select` in extent `k` visible to `snapshot`.
+unsafe fn load_visible(rel: pg_sys::Relation, st: &mut ScanState, k: u32, select: Select, snapshot: pg_sys::Snapshot, lock_tids: bool) {
+    st.pending.clear();
+    st.pos = 0;
+    let meta = st.meta.expect("scan of a non-empty table");
+    let pending = &mut st.pending;
+    relation::visit_extent(rel, &meta, k, select, st.strategy, &mut |v| {
+        let (vis, hint) = visible(rel, snapshot, &v.header.mvcc, v.tid, v.buffer);
+        if let Some(h) = hint {
+            v.set_hint(h);
+        }
+        if vis {
+            if lock_tids {
+                let mut ip = to_item_pointer(v.tid);
+                PredicateLockTID(rel, &mut ip, snapshot, pg_sys::TransactionId::from(v.header.mvcc.xmin));
+            }
+            pending.push(Pending { tid: v.tid, mvcc: v.header.mvcc, natts: v.header.natts, payload: v.payload.to_vec() });
+        }
+    });
+}
+
+unsafe fn emit(rel: pg_sys::Relation, st: &mut ScanState, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    if st.pos < st.pending.len() {
+        let p = &st.pending[st.pos];
+        st.pos += 1;
+        tuple::store(rel, slot, p.natts, &p.payload, &p.mvcc, p.tid);
+        true
+    } else {
+        false
+    }
+}
+
+pub unsafe fn getnextslot(scan: pg_sys::TableScanDesc, _dir: pg_sys::ScanDirection::Type, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    let rel = (*scan).rs_rd;
+    loop {
+        if emit(rel, state(scan), slot) {
+            return true;
+        }
+        let Some(k) = next_extent(scan) else {
+            pg_sys::ExecClearTuple(slot);
+            return false;
+        };
+        load_visible(rel, state(scan), k, Select::All, (*scan).rs_snapshot, false);
+    }
+}
+
+pub unsafe fn bitmap_next_block(scan: pg_sys::TableScanDesc, tbmres: *mut pg_sys::TBMIterateResult) -> bool {
+    let rel = (*scan).rs_rd;
+    let st = state(scan);
+    st.pending.clear();
+    st.pos = 0;
+    let blk = (*tbmres).blockno;
+    let Some(meta) = st.meta else { return false };
+    let Some(k) = meta.extent_of(blk) else { return false };
+    load_visible(rel, st, k, Select::TidBlock(blk), (*scan).rs_snapshot, true);
+    if (*tbmres).ntuples >= 0 {
+        // Exact page: only the offsets the bitmap holds.
+        let offs = (*tbmres).offsets.as_slice((*tbmres).ntuples as usize);
+        st.pending.retain(|p| offs.contains(&p.tid.offset));
+    }
+    !st.pending.is_empty()
+}
+
+pub unsafe fn bitmap_next_tuple(scan: pg_sys::TableScanDesc, _tbmres: *mut pg_sys::TBMIterateResult, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    emit((*scan).rs_rd, state(scan), slot)
+}
+
+pub unsafe fn analyze_next_block(scan: pg_sys::TableScanDesc, blockno: pg_sys::BlockNumber, _strategy: pg_sys::BufferAccessStrategy) -> bool {
+    let st = state(scan);
+    st.pending.clear();
+    st.pos = 0;
+    st.analyze_block = Some(blockno);
+    true
+}
+
+/// ANALYZE's sample of one TID block, counted as heap counts: live rows
+/// (and rows this transaction inserts) are sampled; dead and recently dead
+/// ones counted as dead; rows another transaction is deleting are live.
+pub unsafe fn analyze_next_tuple(
+    scan: pg_sys::TableScanDesc,
+    oldest_xmin: pg_sys::TransactionId,
+    liverows: *mut f64,
+    deadrows: *mut f64,
+    slot: *mut pg_sys::TupleTableSlot,
+) -> bool {
+    use pg_sys::HTSV_Result::*;
+    let rel = (*scan).rs_rd;
+    let st = state(scan);
+    if let Some(blk) = st.analyze_block.take() {
+        if let Some(meta) = st.meta {
+            if let Some(k) = meta.extent_of(blk) {
+                let pending = &mut st.pending;
+                relation::visit_extent(rel, &meta, k, Select::TidBlock(blk), st.strategy, &mut |v| {
+                    let m = v.header.mvcc;
+                    let (r, hint, _) = vacuum_state(&m, v.tid, (*rel).rd_id, oldest_xmin, v.buffer);
+                    if let Some(h) = hint {
+                        v.set_hint(h);
+                    }
+                    let sample = match r {
+                        HEAPTUPLE_LIVE => true,
+                        HEAPTUPLE_INSERT_IN_PROGRESS => pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmin)),
+                        HEAPTUPLE_DELETE_IN_PROGRESS => !pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmax)),
+                        _ => false,
+                    };
+                    if sample {
+                        *liverows += 1.0;
+                        pending.push(Pending { tid: v.tid, mvcc: m, natts: v.header.natts, payload: v.payload.to_vec() });
+                    } else if r != HEAPTUPLE_INSERT_IN_PROGRESS {
+                        *deadrows += 1.0;
+                    }
+                });
+            }
+        }
+    }
+    if emit(rel, st, slot) {
+        true
+    } else {
+        pg_sys::ExecClearTuple(slot);
+        false
+    }
+}
+
+/// State of index scans' fetches.
+#[repr(C)]
+pub struct HasisFetch {
+    pub base: pg_sys::IndexFetchTableData,
+    pub meta: Option<Meta>,
+}
+
+pub unsafe fn fetch_begin(rel: pg_sys::Relation) -> *mut pg_sys::IndexFetchTableData {
+    crate::require_preload();
+    let f = Box::new(HasisFetch { base: pg_sys::IndexFetchTableData { rel }, meta: relation::read_meta(rel) });
+    Box::into_raw(f) as *mut pg_sys::IndexFetchTableData
+}
+
+pub unsafe fn fetch_end(scan: *mut pg_sys::IndexFetchTableData) {
+    drop(Box::from_raw(scan as *mut HasisFetch));
+}
+
+/// The metapage, re-read when a TID lies past the extents known so far
+/// (the table grew since).
+unsafe fn meta_covering(rel: pg_sys::Relation, meta: &mut Option<Meta>, tid: Tid) -> Option<Meta> {
+    let stale = match meta {
+        None => true,
+        Some(m) => m.extent_of(tid.block).is_none(),
+    };
+    if stale {
+        *meta = relation::read_meta(rel);
+    }
+    *meta
+}
+
+/// Fetches the version at `tid` into `slot` if `snapshot` sees it. Also
+/// says whether the TID is dead to everyone (`all_dead`, for index AMs'
+/// killed-item hints).
+pub unsafe fn fetch_version(
+    rel: pg_sys::Relation,
+    meta: &mut Option<Meta>,
+    tid: Tid,
+    snapshot: pg_sys::Snapshot,
+    slot: *mut pg_sys::TupleTableSlot,
+    all_dead: Option<&mut bool>,
+) -> bool {
+    let Some(m) = meta_covering(rel, meta, tid) else { return false };
+    let loc = match relation::locate(rel, &m, tid, Lock::Share) {
+        Lookup::Found(l) => l,
+        Lookup::Missing | Lookup::Dead => {
+            if let Some(d) = all_dead {
+                *d = true;
+            }
+            return false;
+        }
+    };
+    let mv = loc.header.mvcc;
+    let (vis, hint) = visible(rel, snapshot, &mv, tid, loc.buf.buffer());
+    if let Some(h) = hint {
+        loc.set_hint(h);
+    }
+    if vis {
+        let mut ip = to_item_pointer(tid);
+        PredicateLockTID(rel, &mut ip, snapshot, pg_sys::TransactionId::from(mv.xmin));
+        tuple::store(rel, slot, loc.header.natts, loc.payload(), &loc.header.mvcc, tid);
+        return true;
+    }
+    if let Some(d) = all_dead {
+        let mut ht = HeaderTuple::new(&loc.header.mvcc, tid, (*rel).rd_id);
+        *d = pg_sys::HeapTupleIsSurelyDead(ht.ptr(), pg_sys::GlobalVisTestFor(rel));
+    }
+    false
+}
+
+pub unsafe fn index_fetch_tuple(
+    scan: *mut pg_sys::IndexFetchTableData,
+    tid: pg_sys::ItemPointer,
+    snapshot: pg_sys::Snapshot,
+    slot: *mut pg_sys::TupleTableSlot,
+    call_again: *mut bool,
+    all_dead: *mut bool,
+) -> bool {
+    let f = &mut *(scan as *mut HasisFetch);
+    *call_again = false;
+    let mut dead = false;
+    let found = fetch_version(f.base.rel, &mut f.meta, from_item_pointer(&*tid), snapshot, slot, Some(&mut dead));
+    if !all_dead.is_null() {
+        *all_dead = dead;
+    }
+    found
+}
+
+pub unsafe fn fetch_row_version(rel: pg_sys::Relation, tid: pg_sys::ItemPointer, snapshot: pg_sys::Snapshot, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    let mut meta = None;
+    fetch_version(rel, &mut meta, from_item_pointer(&*tid), snapshot, slot, None)
+}
+
+pub unsafe fn tid_valid(scan: pg_sys::TableScanDesc, tid: pg_sys::ItemPointer) -> bool {
+    let t = from_item_pointer(&*tid);
+    t.offset != 0 && t.block < state(scan).nblocks
+}
+
+pub unsafe fn satisfies_snapshot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, snapshot: pg_sys::Snapshot) -> bool {
+    let Some(meta) = relation::read_meta(rel) else { return false };
+    let tid = from_item_pointer(&(*slot).tts_tid);
+    match relation::locate(rel, &meta, tid, Lock::Share) {
+        Lookup::Found(loc) => {
+            let (vis, hint) = visible(rel, snapshot, &loc.header.mvcc, tid, loc.buf.buffer());
+            if let Some(h) = hint {
+                loc.set_hint(h);
+            }
+            vis
+        }
+        _ => false,
+    }
+}
+
+/// The newest version of the row at `tid` that the scan's snapshot sees
+/// (heap_get_latest_tid): follows the update chain while each successor's
+/// xmin is its predecessor's xmax.
+pub unsafe fn get_latest_tid(scan: pg_sys::TableScanDesc, tid: pg_sys::ItemPointer) {
+    let rel = (*scan).rs_rd;
+    let Some(meta) = relation::read_meta(rel) else { return };
+    let mut t = from_item_pointer(&*tid);
+    let mut prior_xmax: Option<u32> = None;
+    loop {
+        let loc = match relation::locate(rel, &meta, t, Lock::Share) {
+            Lookup::Found(l) => l,
+            _ => return,
+        };
+        let m = loc.header.mvcc;
+        if prior_xmax.is_some_and(|x| x != m.xmin) {
+            return;
+        }
+        let (vis, hint) = visible(rel, (*scan).rs_snapshot, &m, t, loc.buf.buffer());
+        if let Some(h) = hint {
+            loc.set_hint(h);
+        }
+        if vis {
+            *tid = to_item_pointer(t);
+        }
+        if m.infomask & HEAP_XMAX_INVALID != 0 || m.infomask & HEAP_XMAX_LOCK_ONLY != 0 || m.ctid == t {
+            return;
+        }
+        prior_xmax = Some(m.xmax);
+        t = m.ctid;
+    }
+}
+
+/// Which index entries may go (btree's simple and bottom-up deletion):
+/// TIDs whose slot is gone or whose version is dead to everyone. Returns
+/// the newest xid whose removal a hot standby must wait out.
+pub unsafe fn index_delete_tuples(rel: pg_sys::Relation, delstate: *mut pg_sys::TM_IndexDeleteOp) -> pg_sys::TransactionId {
+    let mut latest: pg_sys::TransactionId = pg_sys::InvalidTransactionId;
+    let Some(meta) = relation::read_meta(rel) else { return latest };
+    let oldest = pg_sys::GetOldestNonRemovableTransactionId(rel);
+    let n = (*delstate).ndeltids as usize;
+    let deltids = std::slice::from_raw_parts((*delstate).deltids, n);
+    for d in deltids {
+        let status = &mut *(*delstate).status.add(d.id as usize);
+        let tid = from_item_pointer(&d.tid);
+        match relation::locate(rel, &meta, tid, Lock::Share) {
+            Lookup::Missing | Lookup::Dead => status.knowndeletable = true,
+            Lookup::Found(loc) => {
+                let m = loc.header.mvcc;
+                let (r, hint, mut ht) = vacuum_state(&m, tid, (*rel).rd_id, oldest, loc.buf.buffer());
+                if let Some(h) = hint {
+                    loc.set_hint(h);
+                }
+                if status.knowndeletable || r == pg_sys::HTSV_Result::HEAPTUPLE_DEAD {
+                    status.knowndeletable = true;
+                    HeapTupleHeaderAdvanceLatestRemovedXid(ht.header(), &mut latest);
+                }
+            }
+        }
+    }
+    latest
+}

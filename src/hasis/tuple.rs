@@ -1,0 +1,210 @@
+//! Rows between PostgreSQL's tuple slots and the core's row format.
+//!
+//! Writing: the slot's values become a heap tuple (`heap_form_tuple`
+//! flattens expanded values), which heap's toaster shrinks below
+//! `TOAST_TUPLE_THRESHOLD` exactly as for a heap table (the TOAST table is
+//! a heap table); its deformed values are stored as raw bytes: by-value
+//! and fixed-length values as their bytes, varlena values with their
+//! header as they sit in a heap tuple (inline, compressed or a TOAST
+//! pointer), cstrings with their terminator.
+//!
+//! Reading: the bytes become a heap tuple again, with the version's MVCC
+//! fields in its header, so system columns (xmin, xmax, cmin, ctid) read
+//! as on heap. Columns added after the row was written (natts below the
+//! descriptor's) take their missing value (ADD COLUMN ... DEFAULT).
+
+use pgrx::pg_sys;
+
+use pg_hybrid_core::hasis::row::{decode_payload, encode_payload, ColumnDesc, MinMaxOrder, Mvcc, Row, Schema};
+use pg_hybrid_core::tid::Tid;
+
+use super::visibility::{to_item_pointer, write_header, HEAP_HASEXTERNAL};
+
+/// TOAST_TUPLE_THRESHOLD for 8 kB blocks.
+const TOAST_TUPLE_THRESHOLD: u32 = 2032;
+
+extern "C-unwind" {
+    fn heap_toast_insert_or_update(rel: pg_sys::Relation, newtup: pg_sys::HeapTuple, oldtup: pg_sys::HeapTuple, options: i32) -> pg_sys::HeapTuple;
+    fn heap_toast_delete(rel: pg_sys::Relation, oldtup: pg_sys::HeapTuple, is_speculative: bool);
+    fn toast_flatten_tuple(tup: pg_sys::HeapTuple, desc: pg_sys::TupleDesc) -> pg_sys::HeapTuple;
+}
+
+unsafe fn attrs<'a>(desc: pg_sys::TupleDesc) -> &'a [pg_sys::FormData_pg_attribute] {
+    (*desc).attrs.as_slice((*desc).natts as usize)
+}
+
+/// The core's view of the relation's columns.
+pub unsafe fn schema(rel: pg_sys::Relation) -> Schema {
+    schema_of((*rel).rd_att)
+}
+
+/// The core's view of a tuple descriptor's columns.
+pub unsafe fn schema_of(desc: pg_sys::TupleDesc) -> Schema {
+    let cols = attrs(desc)
+        .iter()
+        .map(|a| {
+            if a.attlen > 0 {
+                ColumnDesc::fixed(a.attlen as u16, minmax_order(a.atttypid, a.attlen))
+            } else {
+                ColumnDesc::varlena()
+            }
+        })
+        .collect();
+    Schema::new(cols).expect("a relation's columns make a valid hasis schema")
+}
+
+/// How the column part orders a type's raw bytes for min/max.
+fn minmax_order(typid: pg_sys::Oid, len: i16) -> MinMaxOrder {
+    use pg_sys::BuiltinOid as B;
+    let Ok(b) = B::try_from(typid) else { return MinMaxOrder::None };
+    match b {
+        B::INT2OID | B::INT4OID | B::INT8OID | B::DATEOID | B::TIMEOID | B::TIMESTAMPOID | B::TIMESTAMPTZOID => MinMaxOrder::SignedInt,
+        B::OIDOID | B::XIDOID => MinMaxOrder::UnsignedInt,
+        B::FLOAT4OID | B::FLOAT8OID if len == 4 || len == 8 => MinMaxOrder::Float,
+        B::UUIDOID | B::BOOLOID | B::CHAROID => MinMaxOrder::Bytes,
+        _ => MinMaxOrder::None,
+    }
+}
+
+/// A row ready to store: its payload in the core's row format, and the
+/// (toasted) heap tuple it came from, which update and delete hand to the
+/// toaster.
+pub struct Prepared {
+    pub natts: u16,
+    pub payload: Vec<u8>,
+    pub tuple: pg_sys::HeapTuple,
+}
+
+/// Encodes the slot's row; `old` is the previous version for an UPDATE,
+/// so the toaster can keep unchanged TOAST values and drop replaced ones.
+pub unsafe fn prepare(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, old: pg_sys::HeapTuple, options: i32) -> Prepared {
+    let desc = (*rel).rd_att;
+    // slot_getallattrs (inline in PostgreSQL): a virtual tuple stored in a
+    // heap-tuple slot has all values already and no tuple to deform.
+    if ((*slot).tts_nvalid as i32) < (*desc).natts {
+        pg_sys::slot_getsomeattrs_int(slot, (*desc).natts);
+    }
+    let tup = pg_sys::heap_form_tuple(desc, (*slot).tts_values, (*slot).tts_isnull);
+    prepare_tuple(rel, tup, old, options)
+}
+
+/// `prepare` for a formed heap tuple (CLUSTER's copies: external values are
+/// toasted again into the new relation's TOAST table).
+pub unsafe fn prepare_tuple(rel: pg_sys::Relation, mut tup: pg_sys::HeapTuple, old: pg_sys::HeapTuple, options: i32) -> Prepared {
+    let desc = (*rel).rd_att;
+    let has_external = (*(*tup).t_data).t_infomask & HEAP_HASEXTERNAL != 0;
+    if (*(*rel).rd_rel).reltoastrelid != pg_sys::InvalidOid && (has_external || (*tup).t_len > TOAST_TUPLE_THRESHOLD) {
+        tup = heap_toast_insert_or_update(rel, tup, old, options);
+    } else if has_external {
+        tup = toast_flatten_tuple(tup, desc);
+    }
+    let row = deform(desc, tup);
+    let payload = encode_payload(&schema(rel), &row).unwrap_or_else(|e| super::format_error(rel, 0, e));
+    Prepared { natts: row.values.len() as u16, payload, tuple: tup }
+}
+
+unsafe fn deform(desc: pg_sys::TupleDesc, tup: pg_sys::HeapTuple) -> Row {
+    let n = (*desc).natts as usize;
+    let mut values = vec![pg_sys::Datum::from(0usize); n];
+    let mut nulls = vec![false; n];
+    pg_sys::heap_deform_tuple(tup, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
+    let out = attrs(desc)
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (!nulls[i]).then(|| datum_bytes(a, values[i])))
+        .collect();
+    Row::new(out)
+}
+
+unsafe fn datum_bytes(a: &pg_sys::FormData_pg_attribute, d: pg_sys::Datum) -> Vec<u8> {
+    if a.attbyval {
+        let v = d.value() as u64;
+        v.to_le_bytes()[..a.attlen as usize].to_vec()
+    } else {
+        let p = d.cast_mut_ptr::<u8>();
+        let len = match a.attlen {
+            -1 => pgrx::varsize_any(p as *const pg_sys::varlena),
+            -2 => std::ffi::CStr::from_ptr(p as *const std::os::raw::c_char).to_bytes_with_nul().len(),
+            n => n as usize,
+        };
+        std::slice::from_raw_parts(p, len).to_vec()
+    }
+}
+
+unsafe fn bytes_datum(a: &pg_sys::FormData_pg_attribute, b: &[u8]) -> pg_sys::Datum {
+    if a.attbyval {
+        let mut v = [0u8; 8];
+        v[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
+        // Sign-extend as the type's DatumGet* would see it.
+        let raw = match a.attlen {
+            1 => v[0] as i8 as i64 as u64,
+            2 => i16::from_le_bytes([v[0], v[1]]) as i64 as u64,
+            4 => i32::from_le_bytes(v[..4].try_into().unwrap()) as i64 as u64,
+            _ => u64::from_le_bytes(v),
+        };
+        pg_sys::Datum::from(raw as usize)
+    } else {
+        pg_sys::Datum::from(b.as_ptr())
+    }
+}
+
+/// Decodes a stored payload into a row.
+pub unsafe fn decode(rel: pg_sys::Relation, schema: &Schema, natts: u16, payload: &[u8], blk: u32) -> Row {
+    decode_payload(schema, natts as usize, payload).unwrap_or_else(|e| super::format_error(rel, blk, e))
+}
+
+/// A heap tuple (palloc'd in the current memory context) of `row` with the
+/// version's MVCC fields and TID.
+pub unsafe fn form(rel: pg_sys::Relation, row: &Row, m: &Mvcc, tid: Tid) -> pg_sys::HeapTuple {
+    form_desc((*rel).rd_att, (*rel).rd_id, row, m, tid)
+}
+
+unsafe fn form_desc(desc: pg_sys::TupleDesc, relid: pg_sys::Oid, row: &Row, m: &Mvcc, tid: Tid) -> pg_sys::HeapTuple {
+    let n = (*desc).natts as usize;
+    let mut values = vec![pg_sys::Datum::from(0usize); n];
+    let mut nulls = vec![true; n];
+    for (i, a) in attrs(desc).iter().enumerate() {
+        match row.values.get(i) {
+            Some(Some(b)) => {
+                values[i] = bytes_datum(a, b);
+                nulls[i] = false;
+            }
+            Some(None) => {}
+            None => {
+                let mut isnull = true;
+                values[i] = pg_sys::getmissingattr(desc, i as i32 + 1, &mut isnull);
+                nulls[i] = isnull;
+            }
+        }
+    }
+    let tup = pg_sys::heap_form_tuple(desc, values.as_mut_ptr(), nulls.as_mut_ptr());
+    write_header((*tup).t_data as *mut u8, m);
+    (*tup).t_self = to_item_pointer(tid);
+    (*tup).t_tableOid = relid;
+    tup
+}
+
+/// Stores a stored version (`natts` values of `payload`) into a slot of
+/// `TTSOpsHeapTuple` (hasis's slot type), decoded with the slot's tuple
+/// descriptor: during ALTER TABLE's rewrite the relation's descriptor is
+/// already the new one, and the slot has the descriptor the rows were
+/// written with.
+pub unsafe fn store(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, natts: u16, payload: &[u8], m: &Mvcc, tid: Tid) {
+    let desc = (*slot).tts_tupleDescriptor;
+    let row = decode_payload(&schema_of(desc), natts as usize, payload).unwrap_or_else(|e| super::format_error(rel, tid.block, e));
+    // The slot frees the tuple when it is cleared, which may be after the
+    // caller's memory context was reset: allocate it in the slot's.
+    let old = pg_sys::CurrentMemoryContext;
+    pg_sys::CurrentMemoryContext = (*slot).tts_mcxt;
+    let tup = form_desc(desc, (*rel).rd_id, &row, m, tid);
+    pg_sys::CurrentMemoryContext = old;
+    pg_sys::ExecStoreHeapTuple(tup, slot, true);
+    (*slot).tts_tableOid = (*rel).rd_id;
+}
+
+/// Deletes the TOAST values of a deleted version, as heap_delete does.
+pub unsafe fn toast_delete(rel: pg_sys::Relation, old: pg_sys::HeapTuple) {
+    if (*(*old).t_data).t_infomask & HEAP_HASEXTERNAL != 0 && (*(*rel).rd_rel).reltoastrelid != pg_sys::InvalidOid {
+        heap_toast_delete(rel, old, false);
+    }
+}
