@@ -34,6 +34,7 @@ pub extern "C-unwind" fn _PG_init() {
         engine::init();
         hybrid::init();
         elastic::init();
+        hasis::init();
         install_shmem_hooks();
         shmem::install_drop_hook();
         // Errors must read the same whatever the server's environment:

@@ -41,6 +41,7 @@ pub unsafe fn set_new_filenode(rel: pg_sys::Relation, newrnode: *const pg_sys::R
 }
 
 pub unsafe fn nontransactional_truncate(rel: pg_sys::Relation) {
+    relation::forget_meta(rel);
     pg_sys::RelationTruncate(rel, 0);
 }
 

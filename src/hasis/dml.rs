@@ -219,8 +219,8 @@ unsafe fn stamp_removed(rel: pg_sys::Relation, loc: &Located, cid: pg_sys::Comma
     m
 }
 
-unsafe fn meta_or_invisible(rel: pg_sys::Relation, what: &str) -> Meta {
-    relation::read_meta(rel).unwrap_or_else(|| invisible(what))
+unsafe fn meta_or_invisible(rel: pg_sys::Relation, tid: Tid, what: &str) -> Meta {
+    relation::meta_covering(rel, tid).unwrap_or_else(|| invisible(what))
 }
 
 fn invisible(what: &str) -> ! {
@@ -235,7 +235,7 @@ pub unsafe fn delete(
     wait: bool,
     tmfd: *mut pg_sys::TM_FailureData,
 ) -> pg_sys::TM_Result::Type {
-    let meta = meta_or_invisible(rel, "delete");
+    let meta = meta_or_invisible(rel, tid, "delete");
     let policy = if wait { pg_sys::LockWaitPolicy::LockWaitBlock } else { pg_sys::LockWaitPolicy::LockWaitSkip };
     let mut tlock = TupleLock::new(rel, tid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE);
     let (mut loc, mut result) = match acquire(rel, &meta, tid, cid, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Delete) {
@@ -280,7 +280,7 @@ pub unsafe fn update(
 ) -> pg_sys::TM_Result::Type {
     *lockmode = pg_sys::LockTupleMode::LockTupleExclusive;
     *update_indexes = true;
-    let meta = meta_or_invisible(rel, "update");
+    let meta = meta_or_invisible(rel, otid, "update");
     let policy = if wait { pg_sys::LockWaitPolicy::LockWaitBlock } else { pg_sys::LockWaitPolicy::LockWaitSkip };
     let mut tlock = TupleLock::new(rel, otid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE);
     let (mut loc, mut result) = match acquire(rel, &meta, otid, cid, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Update) {
@@ -318,7 +318,7 @@ pub unsafe fn update(
     let new_mvcc = Mvcc { xmin: xid, xmax: 0, cid, ctid: Tid::default(), infomask: HEAP_XMAX_INVALID | HEAP_UPDATED, infomask2: 0 };
     let ntid = relation::insert(rel, new.natts, new_mvcc, &new.payload);
 
-    let meta = relation::read_meta(rel).expect("metapage exists");
+    let meta = relation::meta_covering(rel, otid).expect("metapage exists");
     match relation::locate(rel, &meta, otid, Lock::Exclusive) {
         Lookup::Found(mut loc) if loc.header.mvcc.xmax == xid => {
             let mut m = loc.header.mvcc;
@@ -344,8 +344,8 @@ pub unsafe fn lock(
     flags: u8,
     tmfd: *mut pg_sys::TM_FailureData,
 ) -> pg_sys::TM_Result::Type {
-    let Some(meta) = relation::read_meta(rel) else { return TM_Deleted };
     let mut tid = from_item_pointer(&*tid_io);
+    let Some(mut meta) = relation::meta_covering(rel, tid) else { return TM_Deleted };
     (*tmfd).traversed = false;
     'retry: loop {
         let mut tlock = TupleLock::new(rel, tid, heavy_mode(mode));
@@ -393,6 +393,9 @@ pub unsafe fn lock(
         tid = next;
         (*tmfd).traversed = true;
         loop {
+            if meta.extent_of(tid.block).is_none() {
+                meta = relation::meta_covering(rel, tid).expect("metapage exists");
+            }
             let loc = match relation::locate(rel, &meta, tid, Lock::Share) {
                 Lookup::Found(l) => l,
                 _ => return TM_Deleted,

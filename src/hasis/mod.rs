@@ -13,6 +13,7 @@
 //! | `dml.rs` | delete, update, row locks, EvalPlanQual's chain walk |
 //! | `scan.rs` | sequential, parallel, bitmap, TID and ANALYZE scans, index fetches |
 //! | `build.rs` | CREATE INDEX's table scan |
+//! | `wal.rs` | hasis's WAL resource manager: insert and stamp records |
 //! | `ddl.rs` | new storage, TRUNCATE, SET TABLESPACE, CLUSTER / VACUUM FULL, VACUUM, size estimates |
 //!
 //! README.md beside this file states the locking protocol and what does not
@@ -26,6 +27,12 @@ pub mod relation;
 pub mod scan;
 pub mod tuple;
 pub mod visibility;
+pub mod wal;
+
+/// Called from _PG_init while shared_preload_libraries is processed.
+pub unsafe fn init() {
+    wal::register();
+}
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;

@@ -70,12 +70,12 @@ pub unsafe fn bytes<'a>(page: pg_sys::Page) -> &'a mut [u8] {
 
 /// Initializes a page for a hasis block: standard header, 16-byte special
 /// space for the format's trailer, `pd_lower` as given.
-unsafe fn init_page(page: pg_sys::Page, lower: usize) {
+pub unsafe fn init_page(page: pg_sys::Page, lower: usize) {
     pg_sys::PageInit(page, BLCKSZ, BLCKSZ - TRAILER_OFF);
     set_lower(page, lower);
 }
 
-unsafe fn set_lower(page: pg_sys::Page, lower: usize) {
+pub unsafe fn set_lower(page: pg_sys::Page, lower: usize) {
     (*(page as *mut pg_sys::PageHeaderData)).pd_lower = lower as u16;
 }
 
@@ -129,9 +129,54 @@ unsafe fn write_meta(page: pg_sys::Page, m: &Meta) {
     b[M_NEXTENTS..M_NEXTENTS + 4].copy_from_slice(&m.nextents.to_le_bytes());
 }
 
+/// The metapage as this backend last read it, kept in the relcache entry
+/// (`rd_amcache`, freed by any relcache rebuild) for the relation file it
+/// was read from. Extents only get added while a file exists, so a cached
+/// copy is right except for extents made since: callers that meet a TID or
+/// need an extent past `nextents` call `refresh_meta`.
+#[repr(C)]
+struct CachedMeta {
+    relfilenode: pg_sys::Oid,
+    meta: Meta,
+}
+
+pub unsafe fn cached_meta(rel: pg_sys::Relation) -> Option<Meta> {
+    let c = (*rel).rd_amcache as *const CachedMeta;
+    if !c.is_null() && (*c).relfilenode == (*rel).rd_node.relNode {
+        return Some((*c).meta);
+    }
+    refresh_meta(rel)
+}
+
+/// Reads the metapage and caches it.
+pub unsafe fn refresh_meta(rel: pg_sys::Relation) -> Option<Meta> {
+    let m = read_meta(rel)?;
+    if (*rel).rd_amcache.is_null() {
+        (*rel).rd_amcache = pg_sys::MemoryContextAlloc(pg_sys::CacheMemoryContext, std::mem::size_of::<CachedMeta>());
+    }
+    *((*rel).rd_amcache as *mut CachedMeta) = CachedMeta { relfilenode: (*rel).rd_node.relNode, meta: m };
+    Some(m)
+}
+
+/// Forgets the cached metapage (the file was truncated in place).
+pub unsafe fn forget_meta(rel: pg_sys::Relation) {
+    if !(*rel).rd_amcache.is_null() {
+        pg_sys::pfree((*rel).rd_amcache);
+        (*rel).rd_amcache = std::ptr::null_mut();
+    }
+}
+
+/// The metapage, fresh enough to contain the extent of `tid` if it exists.
+pub unsafe fn meta_covering(rel: pg_sys::Relation, tid: Tid) -> Option<Meta> {
+    match cached_meta(rel) {
+        Some(m) if m.extent_of(tid.block).is_some() => Some(m),
+        _ => refresh_meta(rel),
+    }
+}
+
 /// The metapage, written first if the relation is empty.
 pub unsafe fn ensure_meta(rel: pg_sys::Relation) -> Meta {
-    if let Some(m) = read_meta(rel) {
+    if let Some(m) = cached_meta(rel) {
         return m;
     }
     let local = crate::storage::buffer::relation_is_local(rel);
@@ -149,7 +194,7 @@ pub unsafe fn ensure_meta(rel: pg_sys::Relation) -> Meta {
     if !local {
         pg_sys::UnlockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
     }
-    read_meta(rel).expect("metapage just written")
+    refresh_meta(rel).expect("metapage just written")
 }
 
 /// A block of the relation for initialization: read if it exists, else
@@ -194,7 +239,8 @@ pub unsafe fn add_extent(rel: pg_sys::Relation, seen: u32) -> Meta {
     let meta_buf = Buf::read(rel, META_BLOCK, Lock::Exclusive);
     let mut meta = parse_meta(rel, meta_buf.page());
     if meta.nextents != seen {
-        return meta;
+        drop(meta_buf);
+        return refresh_meta(rel).unwrap_or(meta);
     }
     let g = meta.geometry;
     assert!(g.directory_blocks as usize + 2 <= crate::storage::wal::MAX_PAGES);
@@ -232,7 +278,8 @@ pub unsafe fn add_extent(rel: pg_sys::Relation, seen: u32) -> Meta {
     meta.nextents += 1;
     write_meta(mp, &meta);
     rec.finish();
-    meta
+    drop(meta_buf);
+    refresh_meta(rel).unwrap_or(meta)
 }
 
 fn check<T>(rel: pg_sys::Relation, blkno: u32, r: Result<T, FormatError>) -> T {
@@ -256,7 +303,7 @@ pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, nat
     let g = meta.geometry;
     let first = meta.extent_first(k);
     let hbuf = Buf::read(rel, first, Lock::Exclusive);
-    let mut h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
+    let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
     // A slot: a fresh one above the high-water mark, else the lowest one
     // VACUUM made unused (as heap reuses line pointers).
     let slot = if (h.slot_hwm as usize) < g.max_slots() {
@@ -298,23 +345,31 @@ pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, nat
     let (i, dbuf, fresh) = target.unwrap();
     let dblk = first + g.delta_block(i) as u32;
 
-    let mut rec = WalRecord::start(rel);
-    let hp = rec.register(&hbuf);
-    let dirp = dir_buf.as_ref().map(|b| rec.register(b));
-    let dp = if fresh { rec.register_new(&dbuf) } else { rec.register(&dbuf) };
-    if fresh {
-        init_page(dp, 0);
-        delta::init_block(bytes(dp), &g, i, h.version);
-        h.delta_used += 1;
+    // Everything that could fail was checked above: the item fits the
+    // block, the slot is in range. The pages change in a critical section
+    // and one record of hasis's rmgr logs it (wal.rs).
+    let offset = if fresh {
+        delta::ITEMS_START as u16
+    } else {
+        (pg_hybrid_core::hasis::layout::BODY_END - check(rel, dblk, delta::free_space(bytes(dbuf.page())))) as u16
+    };
+    let r = super::wal::InsertRecord { params: g.params, slot, delta_index: i as u8, fresh, offset, version: h.version };
+    pg_sys::CritSectionCount += 1;
+    let applied = super::wal::apply_insert_delta(&g, dbuf.page(), &r, &item)
+        .and_then(|_| super::wal::apply_insert_entry(&g, dir_buf.as_ref().map_or(hbuf.page(), |b| b.page()), &r))
+        .and_then(|_| super::wal::apply_insert_sizes(&g, hbuf.page(), &r));
+    if let Err(e) = applied {
+        // PANIC (we are in a critical section): the checks above make this
+        // unreachable short of memory corruption.
+        format_error(rel, dblk, e);
     }
-    let offset = check(rel, dblk, delta::append(bytes(dp), &item));
-    set_lower(dp, offset as usize + item.len());
-    let entry = DirEntry::Delta { block: i as u8, offset };
-    let entry_page = dirp.unwrap_or(hp);
-    check(rel, first, header::write_entry(bytes(entry_page), &g, slot, entry));
-    h.slot_hwm = h.slot_hwm.max(slot + 1);
-    h.write(bytes(hp), &g);
-    rec.finish();
+    pg_sys::MarkBufferDirty(hbuf.buffer());
+    pg_sys::MarkBufferDirty(dbuf.buffer());
+    if let Some(d) = &dir_buf {
+        pg_sys::MarkBufferDirty(d.buffer());
+    }
+    super::wal::log_insert(rel, hbuf.buffer(), dbuf.buffer(), dir_buf.as_ref().map(|b| b.buffer()), &r, &item);
+    pg_sys::CritSectionCount -= 1;
     Placed::At(tid)
 }
 
@@ -352,7 +407,7 @@ pub unsafe fn insert(rel: pg_sys::Relation, natts: u16, mvcc: Mvcc, payload: &[u
             Placed::Full => {
                 k += 1;
                 if k >= meta.nextents {
-                    meta = read_meta(rel).expect("metapage exists");
+                    meta = refresh_meta(rel).expect("metapage exists");
                 }
             }
         }
@@ -396,11 +451,14 @@ impl Located {
     /// Overwrites the version's MVCC fields, WAL-logged. The buffer must be
     /// exclusively locked.
     pub unsafe fn stamp(&mut self, rel: pg_sys::Relation, m: &Mvcc) {
-        let mut rec = WalRecord::start(rel);
-        let p = rec.register(&self.buf);
         let blk = self.tid.block;
-        check(rel, blk, delta::set_mvcc(bytes(p), self.item as u16, m));
-        rec.finish();
+        pg_sys::CritSectionCount += 1;
+        if let Err(e) = delta::set_mvcc(bytes(self.buf.page()), self.item as u16, m) {
+            format_error(rel, blk, e);
+        }
+        pg_sys::MarkBufferDirty(self.buf.buffer());
+        super::wal::log_stamp(rel, self.buf.buffer(), self.item as u16, m);
+        pg_sys::CritSectionCount -= 1;
         self.header.mvcc = *m;
     }
 }

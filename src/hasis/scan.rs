@@ -286,7 +286,7 @@ pub struct HasisFetch {
 
 pub unsafe fn fetch_begin(rel: pg_sys::Relation) -> *mut pg_sys::IndexFetchTableData {
     crate::require_preload();
-    let f = Box::new(HasisFetch { base: pg_sys::IndexFetchTableData { rel }, meta: relation::read_meta(rel) });
+    let f = Box::new(HasisFetch { base: pg_sys::IndexFetchTableData { rel }, meta: relation::cached_meta(rel) });
     Box::into_raw(f) as *mut pg_sys::IndexFetchTableData
 }
 
@@ -302,7 +302,7 @@ unsafe fn meta_covering(rel: pg_sys::Relation, meta: &mut Option<Meta>, tid: Tid
         Some(m) => m.extent_of(tid.block).is_none(),
     };
     if stale {
-        *meta = relation::read_meta(rel);
+        *meta = relation::meta_covering(rel, tid);
     }
     *meta
 }
@@ -375,8 +375,8 @@ pub unsafe fn tid_valid(scan: pg_sys::TableScanDesc, tid: pg_sys::ItemPointer) -
 }
 
 pub unsafe fn satisfies_snapshot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, snapshot: pg_sys::Snapshot) -> bool {
-    let Some(meta) = relation::read_meta(rel) else { return false };
     let tid = from_item_pointer(&(*slot).tts_tid);
+    let Some(meta) = relation::meta_covering(rel, tid) else { return false };
     match relation::locate(rel, &meta, tid, Lock::Share) {
         Lookup::Found(loc) => {
             let (vis, hint) = visible(rel, snapshot, &loc.header.mvcc, tid, loc.buf.buffer());
@@ -394,8 +394,8 @@ pub unsafe fn satisfies_snapshot(rel: pg_sys::Relation, slot: *mut pg_sys::Tuple
 /// xmin is its predecessor's xmax.
 pub unsafe fn get_latest_tid(scan: pg_sys::TableScanDesc, tid: pg_sys::ItemPointer) {
     let rel = (*scan).rs_rd;
-    let Some(meta) = relation::read_meta(rel) else { return };
     let mut t = from_item_pointer(&*tid);
+    let Some(meta) = relation::meta_covering(rel, t) else { return };
     let mut prior_xmax: Option<u32> = None;
     loop {
         let loc = match relation::locate(rel, &meta, t, Lock::Share) {
@@ -426,13 +426,13 @@ pub unsafe fn get_latest_tid(scan: pg_sys::TableScanDesc, tid: pg_sys::ItemPoint
 /// the newest xid whose removal a hot standby must wait out.
 pub unsafe fn index_delete_tuples(rel: pg_sys::Relation, delstate: *mut pg_sys::TM_IndexDeleteOp) -> pg_sys::TransactionId {
     let mut latest: pg_sys::TransactionId = pg_sys::InvalidTransactionId;
-    let Some(meta) = relation::read_meta(rel) else { return latest };
     let oldest = pg_sys::GetOldestNonRemovableTransactionId(rel);
     let n = (*delstate).ndeltids as usize;
     let deltids = std::slice::from_raw_parts((*delstate).deltids, n);
     for d in deltids {
         let status = &mut *(*delstate).status.add(d.id as usize);
         let tid = from_item_pointer(&d.tid);
+        let Some(meta) = relation::meta_covering(rel, tid) else { continue };
         match relation::locate(rel, &meta, tid, Lock::Share) {
             Lookup::Missing | Lookup::Dead => status.knowndeletable = true,
             Lookup::Found(loc) => {

@@ -1,0 +1,270 @@
+//! hasis's WAL resource manager (custom rmgr id 197): one small record per
+//! insert and per stamp instead of GenericXLog's page comparisons, which
+//! cost a copy and a diff of every registered 8 kB page per row.
+//!
+//! | record | blocks | main data | redo |
+//! |---|---|---|---|
+//! | INSERT | 0 header, 1 delta block (`WILL_INIT` when its first item), 2 directory block if the slot is not in the header | params, slot, delta block index, flags, offset, page version, the item | directory entry, header sizes, `delta::init_block` if new, `delta::append_at(offset)` |
+//! | STAMP | 0 the version's delta block | offset, 22 MVCC bytes | `delta::set_mvcc` |
+//!
+//! The primary applies the same core functions to the pages inside a
+//! critical section, so primary and standby produce the same bytes.
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use pg_hybrid_core::hasis::delta;
+use pg_hybrid_core::hasis::header::{self, DirEntry, ExtentHeader};
+use pg_hybrid_core::hasis::layout::{Geometry, Params};
+use pg_hybrid_core::hasis::row::{Mvcc, MVCC_LEN};
+
+use super::relation::{bytes, init_page, set_lower};
+
+/// Custom resource manager id (128..255 are for extensions; pg_hybrid's
+/// index engine has 196).
+pub const RM_HASIS_ID: u8 = 197;
+const XLOG_HASIS_INSERT: u8 = 0x10;
+const XLOG_HASIS_STAMP: u8 = 0x20;
+
+static mut RMGR: pg_sys::RmgrData = pg_sys::RmgrData {
+    rm_name: c"pg_hybrid_hasis".as_ptr(),
+    rm_redo: Some(redo),
+    rm_desc: Some(desc),
+    rm_identify: Some(identify),
+    rm_startup: None,
+    rm_cleanup: None,
+    rm_mask: None,
+    rm_decode: None,
+};
+
+/// Called from _PG_init while shared_preload_libraries is processed.
+pub unsafe fn register() {
+    pg_sys::RegisterCustomRmgr(RM_HASIS_ID, &raw mut RMGR);
+}
+
+/// What an insert did, as logged.
+pub struct InsertRecord {
+    pub params: Params,
+    pub slot: u16,
+    pub delta_index: u8,
+    pub fresh: bool,
+    pub offset: u16,
+    pub version: u32,
+}
+
+const INSERT_FIXED: usize = 8 + 2 + 1 + 1 + 2 + 4;
+
+impl InsertRecord {
+    fn encode(&self, item: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(INSERT_FIXED + item.len());
+        let p = self.params;
+        for v in [p.column_blocks, p.delta_blocks, p.compact_trigger, p.max_slots, self.slot] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.push(self.delta_index);
+        out.push(self.fresh as u8);
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.version.to_le_bytes());
+        out.extend_from_slice(item);
+        out
+    }
+
+    fn decode(b: &[u8]) -> Option<(InsertRecord, &[u8])> {
+        if b.len() < INSERT_FIXED {
+            return None;
+        }
+        let u = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+        let params = Params { column_blocks: u(0), delta_blocks: u(2), compact_trigger: u(4), max_slots: u(6) };
+        let r = InsertRecord {
+            params,
+            slot: u(8),
+            delta_index: b[10],
+            fresh: b[11] != 0,
+            offset: u(12),
+            version: u32::from_le_bytes(b[14..18].try_into().unwrap()),
+        };
+        Some((r, &b[INSERT_FIXED..]))
+    }
+}
+
+/// Writes an insert's directory entry into the page holding it (the
+/// header block, or a directory block). Shared by the primary and redo.
+pub unsafe fn apply_insert_entry(g: &Geometry, page: pg_sys::Page, r: &InsertRecord) -> Result<(), pg_hybrid_core::hasis::Error> {
+    header::write_entry(bytes(page), g, r.slot, DirEntry::Delta { block: r.delta_index, offset: r.offset })
+}
+
+/// Applies an insert to the header's sizes.
+pub unsafe fn apply_insert_sizes(g: &Geometry, hpage: pg_sys::Page, r: &InsertRecord) -> Result<(), pg_hybrid_core::hasis::Error> {
+    let mut h = ExtentHeader::read(bytes(hpage), g)?;
+    h.slot_hwm = h.slot_hwm.max(r.slot + 1);
+    h.delta_used = h.delta_used.max(r.delta_index as u16 + 1);
+    h.write(bytes(hpage), g);
+    Ok(())
+}
+
+/// Applies an insert to its delta page.
+pub unsafe fn apply_insert_delta(g: &Geometry, dpage: pg_sys::Page, r: &InsertRecord, item: &[u8]) -> Result<(), pg_hybrid_core::hasis::Error> {
+    if r.fresh {
+        init_page(dpage, 0);
+        delta::init_block(bytes(dpage), g, r.delta_index as usize, r.version);
+    }
+    delta::append_at(bytes(dpage), r.offset, item)?;
+    set_lower(dpage, r.offset as usize + item.len());
+    Ok(())
+}
+
+unsafe fn set_lsn(page: pg_sys::Page, lsn: pg_sys::XLogRecPtr) {
+    let hdr = page as *mut pg_sys::PageHeaderData;
+    (*hdr).pd_lsn.xlogid = (lsn >> 32) as u32;
+    (*hdr).pd_lsn.xrecoff = lsn as u32;
+}
+
+/// Logs an insert whose pages the caller already changed inside its
+/// critical section; sets their LSNs.
+pub unsafe fn log_insert(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, dbuf: pg_sys::Buffer, dirbuf: Option<pg_sys::Buffer>, r: &InsertRecord, item: &[u8]) {
+    if !crate::storage::wal::relation_needs_wal(rel) {
+        return;
+    }
+    let mut data = r.encode(item);
+    pg_sys::XLogBeginInsert();
+    pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
+    pg_sys::XLogRegisterBuffer(0, hbuf, pg_sys::REGBUF_STANDARD as u8);
+    let dflags = pg_sys::REGBUF_STANDARD | if r.fresh { pg_sys::REGBUF_WILL_INIT } else { 0 };
+    pg_sys::XLogRegisterBuffer(1, dbuf, dflags as u8);
+    if let Some(d) = dirbuf {
+        pg_sys::XLogRegisterBuffer(2, d, pg_sys::REGBUF_STANDARD as u8);
+    }
+    let lsn = pg_sys::XLogInsert(RM_HASIS_ID, XLOG_HASIS_INSERT);
+    set_lsn(pg_sys::BufferGetPage(hbuf), lsn);
+    set_lsn(pg_sys::BufferGetPage(dbuf), lsn);
+    if let Some(d) = dirbuf {
+        set_lsn(pg_sys::BufferGetPage(d), lsn);
+    }
+}
+
+/// Logs a stamp of the item at `offset` of the page in `buf`.
+pub unsafe fn log_stamp(rel: pg_sys::Relation, buf: pg_sys::Buffer, offset: u16, m: &Mvcc) {
+    if !crate::storage::wal::relation_needs_wal(rel) {
+        return;
+    }
+    let mut data = [0u8; 2 + MVCC_LEN];
+    data[0..2].copy_from_slice(&offset.to_le_bytes());
+    m.encode(&mut data[2..]);
+    pg_sys::XLogBeginInsert();
+    pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
+    pg_sys::XLogRegisterBuffer(0, buf, pg_sys::REGBUF_STANDARD as u8);
+    let lsn = pg_sys::XLogInsert(RM_HASIS_ID, XLOG_HASIS_STAMP);
+    set_lsn(pg_sys::BufferGetPage(buf), lsn);
+}
+
+unsafe fn info(record: *mut pg_sys::XLogReaderState) -> u8 {
+    (*(*record).record).header.xl_info & !(pg_sys::XLR_INFO_MASK as u8)
+}
+
+unsafe fn main_data<'a>(record: *mut pg_sys::XLogReaderState) -> &'a [u8] {
+    let r = &*(*record).record;
+    std::slice::from_raw_parts(r.main_data as *const u8, r.main_data_len as usize)
+}
+
+/// XLogRecHasBlockRef (a macro in PostgreSQL's headers).
+unsafe fn has_block_ref(record: *mut pg_sys::XLogReaderState, id: u8) -> bool {
+    let r = &*(*record).record;
+    r.max_block_id >= id as i32 && r.blocks.as_slice(r.max_block_id as usize + 1)[id as usize].in_use
+}
+
+fn redo_failed(what: &str) -> ! {
+    pgrx::error!("hasis redo: {what}")
+}
+
+unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState) {
+    let Some((r, item)) = InsertRecord::decode(main_data(record)) else { redo_failed("short INSERT record") };
+    let g = Geometry::new(r.params).unwrap_or_else(|e| redo_failed(&e.to_string()));
+    let has_dir = has_block_ref(record, 2);
+    let mut hbuf: pg_sys::Buffer = 0;
+    let mut dirbuf: pg_sys::Buffer = 0;
+    let lsn = (*record).EndRecPtr;
+    if has_dir && pg_sys::XLogReadBufferForRedo(record, 2, &mut dirbuf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
+        let p = pg_sys::BufferGetPage(dirbuf);
+        apply_insert_entry(&g, p, &r).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        set_lsn(p, lsn);
+        pg_sys::MarkBufferDirty(dirbuf);
+    }
+    if pg_sys::XLogReadBufferForRedo(record, 0, &mut hbuf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
+        let p = pg_sys::BufferGetPage(hbuf);
+        if !has_dir {
+            apply_insert_entry(&g, p, &r).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        }
+        apply_insert_sizes(&g, p, &r).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        set_lsn(p, lsn);
+        pg_sys::MarkBufferDirty(hbuf);
+    }
+    let mut dbuf: pg_sys::Buffer = 0;
+    let action = if r.fresh {
+        dbuf = pg_sys::XLogInitBufferForRedo(record, 1);
+        pg_sys::XLogRedoAction::BLK_NEEDS_REDO
+    } else {
+        pg_sys::XLogReadBufferForRedo(record, 1, &mut dbuf)
+    };
+    if action == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
+        let p = pg_sys::BufferGetPage(dbuf);
+        apply_insert_delta(&g, p, &r, item).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        set_lsn(p, lsn);
+        pg_sys::MarkBufferDirty(dbuf);
+    }
+    for b in [dirbuf, hbuf, dbuf] {
+        if b != 0 {
+            pg_sys::UnlockReleaseBuffer(b);
+        }
+    }
+}
+
+unsafe fn redo_stamp(record: *mut pg_sys::XLogReaderState) {
+    let d = main_data(record);
+    if d.len() < 2 + MVCC_LEN {
+        redo_failed("short STAMP record");
+    }
+    let offset = u16::from_le_bytes([d[0], d[1]]);
+    let m = Mvcc::decode(&d[2..]);
+    let mut buf: pg_sys::Buffer = 0;
+    if pg_sys::XLogReadBufferForRedo(record, 0, &mut buf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
+        let p = pg_sys::BufferGetPage(buf);
+        delta::set_mvcc(bytes(p), offset, &m).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        set_lsn(p, (*record).EndRecPtr);
+        pg_sys::MarkBufferDirty(buf);
+    }
+    if buf != 0 {
+        pg_sys::UnlockReleaseBuffer(buf);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
+    match info(record) {
+        XLOG_HASIS_INSERT => redo_insert(record),
+        XLOG_HASIS_STAMP => redo_stamp(record),
+        other => redo_failed(&format!("unknown WAL record type {other:#x}")),
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn desc(out: pg_sys::StringInfo, record: *mut pg_sys::XLogReaderState) {
+    let text = match info(record) {
+        XLOG_HASIS_INSERT => match InsertRecord::decode(main_data(record)) {
+            Some((r, item)) => format!("slot {} delta block {} offset {} item {} bytes{}", r.slot, r.delta_index, r.offset, item.len(), if r.fresh { " (new block)" } else { "" }),
+            None => "short record".into(),
+        },
+        XLOG_HASIS_STAMP => "mvcc stamp".into(),
+        _ => return,
+    };
+    let s = std::ffi::CString::new(text).unwrap();
+    pg_sys::appendStringInfoString(out, s.as_ptr());
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn identify(info: u8) -> *const std::os::raw::c_char {
+    match info & !(pg_sys::XLR_INFO_MASK as u8) {
+        XLOG_HASIS_INSERT => c"INSERT".as_ptr(),
+        XLOG_HASIS_STAMP => c"STAMP".as_ptr(),
+        _ => std::ptr::null(),
+    }
+}
