@@ -16,14 +16,6 @@ extern "C-unwind" {
     fn log_smgrcreate(rnode: *const pg_sys::RelFileNode, fork: pg_sys::ForkNumber::Type);
 }
 
-/// RelationGetSmgr (an inline function in PostgreSQL's headers).
-unsafe fn smgr(rel: pg_sys::Relation) -> pg_sys::SMgrRelation {
-    if (*rel).rd_smgr.is_null() {
-        pg_sys::smgrsetowner(&mut (*rel).rd_smgr, pg_sys::smgropen((*rel).rd_node, (*rel).rd_backend));
-    }
-    (*rel).rd_smgr
-}
-
 /// A new, empty relation file: no blocks (the first insert writes the
 /// metapage), plus the init fork of an unlogged table (also empty: an
 /// empty file is an empty hasis table).
@@ -51,16 +43,16 @@ pub unsafe fn copy_data(rel: pg_sys::Relation, newrnode: *const pg_sys::RelFileN
     let persistence = (*(*rel).rd_rel).relpersistence;
     let dst = pg_sys::smgropen(*newrnode, (*rel).rd_backend);
     pg_sys::RelationCreateStorage(*newrnode, persistence, true);
-    pg_sys::RelationCopyStorage(smgr(rel), dst, pg_sys::ForkNumber::MAIN_FORKNUM, persistence);
+    pg_sys::RelationCopyStorage(relation::smgr(rel), dst, pg_sys::ForkNumber::MAIN_FORKNUM, persistence);
     for fork in [pg_sys::ForkNumber::FSM_FORKNUM, pg_sys::ForkNumber::VISIBILITYMAP_FORKNUM, pg_sys::ForkNumber::INIT_FORKNUM] {
-        if pg_sys::smgrexists(smgr(rel), fork) {
+        if pg_sys::smgrexists(relation::smgr(rel), fork) {
             pg_sys::smgrcreate(dst, fork, false);
             if persistence == pg_sys::RELPERSISTENCE_PERMANENT as std::os::raw::c_char
                 || (persistence == pg_sys::RELPERSISTENCE_UNLOGGED as std::os::raw::c_char && fork == pg_sys::ForkNumber::INIT_FORKNUM)
             {
                 log_smgrcreate(newrnode, fork);
             }
-            pg_sys::RelationCopyStorage(smgr(rel), dst, fork, persistence);
+            pg_sys::RelationCopyStorage(relation::smgr(rel), dst, fork, persistence);
         }
     }
     pg_sys::RelationDropStorage(rel);
@@ -197,44 +189,126 @@ pub unsafe fn copy_for_cluster(
     *tups_recently_dead = counts.recently_dead;
 }
 
-/// VACUUM. This build counts live and dead versions and updates the
-/// planner's statistics; reclaiming dead versions needs major compaction
-/// (not built yet), and relfrozenxid is left as it is because nothing is
-/// frozen (README.md "What does not work yet").
-pub unsafe fn vacuum(rel: pg_sys::Relation, _params: *mut pg_sys::VacuumParams, strategy: pg_sys::BufferAccessStrategy) {
-    use pg_sys::HTSV_Result::*;
-    let oldest = pg_sys::GetOldestNonRemovableTransactionId(rel);
+/// VACUUM: every extent is compacted with freezing (dead versions leave,
+/// committed ones move into the column part, old xids are frozen); then
+/// the index entries of the slots compaction emptied are bulk-deleted
+/// from every index, and those slots become unused (reusable TIDs). Since
+/// every extent went through the freezing oracle, relfrozenxid advances to
+/// the freeze limit.
+pub unsafe fn vacuum(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, strategy: pg_sys::BufferAccessStrategy) {
+    let p = &*params;
+    let mut oldest_xmin = pg_sys::InvalidTransactionId;
+    let mut oldest_mxact = pg_sys::InvalidTransactionId;
+    let mut freeze_limit = pg_sys::InvalidTransactionId;
+    let mut multi_cutoff = pg_sys::InvalidTransactionId;
+    pg_sys::vacuum_set_xid_limits(
+        rel,
+        p.freeze_min_age,
+        p.freeze_table_age,
+        p.multixact_freeze_min_age,
+        p.multixact_freeze_table_age,
+        &mut oldest_xmin,
+        &mut oldest_mxact,
+        &mut freeze_limit,
+        &mut multi_cutoff,
+    );
+    let freeze = super::compact::Freeze { limit: freeze_limit };
     let relid = (*rel).rd_id;
+    let mut dead_slots: Vec<(u32, Vec<u16>)> = Vec::new();
     let (mut live, mut dead) = (0i64, 0i64);
-    if let Some(meta) = relation::read_meta(rel) {
+    if let Some(meta) = relation::refresh_meta(rel) {
+        let g = meta.geometry;
         for k in 0..meta.nextents {
+            let first = meta.extent_first(k);
+            let hbuf = crate::storage::buffer::Buf::read_with(rel, first, Lock::Exclusive, strategy);
+            if let Some(done) = super::compact::compact_extent(rel, &meta, k, &hbuf, Some(freeze)) {
+                relation::record_free_space(rel, &g, first, done.delta_used);
+            }
+            let slots = relation::dead_slots(rel, &meta, k, &hbuf);
+            if !slots.is_empty() {
+                dead_slots.push((k, slots));
+            }
+            drop(hbuf);
+            // What is left, for the statistics.
             relation::visit_extent(rel, &meta, k, Select::All, strategy, &mut |v| {
-                let (r, hint, _) = vacuum_state(&v.header.mvcc, v.tid, relid, oldest, v.buffer);
+                let (r, hint, _) = vacuum_state(&v.header.mvcc, v.tid, relid, oldest_xmin, v.buffer);
                 if let Some(h) = hint {
                     v.set_hint(h);
                 }
                 match r {
-                    HEAPTUPLE_DEAD | HEAPTUPLE_RECENTLY_DEAD => dead += 1,
+                    pg_sys::HTSV_Result::HEAPTUPLE_DEAD | pg_sys::HTSV_Result::HEAPTUPLE_RECENTLY_DEAD => dead += 1,
                     _ => live += 1,
                 }
             });
             pg_sys::vacuum_delay_point();
         }
+        vacuum_indexes(rel, &meta, &dead_slots, live as f64, strategy);
+        for (k, slots) in &dead_slots {
+            relation::set_unused(rel, &meta, *k, slots);
+        }
     }
-    let pages = nblocks(rel);
+    let mut frozen_updated = false;
+    let mut minmulti_updated = false;
     pg_sys::vac_update_relstats(
         rel,
-        pages,
+        nblocks(rel),
         live as f64,
         0,
         (*(*rel).rd_rel).relhasindex,
-        pg_sys::InvalidTransactionId,
-        pg_sys::InvalidTransactionId,
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
+        freeze_limit,
+        multi_cutoff,
+        &mut frozen_updated,
+        &mut minmulti_updated,
         false,
     );
     pg_sys::pgstat_report_vacuum(relid, (*(*rel).rd_rel).relisshared, live, dead);
+}
+
+/// The TIDs whose index entries VACUUM removes, sorted.
+struct DeadTids {
+    tids: Vec<u64>,
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn tid_is_dead(itemptr: pg_sys::ItemPointer, state: *mut std::ffi::c_void) -> bool {
+    let d = &*(state as *const DeadTids);
+    d.tids.binary_search(&from_item_pointer(&*itemptr).to_u64()).is_ok()
+}
+
+/// Bulk-deletes the entries of `dead` slots from every index of `rel`, then
+/// runs each index's VACUUM cleanup (also when nothing was deleted, as heap
+/// does, so index AMs keep their statistics and free pages current).
+unsafe fn vacuum_indexes(rel: pg_sys::Relation, meta: &relation::Meta, dead: &[(u32, Vec<u16>)], live: f64, strategy: pg_sys::BufferAccessStrategy) {
+    let mut tids: Vec<u64> = Vec::new();
+    for (k, slots) in dead {
+        let first = meta.extent_first(*k);
+        tids.extend(slots.iter().filter_map(|&s| meta.geometry.tid(first, s).ok()).map(|t| t.to_u64()));
+    }
+    tids.sort_unstable();
+    let state = DeadTids { tids };
+    let mut nindexes = 0;
+    let mut irel: *mut pg_sys::Relation = std::ptr::null_mut();
+    pg_sys::vac_open_indexes(rel, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE, &mut nindexes, &mut irel);
+    for i in 0..nindexes as usize {
+        let mut info = pg_sys::IndexVacuumInfo {
+            index: *irel.add(i),
+            analyze_only: false,
+            report_progress: false,
+            estimated_count: false,
+            message_level: pg_sys::DEBUG2 as i32,
+            num_heap_tuples: live,
+            strategy,
+        };
+        let mut stats: *mut pg_sys::IndexBulkDeleteResult = std::ptr::null_mut();
+        if !state.tids.is_empty() {
+            stats = pg_sys::index_bulk_delete(&mut info, stats, Some(tid_is_dead), &state as *const DeadTids as *mut std::ffi::c_void);
+        }
+        let stats = pg_sys::index_vacuum_cleanup(&mut info, stats);
+        if !stats.is_null() {
+            pg_sys::pfree(stats as *mut std::ffi::c_void);
+        }
+    }
+    pg_sys::vac_close_indexes(nindexes, irel, pg_sys::NoLock as pg_sys::LOCKMODE);
 }
 
 /// Average bytes of row data a block holds before compaction exists: the

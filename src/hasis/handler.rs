@@ -343,7 +343,7 @@ unsafe extern "C-unwind" fn scan_sample_next_tuple(_s: pg_sys::TableScanDesc, _s
     super::not_supported("TABLESAMPLE", "Sample with WHERE random() < fraction, or use a heap table.");
 }
 
-static ROUTINE: pg_sys::TableAmRoutine = pg_sys::TableAmRoutine {
+pub static ROUTINE: pg_sys::TableAmRoutine = pg_sys::TableAmRoutine {
     type_: pg_sys::NodeTag::T_TableAmRoutine,
     slot_callbacks: Some(slot_callbacks),
     scan_begin: Some(scan_begin),

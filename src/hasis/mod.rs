@@ -12,6 +12,7 @@
 //! | `visibility.rs` | heap's visibility rules applied to a row header |
 //! | `dml.rs` | delete, update, row locks, EvalPlanQual's chain walk |
 //! | `scan.rs` | sequential, parallel, bitmap, TID and ANALYZE scans, index fetches |
+//! | `compact.rs` | major compaction: heap's vacuum rules as the core's oracle, the pages, the COMPACT record |
 //! | `build.rs` | CREATE INDEX's table scan |
 //! | `wal.rs` | hasis's WAL resource manager: insert and stamp records |
 //! | `ddl.rs` | new storage, TRUNCATE, SET TABLESPACE, CLUSTER / VACUUM FULL, VACUUM, size estimates |
@@ -20,11 +21,13 @@
 //! work yet.
 
 pub mod build;
+pub mod compact;
 pub mod ddl;
 pub mod dml;
 pub mod handler;
 pub mod relation;
 pub mod scan;
+pub mod stats;
 pub mod tuple;
 pub mod visibility;
 pub mod wal;

@@ -15,8 +15,9 @@ use pgrx::prelude::*;
 
 use pg_hybrid_core::hasis::delta::{self, DeltaView, ITEM_HDR};
 use pg_hybrid_core::hasis::header::{self, init_directory_block, DirEntry, ExtentHeader};
-use pg_hybrid_core::hasis::layout::{Geometry, Params, BLCKSZ, TRAILER_OFF};
-use pg_hybrid_core::hasis::row::{Mvcc, RowHeader, MVCC_OFF};
+use pg_hybrid_core::hasis::column::ColumnPart;
+use pg_hybrid_core::hasis::layout::{Geometry, Params, BLCKSZ, TRAILER_OFF, UNITS_PER_BLOCK};
+use pg_hybrid_core::hasis::row::{encode_payload, Mvcc, RowHeader, Schema, MVCC_OFF, ROW_HEADER};
 use pg_hybrid_core::hasis::Error as FormatError;
 use pg_hybrid_core::tid::Tid;
 
@@ -215,7 +216,7 @@ unsafe fn block_for_init(rel: pg_sys::Relation, blkno: u32) -> Buf {
 /// A block inside an existing extent, exclusively locked; extends the file
 /// if a crash lost the zero blocks the extent was made with (only its
 /// header, directory and used blocks are in the WAL).
-unsafe fn read_extending(rel: pg_sys::Relation, blkno: u32) -> Buf {
+pub unsafe fn read_extending(rel: pg_sys::Relation, blkno: u32) -> Buf {
     if blkno < nblocks(rel) {
         return Buf::read(rel, blkno, Lock::Exclusive);
     }
@@ -303,7 +304,15 @@ pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, nat
     let g = meta.geometry;
     let first = meta.extent_first(k);
     let hbuf = Buf::read(rel, first, Lock::Exclusive);
-    let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
+    let mut h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
+    // Major compaction when the delta part has reached its trigger and the
+    // row needs a new delta block (the paper's full delta page).
+    if h.compaction_due(&g) && !fits_last_delta_block(rel, &g, first, &h, ITEM_HDR + payload.len()) && others_in_delta(rel, &g, first, &h) {
+        if let Some(done) = super::compact::compact_extent(rel, meta, k, &hbuf, None) {
+            h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
+            record_free_space(rel, &g, first, done.delta_used);
+        }
+    }
     // A slot: a fresh one above the high-water mark, else the lowest one
     // VACUUM made unused (as heap reuses line pointers).
     let slot = if (h.slot_hwm as usize) < g.max_slots() {
@@ -373,6 +382,56 @@ pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, nat
     Placed::At(tid)
 }
 
+/// Whether an item of `len` bytes fits the last delta block in use.
+unsafe fn fits_last_delta_block(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, len: usize) -> bool {
+    if h.delta_used == 0 {
+        return false;
+    }
+    let blk = first + g.delta_block(h.delta_used as usize - 1) as u32;
+    let b = Buf::read(rel, blk, Lock::Share);
+    check(rel, blk, delta::free_space(bytes(b.page()))) >= len
+}
+
+/// Whether the delta part holds a version this transaction did not write:
+/// a bulk load's own rows cannot move before it commits, so compacting an
+/// extent that holds only those would find nothing to do.
+unsafe fn others_in_delta(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader) -> bool {
+    for i in 0..h.delta_used as usize {
+        let blk = first + g.delta_block(i) as u32;
+        let b = Buf::read(rel, blk, Lock::Share);
+        let view = check(rel, blk, DeltaView::parse(bytes(b.page()), g, i, Some(h.version)));
+        for it in view.items() {
+            let m = check(rel, blk, it).header.mvcc;
+            if m.xmax != 0 || !pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmin)) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Bytes of delta space an extent offers to inserts, for the free space
+/// map (whose values stop at a block's size).
+fn delta_free(g: &Geometry, delta_used: u16) -> usize {
+    (g.params.delta_blocks - delta_used) as usize * (pg_hybrid_core::hasis::layout::BODY_END - delta::ITEMS_START)
+}
+
+/// Tells the free space map how much room extent `first` has (its header
+/// block stands for it), and makes the change visible to searches.
+pub unsafe fn record_free_space(rel: pg_sys::Relation, g: &Geometry, first: u32, delta_used: u16) {
+    let free = delta_free(g, delta_used).min(BLCKSZ - 64);
+    pg_sys::RecordPageWithFreeSpace(rel, first, free);
+    pg_sys::FreeSpaceMapVacuumRange(rel, first, first + 1);
+}
+
+/// RelationGetSmgr (an inline function in PostgreSQL's headers).
+pub unsafe fn smgr(rel: pg_sys::Relation) -> pg_sys::SMgrRelation {
+    if (*rel).rd_smgr.is_null() {
+        pg_sys::smgrsetowner(&mut (*rel).rd_smgr, pg_sys::smgropen((*rel).rd_node, (*rel).rd_backend));
+    }
+    (*rel).rd_smgr
+}
+
 unsafe fn lowest_unused_slot(rel: pg_sys::Relation, g: &Geometry, first: u32, hbuf: &Buf, hwm: u16) -> Option<u16> {
     let mut dir: Option<(usize, Buf)> = None;
     for s in 0..hwm {
@@ -392,26 +451,139 @@ unsafe fn lowest_unused_slot(rel: pg_sys::Relation, g: &Geometry, first: u32, hb
     None
 }
 
-/// Inserts a row version somewhere in the relation: the last extent, else
-/// a new one. Returns its TID.
+/// Inserts a row version somewhere in the relation and returns its TID:
+/// the extent this backend inserted into last, else one the free space
+/// map offers, else the last extent, else a new one.
 pub unsafe fn insert(rel: pg_sys::Relation, natts: u16, mvcc: Mvcc, payload: &[u8]) -> Tid {
     let mut meta = ensure_meta(rel);
-    let mut k = meta.nextents.saturating_sub(1);
+    let header_of = |m: &Meta, blk: u32| m.extent_of(blk).filter(|&k| m.extent_first(k) == blk);
+    let target = (*smgr(rel)).smgr_targblock;
+    let mut k = header_of(&meta, target).unwrap_or(meta.nextents.saturating_sub(1));
+    let mut tried: Vec<u32> = Vec::new();
+    let needed = ITEM_HDR + payload.len();
     loop {
         if k >= meta.nextents {
             meta = add_extent(rel, meta.nextents);
             k = meta.nextents - 1;
         }
         match insert_into_extent(rel, &meta, k, natts, mvcc, payload) {
-            Placed::At(tid) => return tid,
+            Placed::At(tid) => {
+                (*smgr(rel)).smgr_targblock = meta.extent_first(k);
+                return tid;
+            }
             Placed::Full => {
-                k += 1;
-                if k >= meta.nextents {
-                    meta = refresh_meta(rel).expect("metapage exists");
+                tried.push(k);
+                let first = meta.extent_first(k);
+                let offered = pg_sys::RecordAndGetPageWithFreeSpace(rel, first, 0, needed);
+                if let Some(k2) = header_of(&meta, offered).filter(|k2| !tried.contains(k2)) {
+                    k = k2;
+                    continue;
                 }
+                meta = refresh_meta(rel).expect("metapage exists");
+                let last = meta.nextents - 1;
+                k = if tried.contains(&last) { meta.nextents } else { last };
             }
         }
     }
+}
+
+/// The slots of extent `k` whose versions compaction removed (`Dead`),
+/// read under the header block the caller holds.
+pub unsafe fn dead_slots(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &Buf) -> Vec<u16> {
+    let g = meta.geometry;
+    let first = meta.extent_first(k);
+    let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
+    let mut out = Vec::new();
+    let mut dir: Option<(usize, Buf)> = None;
+    for s in 0..h.slot_hwm {
+        let (bi, _) = g.directory_entry(s);
+        let page = if bi == 0 {
+            hbuf.page()
+        } else {
+            if dir.as_ref().map(|d| d.0) != Some(bi) {
+                dir = Some((bi, Buf::read(rel, first + bi as u32, Lock::Share)));
+            }
+            dir.as_ref().unwrap().1.page()
+        };
+        if check(rel, first + bi as u32, header::read_entry(bytes(page), &g, s)) == DirEntry::Dead {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// VACUUM's last step for extent `k`: `Dead` slots whose index entries are
+/// gone become `Unused` (free for new versions), and trailing unused slots
+/// lower the high-water mark, as PostgreSQL 15 truncates line pointer
+/// arrays. One GenericXLog record (header and directory blocks).
+pub unsafe fn set_unused(rel: pg_sys::Relation, meta: &Meta, k: u32, slots: &[u16]) {
+    let g = meta.geometry;
+    let first = meta.extent_first(k);
+    let hbuf = Buf::read(rel, first, Lock::Exclusive);
+    let dirs: Vec<Buf> = (0..g.directory_blocks as usize).map(|i| Buf::read(rel, first + g.directory_block(i) as u32, Lock::Exclusive)).collect();
+    let mut rec = WalRecord::start(rel);
+    let hp = rec.register(&hbuf);
+    let dps: Vec<pg_sys::Page> = dirs.iter().map(|d| rec.register(d)).collect();
+    let page_of = |s: u16| {
+        let (bi, _) = g.directory_entry(s);
+        if bi == 0 { hp } else { dps[bi - 1] }
+    };
+    let mut h = check(rel, first, ExtentHeader::read(bytes(hp), &g));
+    for &s in slots {
+        if s < h.slot_hwm && check(rel, first, header::read_entry(bytes(page_of(s)), &g, s)) == DirEntry::Dead {
+            check(rel, first, header::write_entry(bytes(page_of(s)), &g, s, DirEntry::Unused));
+        }
+    }
+    while h.slot_hwm > 0 && check(rel, first, header::read_entry(bytes(page_of(h.slot_hwm - 1)), &g, h.slot_hwm - 1)) == DirEntry::Unused {
+        h.slot_hwm -= 1;
+    }
+    h.write(bytes(hp), &g);
+    rec.finish();
+}
+
+/// The column part of an extent, its blocks share-locked.
+pub struct ColumnBlocks {
+    bufs: Vec<Buf>,
+}
+
+impl ColumnBlocks {
+    /// Share-locks the column blocks in use (after the header block, in
+    /// block order).
+    pub unsafe fn lock(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, strategy: pg_sys::BufferAccessStrategy) -> ColumnBlocks {
+        let n = (h.column_units as usize).div_ceil(UNITS_PER_BLOCK);
+        let bufs = (0..n).map(|i| Buf::read_with(rel, first + g.column_block(i) as u32, Lock::Share, strategy)).collect();
+        ColumnBlocks { bufs }
+    }
+
+    /// The parsed part (checked against the header's version).
+    pub unsafe fn part(&self, rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader) -> ColumnPart<'_> {
+        let mut blocks: Vec<&[u8]> = self.bufs.iter().map(|b| &*bytes(b.page())).collect();
+        blocks.resize(g.params.column_blocks as usize, &ZERO_BLOCK);
+        check(rel, first + g.column_block(0) as u32, ColumnPart::parse(g, blocks, h.column_units as usize, h.column_rows as usize, Some(h.version)))
+    }
+
+    fn buffer(&self, i: usize) -> (pg_sys::Buffer, pg_sys::Page) {
+        unsafe { (self.bufs[i].buffer(), self.bufs[i].page()) }
+    }
+}
+
+static ZERO_BLOCK: [u8; BLCKSZ] = [0; BLCKSZ];
+
+/// A column row's payload in the row format (what delta items hold), so
+/// every reader handles one representation.
+fn column_payload(rel: pg_sys::Relation, blk: u32, part: &ColumnPart, r: usize) -> (RowHeader, Vec<u8>) {
+    let cr = check(rel, blk, part.row(r));
+    let descs = (0..part.ncols()).map(|c| part.column_meta(c).expect("column of the part").desc).collect();
+    let schema = check(rel, blk, Schema::new(descs));
+    (cr.header, check(rel, blk, encode_payload(&schema, &cr.row)))
+}
+
+/// Where a located version's payload is.
+enum Payload {
+    /// Bytes `start..end` of the locked delta block.
+    InPage { start: usize, end: usize },
+    /// Decoded from the column part.
+    Owned(Vec<u8>),
 }
 
 /// One row version found by TID, its blocks locked.
@@ -419,12 +591,13 @@ pub struct Located {
     /// The extent's header block, share-locked: no compaction can move the
     /// version while this is held.
     _header: Buf,
-    /// The delta block holding the version (share or exclusive).
+    /// The block holding the version's MVCC fields (share or exclusive):
+    /// a delta block, or the column block with its row header.
     pub buf: Buf,
     pub tid: Tid,
-    /// Offset of the delta item in its block.
-    item: usize,
-    len: usize,
+    /// Byte offset of the 22 MVCC bytes in `buf`'s page.
+    mvcc_at: usize,
+    payload: Payload,
     pub header: RowHeader,
 }
 
@@ -440,31 +613,31 @@ pub enum Lookup {
 
 impl Located {
     pub unsafe fn payload(&self) -> &[u8] {
-        &bytes(self.buf.page())[self.item + ITEM_HDR..self.item + self.len]
+        match &self.payload {
+            Payload::InPage { start, end } => &bytes(self.buf.page())[*start..*end],
+            Payload::Owned(v) => v,
+        }
     }
     /// Writes hint bits found by a visibility check back into the page
     /// (no WAL, as heap's hint bits; the check already marked the buffer
     /// dirty as a hint).
     pub unsafe fn set_hint(&self, infomask: u16) {
-        set_hint(self.buf.page(), self.item, infomask);
+        set_hint(self.buf.page(), self.mvcc_at, infomask);
     }
     /// Overwrites the version's MVCC fields, WAL-logged. The buffer must be
     /// exclusively locked.
     pub unsafe fn stamp(&mut self, rel: pg_sys::Relation, m: &Mvcc) {
-        let blk = self.tid.block;
         pg_sys::CritSectionCount += 1;
-        if let Err(e) = delta::set_mvcc(bytes(self.buf.page()), self.item as u16, m) {
-            format_error(rel, blk, e);
-        }
+        super::wal::apply_stamp(self.buf.page(), self.mvcc_at, m);
         pg_sys::MarkBufferDirty(self.buf.buffer());
-        super::wal::log_stamp(rel, self.buf.buffer(), self.item as u16, m);
+        super::wal::log_stamp(rel, self.buf.buffer(), self.mvcc_at as u16, m);
         pg_sys::CritSectionCount -= 1;
         self.header.mvcc = *m;
     }
 }
 
-pub unsafe fn set_hint(page: pg_sys::Page, item: usize, infomask: u16) {
-    let at = item + 2 + MVCC_OFF + INFOMASK_IN_MVCC;
+pub unsafe fn set_hint(page: pg_sys::Page, mvcc_at: usize, infomask: u16) {
+    let at = mvcc_at + INFOMASK_IN_MVCC;
     bytes(page)[at..at + 2].copy_from_slice(&infomask.to_le_bytes());
 }
 
@@ -489,7 +662,24 @@ pub unsafe fn locate(rel: pg_sys::Relation, meta: &Meta, tid: Tid, lock: Lock) -
     match entry {
         DirEntry::Unused => Lookup::Missing,
         DirEntry::Dead => Lookup::Dead,
-        DirEntry::Column { .. } => column_part_unreadable(rel, first),
+        DirEntry::Column { row } => {
+            let cblk = first + g.column_block(0) as u32;
+            let (hb, off, header, payload) = {
+                let cols = ColumnBlocks::lock(rel, &g, first, &h, std::ptr::null_mut());
+                let part = cols.part(rel, &g, first, &h);
+                let (header, payload) = column_payload(rel, cblk, &part, row as usize);
+                let (hb, off) = check(rel, cblk, part.header_location(row as usize));
+                (hb, off, header, payload)
+            };
+            if header.slot != slot {
+                format_error(rel, cblk, FormatError::Corrupt("column row does not carry its slot"));
+            }
+            // The header share lock keeps the layout; the row header's own
+            // block is locked again in the mode asked for.
+            let buf = Buf::read(rel, first + g.column_block(hb) as u32, lock);
+            let header = RowHeader::decode(&bytes(buf.page())[off..off + ROW_HEADER]);
+            Lookup::Found(Located { _header: hbuf, buf, tid, mvcc_at: off + MVCC_OFF, payload: Payload::Owned(payload), header })
+        }
         DirEntry::Delta { block, offset } => {
             let blk = first + g.delta_block(block as usize) as u32;
             let buf = Buf::read(rel, blk, lock);
@@ -499,19 +689,11 @@ pub unsafe fn locate(rel: pg_sys::Relation, meta: &Meta, tid: Tid, lock: Lock) -
                 format_error(rel, blk, FormatError::Corrupt("delta item does not carry its slot"));
             }
             let (header, len) = (it.header, it.bytes.len());
-            Lookup::Found(Located { _header: hbuf, buf, tid, item: offset as usize, len, header })
+            let start = offset as usize + ITEM_HDR;
+            let payload = Payload::InPage { start, end: offset as usize + len };
+            Lookup::Found(Located { _header: hbuf, buf, tid, mvcc_at: offset as usize + 2 + MVCC_OFF, payload, header })
         }
     }
-}
-
-/// Column parts are written by major compaction, which this build does not
-/// run yet; a table that has one was written by a newer build.
-unsafe fn column_part_unreadable(rel: pg_sys::Relation, blk: u32) -> ! {
-    crate::raise(
-        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-        format!("hasis table \"{}\" has a column part at block {blk}, which this build of pg_hybrid cannot read", crate::storage::page::rel_name(rel)),
-        "Install the pg_hybrid version that wrote the table.",
-    )
 }
 
 /// One version met by `visit_extent`.
@@ -519,15 +701,16 @@ pub struct Visited<'a> {
     pub tid: Tid,
     pub header: RowHeader,
     pub payload: &'a [u8],
-    /// The share-locked buffer holding the version (for visibility hints).
+    /// The share-locked buffer holding the version's MVCC fields (for
+    /// visibility hints).
     pub buffer: pg_sys::Buffer,
     page: pg_sys::Page,
-    item: usize,
+    mvcc_at: usize,
 }
 
 impl Visited<'_> {
     pub unsafe fn set_hint(&self, infomask: u16) {
-        set_hint(self.page, self.item, infomask);
+        set_hint(self.page, self.mvcc_at, infomask);
     }
 }
 
@@ -537,27 +720,28 @@ pub enum Select {
     /// Every version (sequential scans).
     All,
     /// The versions whose TIDs lie in one block (bitmap and ANALYZE
-    /// scans): found through the directory, so only the delta blocks that
-    /// hold them are read.
+    /// scans): found through the directory, so only the blocks that hold
+    /// them are read.
     TidBlock(u32),
 }
 
 /// Calls `f` for the selected versions of extent `k`, holding the header
-/// block's share lock throughout and each delta block's share lock while
-/// its versions are visited. `All` goes through the delta part in append
-/// order; `TidBlock` in slot order.
+/// block's share lock throughout, the column blocks' share locks while the
+/// column rows are visited, and each delta block's share lock while its
+/// versions are visited. Column rows come first (in slot order), then the
+/// delta part (`All`: in append order; `TidBlock`: in slot order per block).
 pub unsafe fn visit_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, select: Select, strategy: pg_sys::BufferAccessStrategy, f: &mut dyn FnMut(&Visited)) {
     let g = meta.geometry;
     let first = meta.extent_first(k);
     let hbuf = Buf::read_with(rel, first, Lock::Share, strategy);
     let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
-    if h.column_rows > 0 {
-        column_part_unreadable(rel, first);
-    }
-    // Per delta block, the item offsets to visit (None: all of them).
+    // Per delta block, the item offsets to visit (None: all of them); the
+    // column rows to visit (None: all of them).
     let mut wanted: Vec<Option<Vec<u16>>> = vec![None; h.delta_used as usize];
+    let mut wanted_rows: Option<Vec<u16>> = None;
     if let Select::TidBlock(blk) = select {
         wanted = vec![Some(Vec::new()); h.delta_used as usize];
+        let mut rows = Vec::new();
         let per = pg_hybrid_core::hasis::layout::MAX_OFFSET as u32;
         let lo = (blk.saturating_sub(first) * per).min(h.slot_hwm as u32) as u16;
         let hi = ((blk + 1).saturating_sub(first) * per).min(h.slot_hwm as u32) as u16;
@@ -577,9 +761,30 @@ pub unsafe fn visit_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, select: S
                     wanted[block as usize].as_mut().unwrap().push(offset);
                 }
                 DirEntry::Delta { .. } => format_error(rel, first, FormatError::Corrupt("directory entry names a delta block not in use")),
-                DirEntry::Column { .. } => column_part_unreadable(rel, first),
+                DirEntry::Column { row } => rows.push(row),
                 DirEntry::Unused | DirEntry::Dead => {}
             }
+        }
+        wanted_rows = Some(rows);
+    }
+    if h.column_rows > 0 && wanted_rows.as_ref().is_none_or(|r| !r.is_empty()) {
+        let cblk = first + g.column_block(0) as u32;
+        let cols = ColumnBlocks::lock(rel, &g, first, &h, strategy);
+        let part = cols.part(rel, &g, first, &h);
+        let all: Vec<u16>;
+        let rows: &[u16] = match &wanted_rows {
+            Some(r) => r,
+            None => {
+                all = (0..h.column_rows).collect();
+                &all
+            }
+        };
+        for &r in rows {
+            let (header, payload) = column_payload(rel, cblk, &part, r as usize);
+            let (hb, off) = check(rel, cblk, part.header_location(r as usize));
+            let (buffer, page) = cols.buffer(hb);
+            let tid = check(rel, cblk, g.tid(first, header.slot));
+            f(&Visited { tid, header, payload: &payload, buffer, page, mvcc_at: off + MVCC_OFF });
         }
     }
     for (i, want) in wanted.iter().enumerate() {
@@ -592,7 +797,7 @@ pub unsafe fn visit_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, select: S
         let view = check(rel, blk, DeltaView::parse(bytes(page), &g, i, Some(h.version)));
         let mut visit = |it: pg_hybrid_core::hasis::delta::DeltaItem| {
             let tid = check(rel, blk, g.tid(first, it.header.slot));
-            let v = Visited { tid, header: it.header, payload: &it.bytes[ITEM_HDR..], buffer: buf.buffer(), page, item: it.offset as usize };
+            let v = Visited { tid, header: it.header, payload: &it.bytes[ITEM_HDR..], buffer: buf.buffer(), page, mvcc_at: it.offset as usize + 2 + MVCC_OFF };
             f(&v);
         };
         match want {

@@ -5,7 +5,8 @@
 //! | record | blocks | main data | redo |
 //! |---|---|---|---|
 //! | INSERT | 0 header, 1 delta block (`WILL_INIT` when its first item), 2 directory block if the slot is not in the header | params, slot, delta block index, flags, offset, page version, the item | directory entry, header sizes, `delta::init_block` if new, `delta::append_at(offset)` |
-//! | STAMP | 0 the version's delta block | offset, 22 MVCC bytes | `delta::set_mvcc` |
+//! | COMPACT | 0 header, then the directory blocks, then the column and delta blocks written (`WILL_INIT`) | newest removed xid, block counts, the core's compaction record | standby conflict, the core's `apply`, header and directory patches, blocks copied |
+//! | STAMP | 0 the block with the version's MVCC fields (delta item or column row header) | byte offset, 22 MVCC bytes | the 22 bytes |
 //!
 //! The primary applies the same core functions to the pages inside a
 //! critical section, so primary and standby produce the same bytes.
@@ -25,6 +26,7 @@ use super::relation::{bytes, init_page, set_lower};
 pub const RM_HASIS_ID: u8 = 197;
 const XLOG_HASIS_INSERT: u8 = 0x10;
 const XLOG_HASIS_STAMP: u8 = 0x20;
+const XLOG_HASIS_COMPACT: u8 = 0x30;
 
 static mut RMGR: pg_sys::RmgrData = pg_sys::RmgrData {
     rm_name: c"pg_hybrid_hasis".as_ptr(),
@@ -142,19 +144,121 @@ pub unsafe fn log_insert(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, dbuf: pg_s
     }
 }
 
-/// Logs a stamp of the item at `offset` of the page in `buf`.
-pub unsafe fn log_stamp(rel: pg_sys::Relation, buf: pg_sys::Buffer, offset: u16, m: &Mvcc) {
+/// Writes the 22 MVCC bytes at `at` (a delta item's or a column row
+/// header's MVCC fields). Shared by the primary and redo.
+pub unsafe fn apply_stamp(page: pg_sys::Page, at: usize, m: &Mvcc) {
+    let b = bytes(page);
+    if at < pg_hybrid_core::hasis::layout::BODY_START || at + MVCC_LEN > pg_hybrid_core::hasis::layout::BODY_END {
+        pgrx::error!("hasis stamp at byte {at} is outside the page body");
+    }
+    m.encode(&mut b[at..at + MVCC_LEN]);
+}
+
+/// Logs a stamp of the MVCC fields at byte `at` of the page in `buf`.
+pub unsafe fn log_stamp(rel: pg_sys::Relation, buf: pg_sys::Buffer, at: u16, m: &Mvcc) {
     if !crate::storage::wal::relation_needs_wal(rel) {
         return;
     }
     let mut data = [0u8; 2 + MVCC_LEN];
-    data[0..2].copy_from_slice(&offset.to_le_bytes());
+    data[0..2].copy_from_slice(&at.to_le_bytes());
     m.encode(&mut data[2..]);
     pg_sys::XLogBeginInsert();
     pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
     pg_sys::XLogRegisterBuffer(0, buf, pg_sys::REGBUF_STANDARD as u8);
     let lsn = pg_sys::XLogInsert(RM_HASIS_ID, XLOG_HASIS_STAMP);
     set_lsn(pg_sys::BufferGetPage(buf), lsn);
+}
+
+/// Makes room for a compaction's block references (outside the critical
+/// section: it may allocate).
+pub unsafe fn prepare_compact(blocks: usize) {
+    pg_sys::XLogEnsureRecordSpace(blocks as i32 - 1, 0);
+}
+
+/// COMPACT's own header before the core's record: newest removed xid (u32),
+/// directory, column and delta blocks registered (u8 each), a zero byte.
+const COMPACT_HDR: usize = 8;
+
+/// Logs a compaction whose pages the caller changed inside its critical
+/// section; `written` is the header, the directory blocks, then `ncol`
+/// column and `ndelta` delta blocks. Sets their LSNs (zero pages keep none:
+/// a new page must stay all zero).
+pub unsafe fn log_compact(rel: pg_sys::Relation, latest_removed: pg_sys::TransactionId, written: &[&crate::storage::buffer::Buf], ndir: usize, ncol: usize, ndelta: usize, body: &[u8]) {
+    if !crate::storage::wal::relation_needs_wal(rel) {
+        return;
+    }
+    let mut data = Vec::with_capacity(COMPACT_HDR + body.len());
+    data.extend_from_slice(&latest_removed.into_inner().to_le_bytes());
+    data.extend_from_slice(&[ndir as u8, ncol as u8, ndelta as u8, 0]);
+    data.extend_from_slice(body);
+    pg_sys::XLogBeginInsert();
+    pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
+    for (id, b) in written.iter().enumerate() {
+        let flags = if id <= ndir { pg_sys::REGBUF_STANDARD } else { pg_sys::REGBUF_WILL_INIT };
+        pg_sys::XLogRegisterBuffer(id as u8, b.buffer(), flags as u8);
+    }
+    let lsn = pg_sys::XLogInsert(RM_HASIS_ID, XLOG_HASIS_COMPACT);
+    for b in written {
+        if !pg_sys::PageIsNew(b.page()) {
+            set_lsn(b.page(), lsn);
+        }
+    }
+}
+
+unsafe fn redo_compact(record: *mut pg_sys::XLogReaderState) {
+    let d = main_data(record);
+    if d.len() < COMPACT_HDR {
+        redo_failed("short COMPACT record");
+    }
+    let latest = pg_sys::TransactionId::from(u32::from_le_bytes(d[0..4].try_into().unwrap()));
+    let (ndir, ncol, ndelta) = (d[4] as usize, d[5] as usize, d[6] as usize);
+    let rec = pg_hybrid_core::hasis::compact::CompactionRecord::decode(&d[COMPACT_HDR..]).unwrap_or_else(|e| redo_failed(&e.to_string()));
+    let g = Geometry::new(rec.params).unwrap_or_else(|e| redo_failed(&e.to_string()));
+    // Queries on a hot standby that could still see the removed versions
+    // are cancelled first, as for heap's pruning records.
+    if latest != pg_sys::InvalidTransactionId && pg_sys::standbyState >= pg_sys::HotStandbyState::STANDBY_SNAPSHOT_PENDING {
+        let mut node: pg_sys::RelFileNode = std::mem::zeroed();
+        pg_sys::XLogRecGetBlockTag(record, 0, &mut node, std::ptr::null_mut(), std::ptr::null_mut());
+        pg_sys::ResolveRecoveryConflictWithSnapshot(latest, node);
+    }
+    let out = pg_hybrid_core::hasis::compact::apply(&g, &rec).unwrap_or_else(|e| redo_failed(&e.to_string()));
+    let lsn = (*record).EndRecPtr;
+    let mut id: u8 = 0;
+    let mut buf: pg_sys::Buffer = 0;
+    if pg_sys::XLogReadBufferForRedo(record, id, &mut buf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
+        let p = pg_sys::BufferGetPage(buf);
+        out.patch_header(bytes(p), &g).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        set_lsn(p, lsn);
+        pg_sys::MarkBufferDirty(buf);
+    }
+    if buf != 0 {
+        pg_sys::UnlockReleaseBuffer(buf);
+    }
+    for i in 0..ndir {
+        id += 1;
+        let mut buf: pg_sys::Buffer = 0;
+        if pg_sys::XLogReadBufferForRedo(record, id, &mut buf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
+            let p = pg_sys::BufferGetPage(buf);
+            out.patch_directory_block(bytes(p), &g, i).unwrap_or_else(|e| redo_failed(&e.to_string()));
+            set_lsn(p, lsn);
+            pg_sys::MarkBufferDirty(buf);
+        }
+        if buf != 0 {
+            pg_sys::UnlockReleaseBuffer(buf);
+        }
+    }
+    let blocks = out.column_blocks[..ncol].iter().map(|b| (b, false)).chain(out.delta_blocks[..ndelta].iter().map(|b| (b, true)));
+    for (block, is_delta) in blocks {
+        id += 1;
+        let buf = pg_sys::XLogInitBufferForRedo(record, id);
+        let p = pg_sys::BufferGetPage(buf);
+        super::compact::write_block(p, block, is_delta);
+        if !pg_sys::PageIsNew(p) {
+            set_lsn(p, lsn);
+        }
+        pg_sys::MarkBufferDirty(buf);
+        pg_sys::UnlockReleaseBuffer(buf);
+    }
 }
 
 unsafe fn info(record: *mut pg_sys::XLogReaderState) -> u8 {
@@ -223,12 +327,12 @@ unsafe fn redo_stamp(record: *mut pg_sys::XLogReaderState) {
     if d.len() < 2 + MVCC_LEN {
         redo_failed("short STAMP record");
     }
-    let offset = u16::from_le_bytes([d[0], d[1]]);
+    let at = u16::from_le_bytes([d[0], d[1]]) as usize;
     let m = Mvcc::decode(&d[2..]);
     let mut buf: pg_sys::Buffer = 0;
     if pg_sys::XLogReadBufferForRedo(record, 0, &mut buf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
         let p = pg_sys::BufferGetPage(buf);
-        delta::set_mvcc(bytes(p), offset, &m).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        apply_stamp(p, at, &m);
         set_lsn(p, (*record).EndRecPtr);
         pg_sys::MarkBufferDirty(buf);
     }
@@ -242,6 +346,7 @@ unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
     match info(record) {
         XLOG_HASIS_INSERT => redo_insert(record),
         XLOG_HASIS_STAMP => redo_stamp(record),
+        XLOG_HASIS_COMPACT => redo_compact(record),
         other => redo_failed(&format!("unknown WAL record type {other:#x}")),
     }
 }
@@ -254,6 +359,7 @@ unsafe extern "C-unwind" fn desc(out: pg_sys::StringInfo, record: *mut pg_sys::X
             None => "short record".into(),
         },
         XLOG_HASIS_STAMP => "mvcc stamp".into(),
+        XLOG_HASIS_COMPACT => format!("compaction record of {} bytes", main_data(record).len()),
         _ => return,
     };
     let s = std::ffi::CString::new(text).unwrap();
@@ -265,6 +371,7 @@ unsafe extern "C-unwind" fn identify(info: u8) -> *const std::os::raw::c_char {
     match info & !(pg_sys::XLR_INFO_MASK as u8) {
         XLOG_HASIS_INSERT => c"INSERT".as_ptr(),
         XLOG_HASIS_STAMP => c"STAMP".as_ptr(),
+        XLOG_HASIS_COMPACT => c"COMPACT".as_ptr(),
         _ => std::ptr::null(),
     }
 }

@@ -1,0 +1,81 @@
+-- hasis major compaction and VACUUM: rows move from delta parts into column
+-- parts, every read path (seq, index, bitmap, TID, parallel) and every
+-- change (UPDATE, DELETE, row locks, EvalPlanQual-free stamps) works on
+-- rows in column parts, dead versions leave, their slots are reused, and
+-- freezing advances relfrozenxid. Each hasis table has a heap twin.
+CREATE EXTENSION IF NOT EXISTS pg_hybrid;
+CREATE FUNCTION cmp_twins(h regclass, x regclass) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE d bigint;
+BEGIN
+  EXECUTE format('SELECT count(*) FROM ((TABLE %s EXCEPT ALL TABLE %s) UNION ALL (TABLE %s EXCEPT ALL TABLE %s)) d', h, x, x, h) INTO d;
+  RETURN d;
+END $$;
+
+CREATE TABLE c_h (k int, v text, n float8, f bool) USING hasis WITH (autovacuum_enabled = off);
+CREATE TABLE c_x (k int, v text, n float8, f bool) USING heap WITH (autovacuum_enabled = off);
+INSERT INTO c_h SELECT g, 'value ' || g, g * 1.5, g % 3 = 0 FROM generate_series(1, 5000) g;
+INSERT INTO c_x SELECT g, 'value ' || g, g * 1.5, g % 3 = 0 FROM generate_series(1, 5000) g;
+CREATE UNIQUE INDEX c_h_k ON c_h (k); CREATE UNIQUE INDEX c_x_k ON c_x (k);
+CREATE INDEX c_h_n ON c_h USING hash (n);
+-- a bulk load stays in the delta parts (its rows cannot move before commit)
+SELECT extents, column_rows, delta_versions FROM pg_hybrid.table_stats('c_h');
+VACUUM c_h;
+-- now every row is in a column part
+SELECT extents, column_rows, delta_versions, dead_slots FROM pg_hybrid.table_stats('c_h');
+SELECT cmp_twins('c_h', 'c_x');
+SELECT count(*), sum(k), sum(n), count(*) FILTER (WHERE f) FROM c_h;
+-- reads of column rows through every path
+SET enable_seqscan = off; SET enable_bitmapscan = off;
+SELECT * FROM c_h WHERE k IN (1, 2500, 5000) ORDER BY k;
+SELECT count(*), sum(n) FROM c_h WHERE k BETWEEN 100 AND 4000;
+SELECT * FROM c_h WHERE n = 3.0;
+RESET enable_bitmapscan; SET enable_indexscan = off;
+SELECT count(*), sum(n) FROM c_h WHERE k BETWEEN 100 AND 4000;
+RESET enable_seqscan; RESET enable_indexscan;
+SELECT k, v FROM c_h WHERE ctid = (SELECT ctid FROM c_h WHERE k = 4321);
+SET max_parallel_workers_per_gather = 2; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0;
+SELECT count(*), sum(k) FROM c_h WHERE v LIKE 'value 4%';
+RESET max_parallel_workers_per_gather; RESET parallel_setup_cost; RESET parallel_tuple_cost; RESET min_parallel_table_scan_size;
+-- changes of column rows: stamps in the column part, new versions in the delta part
+UPDATE c_h SET n = n + 1 WHERE k % 10 = 0; UPDATE c_x SET n = n + 1 WHERE k % 10 = 0;
+DELETE FROM c_h WHERE k % 7 = 0; DELETE FROM c_x WHERE k % 7 = 0;
+BEGIN;
+SELECT k FROM c_h WHERE k BETWEEN 11 AND 13 ORDER BY k FOR UPDATE;
+UPDATE c_h SET v = 'locked then updated' WHERE k = 12; UPDATE c_x SET v = 'locked then updated' WHERE k = 12;
+COMMIT;
+SELECT cmp_twins('c_h', 'c_x');
+SELECT column_rows, delta_versions FROM pg_hybrid.table_stats('c_h');
+-- a rolled back update leaves the column row as it was
+BEGIN; UPDATE c_h SET v = 'rolled back' WHERE k < 50; ROLLBACK;
+SELECT count(*) FROM c_h WHERE v = 'rolled back';
+-- VACUUM removes the dead versions, their index entries, and frees the slots
+VACUUM c_h;
+SELECT column_rows, delta_versions, dead_slots, unused_slots > 0 AS slots_freed FROM pg_hybrid.table_stats('c_h');
+SELECT cmp_twins('c_h', 'c_x');
+SET enable_seqscan = off; SET enable_bitmapscan = off;
+SELECT count(*), sum(n) FROM c_h WHERE k BETWEEN 1 AND 5000;
+SELECT count(*), sum(n) FROM c_x WHERE k BETWEEN 1 AND 5000;
+RESET enable_seqscan; RESET enable_bitmapscan;
+-- freed slots take new rows: the file does not grow
+SELECT pg_relation_size('c_h') AS size_before \gset
+INSERT INTO c_h SELECT g, 'again ' || g, g, false FROM generate_series(5001, 5700) g;
+INSERT INTO c_x SELECT g, 'again ' || g, g, false FROM generate_series(5001, 5700) g;
+SELECT pg_relation_size('c_h') = :size_before AS same_size;
+SELECT cmp_twins('c_h', 'c_x');
+-- compaction by inserts: rows of committed transactions move once the delta part fills
+INSERT INTO c_h SELECT g, repeat('w', 200), g, true FROM generate_series(6001, 9000) g;
+INSERT INTO c_x SELECT g, repeat('w', 200), g, true FROM generate_series(6001, 9000) g;
+SELECT page_versions > extents AS compacted_by_inserts FROM pg_hybrid.table_stats('c_h');
+SELECT cmp_twins('c_h', 'c_x');
+-- VACUUM FREEZE freezes every row and advances relfrozenxid
+VACUUM FREEZE c_h;
+SELECT age(relfrozenxid) < 5 AS frozen FROM pg_class WHERE relname = 'c_h';
+SELECT cmp_twins('c_h', 'c_x');
+-- after CLUSTER and TRUNCATE the stats start over
+CLUSTER c_h USING c_h_k;
+SELECT cmp_twins('c_h', 'c_x');
+TRUNCATE c_h;
+SELECT * FROM pg_hybrid.table_stats('c_h');
+SELECT pg_hybrid.table_stats('c_x');
+DROP TABLE c_h, c_x;
+DROP FUNCTION cmp_twins(regclass, regclass);
