@@ -79,3 +79,19 @@ SELECT * FROM pg_hybrid.table_stats('c_h');
 SELECT pg_hybrid.table_stats('c_x');
 DROP TABLE c_h, c_x;
 DROP FUNCTION cmp_twins(regclass, regclass);
+-- verify_table: every hybrid page and every index entry
+CREATE TABLE vt_h (k int PRIMARY KEY, v text) USING hasis WITH (autovacuum_enabled = off);
+CREATE INDEX vt_h_v ON vt_h USING hybrid_btree (v);
+INSERT INTO vt_h SELECT g, 'v' || g FROM generate_series(1, 3000) g;
+UPDATE vt_h SET v = v || '!' WHERE k % 4 = 0;
+SELECT pg_hybrid.verify_table('vt_h');
+VACUUM vt_h;
+DELETE FROM vt_h WHERE k % 3 = 0;
+VACUUM vt_h;
+SELECT pg_hybrid.verify_table('vt_h');
+SELECT pg_hybrid.verify_table('pg_class');
+DROP TABLE vt_h;
+-- elastic_btree reads keys from heap pages: refused on hasis tables
+CREATE TABLE el_h (k int8) USING hasis;
+CREATE INDEX ON el_h USING elastic_btree (k);
+DROP TABLE el_h;

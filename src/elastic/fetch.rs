@@ -49,6 +49,18 @@ pub struct HeapFetcher {
 /// expression column.
 pub unsafe fn check_fetchable(index: pg_sys::Relation) {
     let ind = (*index).rd_index;
+    // Keys are read straight from heap pages by TID; another table access
+    // method's pages (hasis's hybrid pages) are not heap pages.
+    let table = pg_sys::RelationIdGetRelation((*ind).indrelid);
+    let table_am = (*(*table).rd_rel).relam;
+    pg_sys::RelationClose(table);
+    if table_am != pg_sys::HEAP_TABLE_AM_OID {
+        crate::raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("elastic_btree index \"{}\" needs a heap table", crate::storage::page::rel_name(index)),
+            "Compact leaves read keys back from heap pages by TID. Use hybrid_btree or btree on tables of other access methods.",
+        );
+    }
     for i in 0..(*ind).indnatts as usize {
         if *(*ind).indkey.values.as_ptr().add(i) == 0 {
             crate::raise(

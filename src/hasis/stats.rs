@@ -82,3 +82,79 @@ fn table_stats(
         TableIterator::once(t)
     }
 }
+
+static ZERO: [u8; pg_sys::BLCKSZ as usize] = [0; pg_sys::BLCKSZ as usize];
+
+#[pg_extern(sql = "
+CREATE FUNCTION pg_hybrid.verify_table(tbl regclass) RETURNS bigint
+    LANGUAGE c STRICT VOLATILE AS 'MODULE_PATHNAME', 'verify_table_wrapper';
+COMMENT ON FUNCTION pg_hybrid.verify_table(regclass) IS 'check every hybrid page of a hasis table (block trailers, page versions, directory against versions, column part layout) and that every index entry points at a slot with a version; returns the number of versions checked';
+")]
+fn verify_table(tbl: pg_sys::Oid) -> i64 {
+    unsafe {
+        let rel = open_table(tbl, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let mut versions = 0i64;
+        if let Some(meta) = relation::refresh_meta(rel) {
+            let schema = super::tuple::schema(rel);
+            let g = meta.geometry;
+            for k in 0..meta.nextents {
+                let first = meta.extent_first(k);
+                // The header block first, then every other block in order
+                // (the readers' lock order); HybridPage::open checks every
+                // trailer, the page version of every block in use, the
+                // directory against the versions and the column layout.
+                let hbuf = Buf::read(rel, first, Lock::Share);
+                // Zero blocks a crash lost (never logged, never used) read as zero.
+                let n = crate::storage::buffer::nblocks(rel);
+                let others: Vec<Option<Buf>> = (1..g.extent_blocks() as u32).map(|i| (first + i < n).then(|| Buf::read(rel, first + i, Lock::Share))).collect();
+                let mut blocks: Vec<&[u8]> = vec![&*bytes(hbuf.page())];
+                blocks.extend(others.iter().map(|b| b.as_ref().map_or(&ZERO[..], |b| &*bytes(b.page()))));
+                let page = pg_hybrid_core::hasis::HybridPage::open(&g, &schema, &blocks).unwrap_or_else(|e| super::format_error(rel, first, e));
+                versions += page.scan().unwrap_or_else(|e| super::format_error(rel, first, e)).len() as i64;
+            }
+            verify_indexes(rel, &meta);
+        }
+        pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        versions
+    }
+}
+
+/// Every entry of every index names a slot that holds a version or whose
+/// version compaction removed (its entry waits for VACUUM); an entry naming
+/// an unused slot or no slot at all is corruption.
+unsafe fn verify_indexes(rel: pg_sys::Relation, meta: &relation::Meta) {
+    let mut nindexes = 0;
+    let mut irel: *mut pg_sys::Relation = std::ptr::null_mut();
+    pg_sys::vac_open_indexes(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE, &mut nindexes, &mut irel);
+    for i in 0..nindexes as usize {
+        let index = *irel.add(i);
+        // Whole-index scans need amgettuple and optional keys (not hash).
+        if (*(*index).rd_indam).amgettuple.is_none() || !(*(*index).rd_indam).amoptionalkey {
+            continue;
+        }
+        let scan = pg_sys::index_beginscan(rel, index, &raw mut pg_sys::SnapshotAnyData, 0, 0);
+        pg_sys::index_rescan(scan, std::ptr::null_mut(), 0, std::ptr::null_mut(), 0);
+        loop {
+            let ip = pg_sys::index_getnext_tid(scan, pg_sys::ScanDirection::ForwardScanDirection);
+            if ip.is_null() {
+                break;
+            }
+            let tid = super::visibility::from_item_pointer(&*ip);
+            if let relation::Lookup::Missing = relation::locate(rel, meta, tid, Lock::Share) {
+                crate::raise(
+                    PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                    format!(
+                        "index \"{}\" of hasis table \"{}\" has an entry for ({},{}), which names no version",
+                        crate::storage::page::rel_name(index),
+                        crate::storage::page::rel_name(rel),
+                        tid.block,
+                        tid.offset
+                    ),
+                    "REINDEX the index.",
+                );
+            }
+        }
+        pg_sys::index_endscan(scan);
+    }
+    pg_sys::vac_close_indexes(nindexes, irel, pg_sys::NoLock as pg_sys::LOCKMODE);
+}
