@@ -22,6 +22,27 @@ import time
 
 from harness import BenchError, index_bytes, log, rebuild_indexes
 
+
+def table_bytes(c, schema="public"):
+    """Total bytes of the tables of `schema` (main fork; TOAST and indexes not included)."""
+    return int(c.execute("SELECT coalesce(sum(pg_relation_size(c.oid)), 0) FROM pg_class c "
+                         "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'",
+                         (schema,)).fetchone()[0])
+
+
+def convert_tables(c, table_am, schema="public"):
+    """ALTER TABLE ... SET ACCESS METHOD for every table of `schema` (rewrites
+    each table and rebuilds its indexes), then VACUUM: a table AM that
+    compacts (hasis) does so there, as a heap table was vacuumed after the
+    load. Returns seconds."""
+    t0 = time.time()
+    tables = [r[0] for r in c.execute("SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                                      "WHERE n.nspname = %s AND c.relkind = 'r' ORDER BY 1", (schema,)).fetchall()]
+    for t in tables:
+        c.execute("ALTER TABLE %s SET ACCESS METHOD %s" % (t, table_am))
+        c.execute("VACUUM %s" % t)
+    return time.time() - t0
+
 # go-tpc's consistency check 3.3.2.8 selects w_ytd grouped by w_id only, which
 # PostgreSQL accepts only when w_id is the PRIMARY KEY (functional dependency);
 # warehouse has one row per warehouse, so keeping its btree key costs nothing.
@@ -115,10 +136,12 @@ def run(a, cl, res):
     for rep in range(a.repeat):
         order = [1, 0] if rep % 2 == 0 else [0, 1]
         for side in order:
-            am = a.sides[side][0]
-            log("tpcc rep %d/%d: %s" % (rep + 1, a.repeat, am))
+            am, table_am = a.sides[side]
+            log("tpcc rep %d/%d: %s (table AM %s)" % (rep + 1, a.repeat, am, table_am))
             cl.create_db("tpcc", template="tpcc_base")
             with cl.connect("tpcc") as c:
+                conv = convert_tables(c, table_am) if table_am != "heap" else 0.0
+                res.add("schema", "table_convert_s", "s", "lower", side, rep, conv)
                 secs, kept = rebuild_indexes(c, am, a.reloptions, keep=KEEP)
                 for k in kept:
                     res.note("%s: %s" % (res.sides[side], k))
@@ -126,6 +149,8 @@ def run(a, cl, res):
                 c.execute("CHECKPOINT")
                 res.add("schema", "index_rebuild_s", "s", "lower", side, rep, secs)
                 res.add("schema", "index_bytes_after_build", "bytes", "lower", side, rep, index_bytes(c)[0])
+                res.add("schema", "table_bytes_after_load", "bytes", "lower", side, rep, table_bytes(c))
+                wal_at = c.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
             log_at = log_size(a)
             # without --ignore-error a go-tpc worker thread stops at its first error
             # (e.g. a deadlock), and the rest of the run has fewer clients
@@ -135,6 +160,11 @@ def run(a, cl, res):
             if tpmc is None:
                 raise BenchError("no tpmC in go-tpc output: %s" % out[-2000:])
             res.add("throughput", "tpmC", "tpm", "higher", side, rep, tpmc)
+            txns = sum(ops.get(op, {}).get("Count", 0) for op in OPS)
+            with cl.connect("tpcc") as c:
+                wal = int(c.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)", (wal_at,)).fetchone()[0])
+            if txns:
+                res.add("throughput", "wal_bytes_per_txn", "bytes", "lower", side, rep, wal / txns)
             res.add("throughput", "tpmTotal", "tpm", "higher", side, rep, tpmtotal)
             errors = 0
             for op in OPS:
@@ -151,6 +181,7 @@ def run(a, cl, res):
                 res.note("%s rep %d: server logged %dx ERROR: %s" % (res.sides[side], rep + 1, cnt, k))
             with cl.connect("tpcc") as c:
                 res.add("schema", "index_bytes_after_run", "bytes", "lower", side, rep, index_bytes(c)[0])
+                res.add("schema", "table_bytes_after_run", "bytes", "lower", side, rep, table_bytes(c))
             t0 = time.time()
             out = gotpc(a, ["check", "--warehouses", str(wh), "-T", str(a.threads)], "tpcc", 3600)
             if "failed" in out:

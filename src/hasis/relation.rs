@@ -569,6 +569,52 @@ impl ColumnBlocks {
 
 static ZERO_BLOCK: [u8; BLCKSZ] = [0; BLCKSZ];
 
+/// Column blocks share-locked on first use (a point read touches the meta
+/// block, its row header's block and its values' blocks), each checked
+/// against the page version the caller read under the header block's
+/// share lock. Share locks taken out of block order are safe here: the
+/// only other lockers of column blocks inside the header's share lock are
+/// readers and stampers, which never wait for a second column block.
+pub struct LazyColumns {
+    rel: pg_sys::Relation,
+    g: Geometry,
+    first: u32,
+    version: u32,
+    strategy: pg_sys::BufferAccessStrategy,
+    bufs: std::cell::RefCell<Vec<Option<Buf>>>,
+}
+
+impl LazyColumns {
+    pub fn new(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, strategy: pg_sys::BufferAccessStrategy) -> LazyColumns {
+        let n = g.params.column_blocks as usize;
+        LazyColumns { rel, g: *g, first, version: h.version, strategy, bufs: std::cell::RefCell::new((0..n).map(|_| None).collect()) }
+    }
+    fn buffer(&self, i: usize) -> (pg_sys::Buffer, pg_sys::Page) {
+        let b = self.bufs.borrow();
+        let buf = b[i].as_ref().expect("block read before");
+        unsafe { (buf.buffer(), buf.page()) }
+    }
+}
+
+impl pg_hybrid_core::hasis::column::BlockSource for LazyColumns {
+    fn block(&self, i: usize) -> Result<&[u8], FormatError> {
+        let mut b = self.bufs.borrow_mut();
+        if i >= b.len() {
+            return Err(FormatError::Corrupt("column block past the column part"));
+        }
+        if b[i].is_none() {
+            let blk = self.first + self.g.column_block(i) as u32;
+            let buf = unsafe { Buf::read_with(self.rel, blk, Lock::Share, self.strategy) };
+            pg_hybrid_core::hasis::layout::BlockTrailer::check(unsafe { bytes(buf.page()) }, pg_hybrid_core::hasis::layout::BlockKind::Column, self.g.column_block(i), Some(self.version))?;
+            b[i] = Some(buf);
+        }
+        // The buffer stays pinned and locked until `self` is dropped, and
+        // an entry is never replaced, so the page outlives the borrow.
+        let page = unsafe { b[i].as_ref().unwrap().page() };
+        Ok(unsafe { std::slice::from_raw_parts(page as *const u8, BLCKSZ) })
+    }
+}
+
 /// A column row's payload in the row format (what delta items hold), so
 /// every reader handles one representation.
 fn column_payload(rel: pg_sys::Relation, blk: u32, part: &ColumnPart, r: usize) -> (RowHeader, Vec<u8>) {
@@ -665,8 +711,8 @@ pub unsafe fn locate(rel: pg_sys::Relation, meta: &Meta, tid: Tid, lock: Lock) -
         DirEntry::Column { row } => {
             let cblk = first + g.column_block(0) as u32;
             let (hb, off, header, payload) = {
-                let cols = ColumnBlocks::lock(rel, &g, first, &h, std::ptr::null_mut());
-                let part = cols.part(rel, &g, first, &h);
+                let cols = LazyColumns::new(rel, &g, first, &h, std::ptr::null_mut());
+                let part = check(rel, cblk, ColumnPart::parse_lazy(&g, &cols, h.column_units as usize, h.column_rows as usize));
                 let (header, payload) = column_payload(rel, cblk, &part, row as usize);
                 let (hb, off) = check(rel, cblk, part.header_location(row as usize));
                 (hb, off, header, payload)
@@ -769,22 +815,32 @@ pub unsafe fn visit_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, select: S
     }
     if h.column_rows > 0 && wanted_rows.as_ref().is_none_or(|r| !r.is_empty()) {
         let cblk = first + g.column_block(0) as u32;
-        let cols = ColumnBlocks::lock(rel, &g, first, &h, strategy);
-        let part = cols.part(rel, &g, first, &h);
-        let all: Vec<u16>;
-        let rows: &[u16] = match &wanted_rows {
-            Some(r) => r,
+        match &wanted_rows {
+            // Every row: lock the whole column part at once, in order.
             None => {
-                all = (0..h.column_rows).collect();
-                &all
+                let cols = ColumnBlocks::lock(rel, &g, first, &h, strategy);
+                let part = cols.part(rel, &g, first, &h);
+                for r in 0..h.column_rows as usize {
+                    let (header, payload) = column_payload(rel, cblk, &part, r);
+                    let (hb, off) = check(rel, cblk, part.header_location(r));
+                    let (buffer, page) = cols.buffer(hb);
+                    let tid = check(rel, cblk, g.tid(first, header.slot));
+                    f(&Visited { tid, header, payload: &payload, buffer, page, mvcc_at: off + MVCC_OFF });
+                }
             }
-        };
-        for &r in rows {
-            let (header, payload) = column_payload(rel, cblk, &part, r as usize);
-            let (hb, off) = check(rel, cblk, part.header_location(r as usize));
-            let (buffer, page) = cols.buffer(hb);
-            let tid = check(rel, cblk, g.tid(first, header.slot));
-            f(&Visited { tid, header, payload: &payload, buffer, page, mvcc_at: off + MVCC_OFF });
+            // Some rows: only the blocks they need.
+            Some(rows) => {
+                let cols = LazyColumns::new(rel, &g, first, &h, strategy);
+                let part = check(rel, cblk, ColumnPart::parse_lazy(&g, &cols, h.column_units as usize, h.column_rows as usize));
+                for &r in rows {
+                    let (header, payload) = column_payload(rel, cblk, &part, r as usize);
+                    let (hb, off) = check(rel, cblk, part.header_location(r as usize));
+                    check(rel, cblk, pg_hybrid_core::hasis::column::BlockSource::block(&cols, hb));
+                    let (buffer, page) = cols.buffer(hb);
+                    let tid = check(rel, cblk, g.tid(first, header.slot));
+                    f(&Visited { tid, header, payload: &payload, buffer, page, mvcc_at: off + MVCC_OFF });
+                }
+            }
         }
     }
     for (i, want) in wanted.iter().enumerate() {

@@ -278,10 +278,38 @@ pub fn set_row_mvcc(block: &mut [u8], offset: usize, mvcc: &Mvcc) -> Result<()> 
     Ok(())
 }
 
+/// Column blocks handed to a reader one at a time, on first use: a point
+/// read of one row touches the meta block, the block of its row header and
+/// the blocks of its values, not the whole column part. The source checks
+/// each block's trailer (kind, index, page version) before returning it.
+pub trait BlockSource {
+    /// Column block `i` of the extent (0-based within the column part).
+    fn block(&self, i: usize) -> Result<&[u8]>;
+}
+
+enum Blocks<'a> {
+    All(Vec<&'a [u8]>),
+    Lazy(&'a dyn BlockSource),
+}
+
+impl std::fmt::Debug for ColumnPart<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ColumnPart").field("nrows", &self.nrows).field("columns", &self.columns).finish()
+    }
+}
+
+impl<'a> Blocks<'a> {
+    fn get(&self, i: usize) -> Result<&'a [u8]> {
+        match self {
+            Blocks::All(v) => v.get(i).copied().ok_or(Error::Corrupt("mini-page runs past the column blocks")),
+            Blocks::Lazy(s) => s.block(i),
+        }
+    }
+}
+
 /// A checked, read-only view of a column part.
-#[derive(Clone, Debug)]
 pub struct ColumnPart<'a> {
-    blocks: Vec<&'a [u8]>,
+    blocks: Blocks<'a>,
     nrows: usize,
     header_first_unit: usize,
     columns: Vec<ColumnMeta>,
@@ -299,6 +327,19 @@ impl<'a> ColumnPart<'a> {
         for (i, b) in blocks.iter().enumerate().take(nblocks) {
             BlockTrailer::check(b, BlockKind::Column, g.column_block(i), version)?;
         }
+        Self::parse_meta(Blocks::All(blocks), g, units, rows)
+    }
+
+    /// `parse` over blocks fetched on first use (`BlockSource`, which checks
+    /// each block's trailer); reads only the meta mini-page now.
+    pub fn parse_lazy(g: &Geometry, source: &'a dyn BlockSource, units: usize, rows: usize) -> Result<Self> {
+        if units == 0 || units > g.column_units() {
+            return corrupt("column part size out of range");
+        }
+        Self::parse_meta(Blocks::Lazy(source), g, units, rows)
+    }
+
+    fn parse_meta(blocks: Blocks<'a>, _g: &Geometry, units: usize, rows: usize) -> Result<Self> {
         let mut part = ColumnPart { blocks, nrows: rows, header_first_unit: 0, columns: Vec::new() };
         let fixed = part.gather(0, units, 0, META_FIXED)?;
         let ncols = rd16(&fixed, 0) as usize;
@@ -373,10 +414,7 @@ impl<'a> ColumnPart<'a> {
             let within = p % UNIT_PAYLOAD;
             let n = (UNIT_PAYLOAD - within).min(pos + len - p);
             let (blk, off) = Geometry::unit_location(u);
-            let b = match self.blocks.get(blk) {
-                Some(b) => b,
-                None => return corrupt("mini-page runs past the column blocks"),
-            };
+            let b = self.blocks.get(blk)?;
             out.extend_from_slice(&b[off + within..off + within + n]);
             p += n;
         }
@@ -412,7 +450,7 @@ impl<'a> ColumnPart<'a> {
 
     pub fn row_header(&self, r: usize) -> Result<RowHeader> {
         let (blk, off) = self.header_location(r)?;
-        let b = self.blocks.get(blk).ok_or(Error::Corrupt("row header past the column blocks"))?;
+        let b = self.blocks.get(blk)?;
         let h = RowHeader::decode(&b[off..off + ROW_HEADER]);
         if h.natts as usize > self.columns.len() {
             return corrupt("column row has more columns than its part");
@@ -514,6 +552,42 @@ mod tests {
             assert!(b.iter().all(|&x| x == 0));
         }
         p
+    }
+
+    /// A source that hands out blocks on demand and counts them.
+    struct Counting<'b> {
+        blocks: &'b [Vec<u8>],
+        touched: std::cell::RefCell<std::collections::BTreeSet<usize>>,
+    }
+
+    impl BlockSource for Counting<'_> {
+        fn block(&self, i: usize) -> Result<&[u8]> {
+            self.touched.borrow_mut().insert(i);
+            self.blocks.get(i).map(|b| &b[..]).ok_or(Error::Corrupt("past the column blocks"))
+        }
+    }
+
+    #[test]
+    fn lazy_reads_match_and_touch_few_blocks() {
+        let g = geo(16);
+        let rs = rows(600, 40);
+        let (blocks, p) = build(&g, &schema(), &rs, 5).unwrap();
+        assert!(p.total_units > 8, "the part must span several blocks");
+        for (r, want) in rs.iter().enumerate() {
+            let src = Counting { blocks: &blocks, touched: Default::default() };
+            let part = ColumnPart::parse_lazy(&g, &src, p.total_units, rs.len()).unwrap();
+            assert_eq!(&part.row(r).unwrap(), want);
+            // meta, header, and at most two blocks per column value
+            assert!(src.touched.borrow().len() <= 2 + 2 * 4, "row {r} touched {:?}", src.touched.borrow());
+        }
+        // A source that fails (a block of another version) fails the read.
+        struct Failing;
+        impl BlockSource for Failing {
+            fn block(&self, _: usize) -> Result<&[u8]> {
+                Err(Error::VersionMismatch { expected: 5, found: 6 })
+            }
+        }
+        assert!(ColumnPart::parse_lazy(&g, &Failing, p.total_units, rs.len()).is_err());
     }
 
     #[test]
