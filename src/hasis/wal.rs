@@ -223,6 +223,9 @@ unsafe fn redo_compact(record: *mut pg_sys::XLogReaderState) {
     }
     let out = pg_hybrid_core::hasis::compact::apply(&g, &rec).unwrap_or_else(|e| redo_failed(&e.to_string()));
     let lsn = (*record).EndRecPtr;
+    // Header first and every lock held to the end, as on the primary: a
+    // hot-standby reader never sees the new header with old blocks.
+    let mut held: Vec<pg_sys::Buffer> = Vec::with_capacity(1 + ndir + ncol + ndelta);
     let mut id: u8 = 0;
     let mut buf: pg_sys::Buffer = 0;
     if pg_sys::XLogReadBufferForRedo(record, id, &mut buf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
@@ -231,9 +234,7 @@ unsafe fn redo_compact(record: *mut pg_sys::XLogReaderState) {
         set_lsn(p, lsn);
         pg_sys::MarkBufferDirty(buf);
     }
-    if buf != 0 {
-        pg_sys::UnlockReleaseBuffer(buf);
-    }
+    held.push(buf);
     for i in 0..ndir {
         id += 1;
         let mut buf: pg_sys::Buffer = 0;
@@ -243,9 +244,7 @@ unsafe fn redo_compact(record: *mut pg_sys::XLogReaderState) {
             set_lsn(p, lsn);
             pg_sys::MarkBufferDirty(buf);
         }
-        if buf != 0 {
-            pg_sys::UnlockReleaseBuffer(buf);
-        }
+        held.push(buf);
     }
     let blocks = out.column_blocks[..ncol].iter().map(|b| (b, false)).chain(out.delta_blocks[..ndelta].iter().map(|b| (b, true)));
     for (block, is_delta) in blocks {
@@ -257,7 +256,12 @@ unsafe fn redo_compact(record: *mut pg_sys::XLogReaderState) {
             set_lsn(p, lsn);
         }
         pg_sys::MarkBufferDirty(buf);
-        pg_sys::UnlockReleaseBuffer(buf);
+        held.push(buf);
+    }
+    for b in held.into_iter().rev() {
+        if b != 0 {
+            pg_sys::UnlockReleaseBuffer(b);
+        }
     }
 }
 
@@ -284,16 +288,20 @@ unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState) {
     let Some((r, item)) = InsertRecord::decode(main_data(record)) else { redo_failed("short INSERT record") };
     let g = Geometry::new(r.params).unwrap_or_else(|e| redo_failed(&e.to_string()));
     let has_dir = has_block_ref(record, 2);
-    let mut hbuf: pg_sys::Buffer = 0;
-    let mut dirbuf: pg_sys::Buffer = 0;
     let lsn = (*record).EndRecPtr;
+    // The primary's lock order (header, directory block, delta block), and
+    // every lock held to the end: a hot-standby reader holding the header's
+    // share lock sees the insert whole or not at all.
+    let mut hbuf: pg_sys::Buffer = 0;
+    let header_action = pg_sys::XLogReadBufferForRedo(record, 0, &mut hbuf);
+    let mut dirbuf: pg_sys::Buffer = 0;
     if has_dir && pg_sys::XLogReadBufferForRedo(record, 2, &mut dirbuf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
         let p = pg_sys::BufferGetPage(dirbuf);
         apply_insert_entry(&g, p, &r).unwrap_or_else(|e| redo_failed(&e.to_string()));
         set_lsn(p, lsn);
         pg_sys::MarkBufferDirty(dirbuf);
     }
-    if pg_sys::XLogReadBufferForRedo(record, 0, &mut hbuf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
+    if header_action == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
         let p = pg_sys::BufferGetPage(hbuf);
         if !has_dir {
             apply_insert_entry(&g, p, &r).unwrap_or_else(|e| redo_failed(&e.to_string()));
@@ -315,7 +323,7 @@ unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState) {
         set_lsn(p, lsn);
         pg_sys::MarkBufferDirty(dbuf);
     }
-    for b in [dirbuf, hbuf, dbuf] {
+    for b in [dbuf, dirbuf, hbuf] {
         if b != 0 {
             pg_sys::UnlockReleaseBuffer(b);
         }
