@@ -68,6 +68,7 @@ pub unsafe fn index_build_range_scan(
     let mut isnull = [false; pg_sys::INDEX_MAX_KEYS as usize];
     let mut reltuples = 0f64;
     let mut batch: Vec<Indexed> = Vec::new();
+    let mut slot_schema = tuple::SlotSchema::default();
     while let Some(k) = scan::next_extent(scan) {
         let st = scan::state(scan);
         let meta = st.meta.expect("extent of a non-empty table");
@@ -95,7 +96,7 @@ pub unsafe fn index_build_range_scan(
         });
         for e in &batch {
             pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
-            tuple::store(table, slot, e.natts, &e.payload, &e.mvcc, e.tid);
+            tuple::store(table, slot, &mut slot_schema, e.natts, &e.payload, &e.mvcc, e.tid);
             if e.alive {
                 reltuples += 1.0;
             }

@@ -44,6 +44,12 @@ unsafe fn xmin_visible_to_all(m: &Mvcc, horizon: pg_sys::TransactionId) -> bool 
     m.infomask & HEAP_XMIN_FROZEN == HEAP_XMIN_FROZEN || pg_sys::TransactionIdPrecedes(pg_sys::TransactionId::from(m.xmin), horizon)
 }
 
+/// Whether the relation's file was made by the running transaction (no
+/// other transaction can read it before commit; an abort drops it).
+pub unsafe fn file_private_to_xact(rel: pg_sys::Relation) -> bool {
+    (*rel).rd_createSubid != 0 || (*rel).rd_firstRelfilenodeSubid != 0
+}
+
 /// Writes a block the compaction produced into `page`: a zero block stays
 /// all zero (`PageIsNew`), any other gets a standard page header and the
 /// core's bytes.
@@ -109,6 +115,7 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     };
 
     let horizon = pg_sys::GetOldestNonRemovableTransactionId(rel);
+    let private = file_private_to_xact(rel);
     let relid = (*rel).rd_id;
     let mut latest_removed = pg_sys::InvalidTransactionId;
     let mut frozen = 0usize;
@@ -131,6 +138,11 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
                 Placement::Remove
             }
             _ if committed && xmin_visible_to_all(m, horizon) => Placement::Column,
+            // A bulk load into a file this transaction made (CREATE TABLE AS,
+            // COPY after CREATE or TRUNCATE, ALTER TABLE rewrites, CLUSTER):
+            // nobody else can see the file before commit, and an abort
+            // discards it, so its own rows need not wait in the delta part.
+            HEAPTUPLE_INSERT_IN_PROGRESS if private && m.xmax == 0 && pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmin)) => Placement::Column,
             _ => Placement::Stay,
         }
     };

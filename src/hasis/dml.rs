@@ -373,7 +373,7 @@ pub unsafe fn lock(
                 m.ctid = tid;
                 loc.stamp(rel, &m);
             }
-            tuple::store(rel, slot, loc.header.natts, loc.payload(), &loc.header.mvcc, tid);
+            tuple::store(rel, slot, &mut tuple::SlotSchema::default(), loc.header.natts, loc.payload(), &loc.header.mvcc, tid);
             *tid_io = to_item_pointer(tid);
             return TM_Ok;
         }

@@ -17,7 +17,7 @@ use pg_hybrid_core::hasis::delta::{self, DeltaView, ITEM_HDR};
 use pg_hybrid_core::hasis::header::{self, init_directory_block, DirEntry, ExtentHeader};
 use pg_hybrid_core::hasis::column::ColumnPart;
 use pg_hybrid_core::hasis::layout::{Geometry, Params, BLCKSZ, TRAILER_OFF, UNITS_PER_BLOCK};
-use pg_hybrid_core::hasis::row::{encode_payload, Mvcc, RowHeader, Schema, MVCC_OFF, ROW_HEADER};
+use pg_hybrid_core::hasis::row::{Mvcc, RowHeader, MVCC_OFF, ROW_HEADER};
 use pg_hybrid_core::hasis::Error as FormatError;
 use pg_hybrid_core::tid::Tid;
 
@@ -393,9 +393,13 @@ unsafe fn fits_last_delta_block(rel: pg_sys::Relation, g: &Geometry, first: u32,
 }
 
 /// Whether the delta part holds a version this transaction did not write:
-/// a bulk load's own rows cannot move before it commits, so compacting an
-/// extent that holds only those would find nothing to do.
+/// a bulk load's own rows cannot move before it commits (unless the file is
+/// the transaction's own), so compacting an extent that holds only those
+/// would find nothing to do.
 unsafe fn others_in_delta(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader) -> bool {
+    if super::compact::file_private_to_xact(rel) {
+        return true;
+    }
     for i in 0..h.delta_used as usize {
         let blk = first + g.delta_block(i) as u32;
         let b = Buf::read(rel, blk, Lock::Share);
@@ -618,10 +622,9 @@ impl pg_hybrid_core::hasis::column::BlockSource for LazyColumns {
 /// A column row's payload in the row format (what delta items hold), so
 /// every reader handles one representation.
 fn column_payload(rel: pg_sys::Relation, blk: u32, part: &ColumnPart, r: usize) -> (RowHeader, Vec<u8>) {
-    let cr = check(rel, blk, part.row(r));
-    let descs = (0..part.ncols()).map(|c| part.column_meta(c).expect("column of the part").desc).collect();
-    let schema = check(rel, blk, Schema::new(descs));
-    (cr.header, check(rel, blk, encode_payload(&schema, &cr.row)))
+    let mut out = Vec::new();
+    let header = check(rel, blk, part.row_payload(r, &mut out));
+    (header, out)
 }
 
 /// Where a located version's payload is.
@@ -820,8 +823,10 @@ pub unsafe fn visit_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, select: S
             None => {
                 let cols = ColumnBlocks::lock(rel, &g, first, &h, strategy);
                 let part = cols.part(rel, &g, first, &h);
+                let mut payload = Vec::new();
                 for r in 0..h.column_rows as usize {
-                    let (header, payload) = column_payload(rel, cblk, &part, r);
+                    payload.clear();
+                    let header = check(rel, cblk, part.row_payload(r, &mut payload));
                     let (hb, off) = check(rel, cblk, part.header_location(r));
                     let (buffer, page) = cols.buffer(hb);
                     let tid = check(rel, cblk, g.tid(first, header.slot));

@@ -45,6 +45,7 @@ pub struct ScanState {
     /// ANALYZE: the TID block chosen by scan_analyze_next_block, until its
     /// versions are loaded.
     analyze_block: Option<u32>,
+    slot_schema: tuple::SlotSchema,
 }
 
 impl ScanState {
@@ -91,6 +92,7 @@ pub unsafe fn begin(
         worker: (!parallel.is_null()).then(|| Box::new(std::mem::zeroed())),
         worker_started: false,
         analyze_block: None,
+        slot_schema: Default::default(),
     };
     (*scan).state = Box::into_raw(Box::new(st));
     // A sequential scan of a serializable transaction locks the relation
@@ -180,7 +182,7 @@ unsafe fn emit(rel: pg_sys::Relation, st: &mut ScanState, slot: *mut pg_sys::Tup
     if st.pos < st.pending.len() {
         let p = &st.pending[st.pos];
         st.pos += 1;
-        tuple::store(rel, slot, p.natts, &p.payload, &p.mvcc, p.tid);
+        tuple::store(rel, slot, &mut st.slot_schema, p.natts, &p.payload, &p.mvcc, p.tid);
         true
     } else {
         false
@@ -282,11 +284,12 @@ pub unsafe fn analyze_next_tuple(
 pub struct HasisFetch {
     pub base: pg_sys::IndexFetchTableData,
     pub meta: Option<Meta>,
+    pub slot_schema: tuple::SlotSchema,
 }
 
 pub unsafe fn fetch_begin(rel: pg_sys::Relation) -> *mut pg_sys::IndexFetchTableData {
     crate::require_preload();
-    let f = Box::new(HasisFetch { base: pg_sys::IndexFetchTableData { rel }, meta: relation::cached_meta(rel) });
+    let f = Box::new(HasisFetch { base: pg_sys::IndexFetchTableData { rel }, meta: relation::cached_meta(rel), slot_schema: Default::default() });
     Box::into_raw(f) as *mut pg_sys::IndexFetchTableData
 }
 
@@ -313,6 +316,7 @@ unsafe fn meta_covering(rel: pg_sys::Relation, meta: &mut Option<Meta>, tid: Tid
 pub unsafe fn fetch_version(
     rel: pg_sys::Relation,
     meta: &mut Option<Meta>,
+    slot_schema: &mut tuple::SlotSchema,
     tid: Tid,
     snapshot: pg_sys::Snapshot,
     slot: *mut pg_sys::TupleTableSlot,
@@ -336,7 +340,7 @@ pub unsafe fn fetch_version(
     if vis {
         let mut ip = to_item_pointer(tid);
         PredicateLockTID(rel, &mut ip, snapshot, pg_sys::TransactionId::from(mv.xmin));
-        tuple::store(rel, slot, loc.header.natts, loc.payload(), &loc.header.mvcc, tid);
+        tuple::store(rel, slot, slot_schema, loc.header.natts, loc.payload(), &loc.header.mvcc, tid);
         return true;
     }
     if let Some(d) = all_dead {
@@ -357,7 +361,7 @@ pub unsafe fn index_fetch_tuple(
     let f = &mut *(scan as *mut HasisFetch);
     *call_again = false;
     let mut dead = false;
-    let found = fetch_version(f.base.rel, &mut f.meta, from_item_pointer(&*tid), snapshot, slot, Some(&mut dead));
+    let found = fetch_version(f.base.rel, &mut f.meta, &mut f.slot_schema, from_item_pointer(&*tid), snapshot, slot, Some(&mut dead));
     if !all_dead.is_null() {
         *all_dead = dead;
     }
@@ -366,7 +370,7 @@ pub unsafe fn index_fetch_tuple(
 
 pub unsafe fn fetch_row_version(rel: pg_sys::Relation, tid: pg_sys::ItemPointer, snapshot: pg_sys::Snapshot, slot: *mut pg_sys::TupleTableSlot) -> bool {
     let mut meta = None;
-    fetch_version(rel, &mut meta, from_item_pointer(&*tid), snapshot, slot, None)
+    fetch_version(rel, &mut meta, &mut tuple::SlotSchema::default(), from_item_pointer(&*tid), snapshot, slot, None)
 }
 
 pub unsafe fn tid_valid(scan: pg_sys::TableScanDesc, tid: pg_sys::ItemPointer) -> bool {

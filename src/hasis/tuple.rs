@@ -15,7 +15,7 @@
 
 use pgrx::pg_sys;
 
-use pg_hybrid_core::hasis::row::{decode_payload, encode_payload, ColumnDesc, MinMaxOrder, Mvcc, Row, Schema};
+use pg_hybrid_core::hasis::row::{decode_payload, encode_payload, payload_values, ColumnDesc, MinMaxOrder, Mvcc, Row, Schema};
 use pg_hybrid_core::tid::Tid;
 
 use super::visibility::{to_item_pointer, write_header, HEAP_HASEXTERNAL};
@@ -156,10 +156,8 @@ pub unsafe fn decode(rel: pg_sys::Relation, schema: &Schema, natts: u16, payload
 /// A heap tuple (palloc'd in the current memory context) of `row` with the
 /// version's MVCC fields and TID.
 pub unsafe fn form(rel: pg_sys::Relation, row: &Row, m: &Mvcc, tid: Tid) -> pg_sys::HeapTuple {
-    form_desc((*rel).rd_att, (*rel).rd_id, row, m, tid)
-}
-
-unsafe fn form_desc(desc: pg_sys::TupleDesc, relid: pg_sys::Oid, row: &Row, m: &Mvcc, tid: Tid) -> pg_sys::HeapTuple {
+    let desc = (*rel).rd_att;
+    let relid = (*rel).rd_id;
     let n = (*desc).natts as usize;
     let mut values = vec![pg_sys::Datum::from(0usize); n];
     let mut nulls = vec![true; n];
@@ -184,20 +182,60 @@ unsafe fn form_desc(desc: pg_sys::TupleDesc, relid: pg_sys::Oid, row: &Row, m: &
     tup
 }
 
+/// The core schema of a slot's tuple descriptor, kept across the rows of a
+/// scan (recomputed when the slot's descriptor changes).
+#[derive(Default)]
+pub struct SlotSchema {
+    desc: Option<(pg_sys::TupleDesc, i32)>,
+    schema: Option<Schema>,
+}
+
+impl SlotSchema {
+    pub unsafe fn of(&mut self, desc: pg_sys::TupleDesc) -> &Schema {
+        let key = (desc, (*desc).natts);
+        if self.desc != Some(key) || self.schema.is_none() {
+            self.schema = Some(schema_of(desc));
+            self.desc = Some(key);
+        }
+        self.schema.as_ref().unwrap()
+    }
+}
+
 /// Stores a stored version (`natts` values of `payload`) into a slot of
 /// `TTSOpsHeapTuple` (hasis's slot type), decoded with the slot's tuple
 /// descriptor: during ALTER TABLE's rewrite the relation's descriptor is
 /// already the new one, and the slot has the descriptor the rows were
-/// written with.
-pub unsafe fn store(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, natts: u16, payload: &[u8], m: &Mvcc, tid: Tid) {
+/// written with. The values are read in place (no copy before
+/// `heap_form_tuple`'s).
+pub unsafe fn store(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cache: &mut SlotSchema, natts: u16, payload: &[u8], m: &Mvcc, tid: Tid) {
     let desc = (*slot).tts_tupleDescriptor;
-    let row = decode_payload(&schema_of(desc), natts as usize, payload).unwrap_or_else(|e| super::format_error(rel, tid.block, e));
+    let n = (*desc).natts as usize;
+    let atts = attrs(desc);
+    let mut values = vec![pg_sys::Datum::from(0usize); n];
+    let mut nulls = vec![true; n];
+    let decoded = payload_values(cache.of(desc), natts as usize, payload, |i, v| {
+        if let Some(b) = v {
+            values[i] = bytes_datum(&atts[i], b);
+            nulls[i] = false;
+        }
+    });
+    if let Err(e) = decoded {
+        super::format_error(rel, tid.block, e);
+    }
+    for (i, null) in nulls.iter_mut().enumerate().skip(natts as usize) {
+        let mut isnull = true;
+        values[i] = pg_sys::getmissingattr(desc, i as i32 + 1, &mut isnull);
+        *null = isnull;
+    }
     // The slot frees the tuple when it is cleared, which may be after the
     // caller's memory context was reset: allocate it in the slot's.
     let old = pg_sys::CurrentMemoryContext;
     pg_sys::CurrentMemoryContext = (*slot).tts_mcxt;
-    let tup = form_desc(desc, (*rel).rd_id, &row, m, tid);
+    let tup = pg_sys::heap_form_tuple(desc, values.as_mut_ptr(), nulls.as_mut_ptr());
     pg_sys::CurrentMemoryContext = old;
+    write_header((*tup).t_data as *mut u8, m);
+    (*tup).t_self = to_item_pointer(tid);
+    (*tup).t_tableOid = (*rel).rd_id;
     pg_sys::ExecStoreHeapTuple(tup, slot, true);
     (*slot).tts_tableOid = (*rel).rd_id;
 }

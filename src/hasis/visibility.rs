@@ -113,16 +113,28 @@ impl HeaderTuple {
     }
 }
 
+/// A 24-byte heap tuple header, aligned as PostgreSQL's.
+#[repr(C, align(8))]
+struct RawHeader([u8; HEADER_LEN]);
+
 /// Whether `m` (the version at `tid`, in `buffer`) is visible to
 /// `snapshot`; also returns the infomask with any hint bits the check set,
-/// when it changed.
+/// when it changed. Allocation-free: this runs for every version a scan
+/// meets.
 pub unsafe fn visible(rel: pg_sys::Relation, snapshot: pg_sys::Snapshot, m: &Mvcc, tid: Tid, buffer: pg_sys::Buffer) -> (bool, Option<u16>) {
-    let mut t = HeaderTuple::new(m, tid, (*rel).rd_id);
-    let before = t.infomask();
-    let vis = pg_sys::HeapTupleSatisfiesVisibility(t.ptr(), snapshot, buffer);
+    let mut hdr = RawHeader([0; HEADER_LEN]);
+    hdr.0[T_HOFF] = HEADER_LEN as u8;
+    write_header(hdr.0.as_mut_ptr(), m);
+    let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
+    tuple.t_len = HEADER_LEN as u32;
+    tuple.t_self = to_item_pointer(tid);
+    tuple.t_tableOid = (*rel).rd_id;
+    tuple.t_data = hdr.0.as_mut_ptr() as pg_sys::HeapTupleHeader;
+    let before = read_infomask(hdr.0.as_ptr());
+    let vis = pg_sys::HeapTupleSatisfiesVisibility(&mut tuple, snapshot, buffer);
     // Returns at once unless this is a serializable transaction.
-    pg_sys::HeapCheckForSerializableConflictOut(vis, rel, t.ptr(), buffer, snapshot);
-    let after = t.infomask();
+    pg_sys::HeapCheckForSerializableConflictOut(vis, rel, &mut tuple, buffer, snapshot);
+    let after = read_infomask(hdr.0.as_ptr());
     (vis, (after != before).then_some(after))
 }
 

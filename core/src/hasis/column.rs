@@ -404,10 +404,17 @@ impl<'a> ColumnPart<'a> {
     /// Copies `len` bytes at `pos` of the mini-page at `first_unit`
     /// (`units` long), across unit and block boundaries.
     fn gather(&self, first_unit: usize, units: usize, pos: usize, len: usize) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; len];
+        self.gather_into(first_unit, units, pos, &mut out)?;
+        Ok(out)
+    }
+
+    /// `gather` into `out` (its length says how many bytes).
+    fn gather_into(&self, first_unit: usize, units: usize, pos: usize, out: &mut [u8]) -> Result<()> {
+        let len = out.len();
         if pos + len > units * UNIT_PAYLOAD {
             return corrupt("read past the end of a mini-page");
         }
-        let mut out = Vec::with_capacity(len);
         let mut p = pos;
         while p < pos + len {
             let u = first_unit + p / UNIT_PAYLOAD;
@@ -415,18 +422,72 @@ impl<'a> ColumnPart<'a> {
             let n = (UNIT_PAYLOAD - within).min(pos + len - p);
             let (blk, off) = Geometry::unit_location(u);
             let b = self.blocks.get(blk)?;
-            out.extend_from_slice(&b[off + within..off + within + n]);
+            out[p - pos..p - pos + n].copy_from_slice(&b[off + within..off + within + n]);
             p += n;
         }
-        Ok(out)
+        Ok(())
     }
 
     fn read_stream(&self, c: usize, pos: usize, len: usize) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; len];
+        self.read_stream_into(c, pos, &mut out)?;
+        Ok(out)
+    }
+
+    fn read_stream_into(&self, c: usize, pos: usize, out: &mut [u8]) -> Result<()> {
         let m = &self.columns[c];
-        if pos + len > m.len as usize {
+        if pos + out.len() > m.len as usize {
             return corrupt("read past a column's content");
         }
-        self.gather(m.first_unit as usize, m.units as usize, pos, len)
+        self.gather_into(m.first_unit as usize, m.units as usize, pos, out)
+    }
+
+    /// Appends row `r`'s values to `out` in the row format of delta items
+    /// (null bitmap, then the values), as `encode_payload` of `row(r)` would,
+    /// without building the row; returns its header. What a scan uses.
+    pub fn row_payload(&self, r: usize, out: &mut Vec<u8>) -> Result<RowHeader> {
+        let header = self.row_header(r)?;
+        let natts = header.natts as usize;
+        let bitmap_at = out.len();
+        out.resize(bitmap_at + natts.div_ceil(8), 0);
+        for c in 0..natts {
+            let m = &self.columns[c];
+            let mut base = 0;
+            if m.has_nulls {
+                base = bitmap_len(self.nrows);
+                let mut byte = [0u8; 1];
+                self.read_stream_into(c, r / 8, &mut byte)?;
+                if byte[0] & (1 << (r % 8)) != 0 {
+                    out[bitmap_at + c / 8] |= 1 << (c % 8);
+                    continue;
+                }
+            }
+            let at = out.len();
+            match m.desc.width {
+                Width::Fixed(n) => {
+                    out.resize(at + n as usize, 0);
+                    self.read_stream_into(c, base + r * n as usize, &mut out[at..])?;
+                }
+                Width::Varlena => {
+                    let data = base + 4 * self.nrows;
+                    let mut ends = [0u8; 8];
+                    let (start, end) = if r == 0 {
+                        self.read_stream_into(c, base, &mut ends[4..])?;
+                        (0, rd32(&ends, 4) as usize)
+                    } else {
+                        self.read_stream_into(c, base + 4 * (r - 1), &mut ends)?;
+                        (rd32(&ends, 0) as usize, rd32(&ends, 4) as usize)
+                    };
+                    if start > end || data + end > m.len as usize || end - start > u16::MAX as usize {
+                        return corrupt("varlena offsets out of order or out of range");
+                    }
+                    out.extend_from_slice(&((end - start) as u16).to_le_bytes());
+                    out.resize(at + 2 + end - start, 0);
+                    self.read_stream_into(c, data + start, &mut out[at + 2..])?;
+                }
+            }
+        }
+        Ok(header)
     }
 
     pub fn nrows(&self) -> usize {
@@ -564,6 +625,21 @@ mod tests {
         fn block(&self, i: usize) -> Result<&[u8]> {
             self.touched.borrow_mut().insert(i);
             self.blocks.get(i).map(|b| &b[..]).ok_or(Error::Corrupt("past the column blocks"))
+        }
+    }
+
+    #[test]
+    fn row_payload_is_the_encoded_row() {
+        let g = geo(16);
+        let rs = rows(500, 60);
+        let (blocks, p) = build(&g, &schema(), &rs, 5).unwrap();
+        let part = ColumnPart::parse(&g, views(&blocks), p.total_units, rs.len(), Some(5)).unwrap();
+        let mut out = vec![9u8];
+        for (r, want) in rs.iter().enumerate() {
+            out.truncate(1);
+            let h = part.row_payload(r, &mut out).unwrap();
+            assert_eq!(h, want.header);
+            assert_eq!(out[1..], crate::hasis::row::encode_payload(&schema(), &want.row).unwrap()[..], "row {r}");
         }
     }
 

@@ -320,6 +320,15 @@ pub fn encode_payload(schema: &Schema, row: &Row) -> Result<Vec<u8>> {
 
 /// Decodes a payload of `natts` columns; the bytes must be used exactly.
 pub fn decode_payload(schema: &Schema, natts: usize, b: &[u8]) -> Result<Row> {
+    let mut values = Vec::with_capacity(natts);
+    payload_values(schema, natts, b, |_, v| values.push(v.map(<[u8]>::to_vec)))?;
+    Ok(Row { values })
+}
+
+/// Walks a payload of `natts` columns without copying: `f(column, value)`
+/// for each column in order (`None` for NULL), borrowing the payload's
+/// bytes. The bytes must be used exactly.
+pub fn payload_values<'b>(schema: &Schema, natts: usize, b: &'b [u8], mut f: impl FnMut(usize, Option<&'b [u8]>)) -> Result<()> {
     if natts > schema.len() {
         return corrupt("row version has more columns than the schema");
     }
@@ -327,11 +336,13 @@ pub fn decode_payload(schema: &Schema, natts: usize, b: &[u8]) -> Result<Row> {
     if b.len() < nb {
         return corrupt("row payload shorter than its null bitmap");
     }
+    if natts % 8 != 0 && nb > 0 && b[nb - 1] >> (natts % 8) != 0 {
+        return corrupt("null bitmap has bits past natts");
+    }
     let mut pos = nb;
-    let mut values = Vec::with_capacity(natts);
     for (i, d) in schema.columns[..natts].iter().enumerate() {
         if b[i / 8] & (1 << (i % 8)) != 0 {
-            values.push(None);
+            f(i, None);
             continue;
         }
         let len = match d.width {
@@ -348,16 +359,13 @@ pub fn decode_payload(schema: &Schema, natts: usize, b: &[u8]) -> Result<Row> {
         if pos + len > b.len() {
             return corrupt("row payload truncated in a value");
         }
-        values.push(Some(b[pos..pos + len].to_vec()));
+        f(i, Some(&b[pos..pos + len]));
         pos += len;
     }
     if pos != b.len() {
         return corrupt("row payload has trailing bytes");
     }
-    if natts % 8 != 0 && nb > 0 && b[nb - 1] >> (natts % 8) != 0 {
-        return corrupt("null bitmap has bits past natts");
-    }
-    Ok(Row { values })
+    Ok(())
 }
 
 #[cfg(test)]
