@@ -11,6 +11,8 @@
 #   concurrency   tests/concurrency.sh  (pgbench, 8 clients + merges, UNIQUE index)
 #   isolation     tests/isolation.sh    (pg_isolation_regress: SERIALIZABLE and UNIQUE interleavings,
 #                                        same output as btree, tests/isolation/schedule)
+#   hasis         tests/hasis.sh        (the hasis table AM: differential vs heap, pgbench TPC-B, kill -9
+#                                        recovery, hot standby, isolation specs vs heap)
 #   corrupt       tests/corrupt.sh      (damaged index pages: clean XX002 ERROR, no crash, REINDEX repairs)
 #   arena         tests/arena.sh        (8MB pg_hybrid.shared_memory: merges under arena pressure,
 #                                        background merge on/off, restart rebuilds the dynamic stages)
@@ -33,7 +35,8 @@
 #
 # Options:
 #   --quick            short form of every step (differential 20 s, pgbench 15 s, one merge crash,
-#                      ~30k-row corrupt table, ~100k rows per arena round)
+#                      ~30k-row corrupt table, ~100k rows per arena round; hasis: 10 s
+#                      differential, 5 s TPC-B, one crash, 50k-row standby)
 #   --only S[,S...]    run only these steps (repeatable)
 #   --skip S[,S...]    skip these steps (repeatable)
 #   --no-setup         same as --skip setup
@@ -47,7 +50,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ELASTIC_STEPS=(differential-elastic crash-elastic standby-elastic concurrency-elastic isolation-elastic convert-elastic corrupt-elastic)
-ALL_STEPS=(setup core regress differential crash standby concurrency isolation corrupt arena bench "${ELASTIC_STEPS[@]}")
+ALL_STEPS=(setup core regress differential crash standby concurrency isolation hasis corrupt arena bench "${ELASTIC_STEPS[@]}")
 quick=0
 only=()
 skip=()
@@ -258,7 +261,7 @@ run_step setup step_setup
 if selected setup && [[ ${results[-1]} == *FAIL* ]]; then setup_ok=0; fi
 
 if ((setup_ok == 0)); then
-    ns=(core regress differential crash standby concurrency isolation corrupt arena bench)
+    ns=(core regress differential crash standby concurrency isolation hasis corrupt arena bench)
     ((ELASTIC_PASS)) && ns+=("${ELASTIC_STEPS[@]}")
     for s in "${ns[@]}"; do
         selected "$s" && record "$s" FAIL 0 "(not run: setup failed)"
@@ -285,6 +288,7 @@ else
     run_step standby bash "$PH_REPO/tests/standby.sh" "${qarg[@]}"
     run_step concurrency bash "$PH_REPO/tests/concurrency.sh" "${qarg[@]}"
     run_step isolation bash "$PH_REPO/tests/isolation.sh" "${qarg[@]}"
+    run_step hasis bash "$PH_REPO/tests/hasis.sh" "${qarg[@]}"
     run_step corrupt bash "$PH_REPO/tests/corrupt.sh" "${qarg[@]}"
     run_step arena bash "$PH_REPO/tests/arena.sh" "${qarg[@]}"
     run_step bench bash "$PH_REPO/bench/smoke.sh" "${qarg[@]}"
