@@ -315,7 +315,7 @@ pub unsafe fn update(
 
     let old_tuple = tuple::form(rel, &old_row, &old_mvcc, otid);
     let new = tuple::prepare(rel, slot, old_tuple, 0);
-    let new_mvcc = Mvcc { xmin: xid, xmax: 0, cid, ctid: Tid::default(), infomask: HEAP_XMAX_INVALID | HEAP_UPDATED, infomask2: 0 };
+    let new_mvcc = new_version(xid, cid, true);
     let ntid = relation::insert(rel, new.natts, new_mvcc, &new.payload);
 
     let meta = relation::meta_covering(rel, otid).expect("metapage exists");

@@ -136,14 +136,7 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
     // Inserts conflict with serializable readers of the whole relation.
     super::visibility::CheckForSerializableConflictIn(rel, std::ptr::null_mut(), pg_sys::InvalidBlockNumber);
     let p = tuple::prepare(rel, slot, std::ptr::null_mut(), options);
-    let m = pg_hybrid_core::hasis::row::Mvcc {
-        xmin: xid,
-        xmax: 0,
-        cid,
-        ctid: Default::default(),
-        infomask: super::visibility::HEAP_XMAX_INVALID,
-        infomask2: 0,
-    };
+    let m = super::visibility::new_version(xid, cid, false);
     let tid = relation::insert(rel, p.natts, m, &p.payload);
     (*slot).tts_tid = super::visibility::to_item_pointer(tid);
     (*slot).tts_tableOid = (*rel).rd_id;

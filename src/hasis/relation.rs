@@ -392,6 +392,36 @@ fn foreground_trigger(g: &Geometry) -> u16 {
     g.params.delta_blocks.max(g.params.compact_trigger)
 }
 
+/// Reads the directory entries of one extent under the header block the
+/// caller holds, share-locking each directory block when first needed.
+pub struct DirectoryReader<'h> {
+    rel: pg_sys::Relation,
+    g: Geometry,
+    first: u32,
+    header: &'h Buf,
+    strategy: pg_sys::BufferAccessStrategy,
+    dir: Option<(usize, Buf)>,
+}
+
+impl<'h> DirectoryReader<'h> {
+    pub fn new(rel: pg_sys::Relation, g: &Geometry, first: u32, header: &'h Buf, strategy: pg_sys::BufferAccessStrategy) -> Self {
+        DirectoryReader { rel, g: *g, first, header, strategy, dir: None }
+    }
+
+    pub unsafe fn entry(&mut self, slot: u16) -> DirEntry {
+        let (bi, _) = self.g.directory_entry(slot);
+        let page = if bi == 0 {
+            self.header.page()
+        } else {
+            if self.dir.as_ref().map(|d| d.0) != Some(bi) {
+                self.dir = Some((bi, Buf::read_with(self.rel, self.first + bi as u32, Lock::Share, self.strategy)));
+            }
+            self.dir.as_ref().unwrap().1.page()
+        };
+        check(self.rel, self.first + bi as u32, header::read_entry(bytes(page), &self.g, slot))
+    }
+}
+
 /// Whether an item of `len` bytes fits the last delta block in use.
 unsafe fn fits_last_delta_block(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, len: usize) -> bool {
     if h.delta_used == 0 {
@@ -447,22 +477,8 @@ pub unsafe fn smgr(rel: pg_sys::Relation) -> pg_sys::SMgrRelation {
 }
 
 unsafe fn lowest_unused_slot(rel: pg_sys::Relation, g: &Geometry, first: u32, hbuf: &Buf, hwm: u16) -> Option<u16> {
-    let mut dir: Option<(usize, Buf)> = None;
-    for s in 0..hwm {
-        let (bi, _) = g.directory_entry(s);
-        let page = if bi == 0 {
-            hbuf.page()
-        } else {
-            if dir.as_ref().map(|d| d.0) != Some(bi) {
-                dir = Some((bi, Buf::read(rel, first + bi as u32, Lock::Share)));
-            }
-            dir.as_ref().unwrap().1.page()
-        };
-        if check(rel, first + bi as u32, header::read_entry(bytes(page), g, s)) == DirEntry::Unused {
-            return Some(s);
-        }
-    }
-    None
+    let mut dir = DirectoryReader::new(rel, g, first, hbuf, std::ptr::null_mut());
+    (0..hwm).find(|&s| dir.entry(s) == DirEntry::Unused)
 }
 
 /// Inserts a row version somewhere in the relation and returns its TID:
@@ -507,23 +523,8 @@ pub unsafe fn dead_slots(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &Buf)
     let g = meta.geometry;
     let first = meta.extent_first(k);
     let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
-    let mut out = Vec::new();
-    let mut dir: Option<(usize, Buf)> = None;
-    for s in 0..h.slot_hwm {
-        let (bi, _) = g.directory_entry(s);
-        let page = if bi == 0 {
-            hbuf.page()
-        } else {
-            if dir.as_ref().map(|d| d.0) != Some(bi) {
-                dir = Some((bi, Buf::read(rel, first + bi as u32, Lock::Share)));
-            }
-            dir.as_ref().unwrap().1.page()
-        };
-        if check(rel, first + bi as u32, header::read_entry(bytes(page), &g, s)) == DirEntry::Dead {
-            out.push(s);
-        }
-    }
-    out
+    let mut dir = DirectoryReader::new(rel, &g, first, hbuf, std::ptr::null_mut());
+    (0..h.slot_hwm).filter(|&s| dir.entry(s) == DirEntry::Dead).collect()
 }
 
 /// VACUUM's last step for extent `k`: `Dead` slots whose index entries are
@@ -804,18 +805,9 @@ pub unsafe fn visit_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, select: S
         let per = pg_hybrid_core::hasis::layout::MAX_OFFSET as u32;
         let lo = (blk.saturating_sub(first) * per).min(h.slot_hwm as u32) as u16;
         let hi = ((blk + 1).saturating_sub(first) * per).min(h.slot_hwm as u32) as u16;
-        let mut dir: Option<(usize, Buf)> = None;
+        let mut dir = DirectoryReader::new(rel, &g, first, &hbuf, strategy);
         for s in lo..hi {
-            let (bi, _) = g.directory_entry(s);
-            let page = if bi == 0 {
-                hbuf.page()
-            } else {
-                if dir.as_ref().map(|d| d.0) != Some(bi) {
-                    dir = Some((bi, Buf::read_with(rel, first + bi as u32, Lock::Share, strategy)));
-                }
-                dir.as_ref().unwrap().1.page()
-            };
-            match check(rel, first + bi as u32, header::read_entry(bytes(page), &g, s)) {
+            match dir.entry(s) {
                 DirEntry::Delta { block, offset } if (block as u16) < h.delta_used => {
                     wanted[block as usize].as_mut().unwrap().push(offset);
                 }

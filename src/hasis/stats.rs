@@ -3,7 +3,7 @@
 use pgrx::prelude::*;
 use pgrx::pg_sys;
 
-use pg_hybrid_core::hasis::header::{self, DirEntry, ExtentHeader};
+use pg_hybrid_core::hasis::header::{DirEntry, ExtentHeader};
 
 use super::relation::{self, bytes};
 use crate::storage::buffer::{Buf, Lock};
@@ -57,18 +57,9 @@ fn table_stats(
                 t.2 += h.column_rows as i64;
                 t.3 += h.column_units as i64;
                 t.5 += h.delta_used as i64;
-                let mut dir: Option<(usize, Buf)> = None;
+                let mut dir = relation::DirectoryReader::new(rel, &g, first, &hbuf, std::ptr::null_mut());
                 for s in 0..h.slot_hwm {
-                    let (bi, _) = g.directory_entry(s);
-                    let page = if bi == 0 {
-                        hbuf.page()
-                    } else {
-                        if dir.as_ref().map(|d| d.0) != Some(bi) {
-                            dir = Some((bi, Buf::read(rel, first + bi as u32, Lock::Share)));
-                        }
-                        dir.as_ref().unwrap().1.page()
-                    };
-                    match header::read_entry(bytes(page), &g, s).unwrap_or_else(|e| super::format_error(rel, first, e)) {
+                    match dir.entry(s) {
                         DirEntry::Delta { .. } => t.4 += 1,
                         DirEntry::Dead => t.6 += 1,
                         DirEntry::Unused => t.7 += 1,

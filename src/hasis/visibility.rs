@@ -36,6 +36,13 @@ pub const HEAP_XMAX_BITS: u16 = HEAP_XMAX_COMMITTED | HEAP_XMAX_INVALID | HEAP_X
 pub const HEAP_NATTS_MASK: u16 = 0x07FF;
 pub const HEAP_KEYS_UPDATED: u16 = 0x2000;
 
+/// The MVCC fields of a new version this transaction inserts (`updated`:
+/// as the new half of an UPDATE, heap's HEAP_UPDATED). ctid is set to the
+/// version's own TID when its slot is known.
+pub fn new_version(xid: u32, cid: pg_sys::CommandId, updated: bool) -> Mvcc {
+    Mvcc { xmin: xid, xmax: 0, cid, ctid: Tid::default(), infomask: HEAP_XMAX_INVALID | if updated { HEAP_UPDATED } else { 0 }, infomask2: 0 }
+}
+
 /// Byte offsets in a heap tuple header.
 const T_XMIN: usize = 0;
 const T_XMAX: usize = 4;
