@@ -53,12 +53,6 @@ pub unsafe fn apply_append(p: pg_sys::Page, rec: &[u8]) {
     page::set_body_len(p, len + rec.len());
 }
 
-unsafe fn set_lsn(p: pg_sys::Page, lsn: pg_sys::XLogRecPtr) {
-    let hdr = p as *mut pg_sys::PageHeaderData;
-    (*hdr).pd_lsn.xlogid = (lsn >> 32) as u32;
-    (*hdr).pd_lsn.xrecoff = lsn as u32;
-}
-
 /// Appends `rec` to the exclusively locked delta page in `buf`, WAL-logged.
 pub unsafe fn log_append(rel: pg_sys::Relation, buf: pg_sys::Buffer, rec: &[u8]) {
     let p = pg_sys::BufferGetPage(buf);
@@ -71,7 +65,7 @@ pub unsafe fn log_append(rel: pg_sys::Relation, buf: pg_sys::Buffer, rec: &[u8])
         pg_sys::XLogRegisterBuffer(0, buf, pg_sys::REGBUF_STANDARD as u8);
         pg_sys::XLogRegisterBufData(0, rec.as_ptr() as *mut std::os::raw::c_char, rec.len() as i32);
         let lsn = pg_sys::XLogInsert(RM_PG_HYBRID_ID, XLOG_DELTA_APPEND);
-        set_lsn(p, lsn);
+        crate::storage::wal::set_page_lsn(p, lsn);
     }
     pg_sys::CritSectionCount -= 1;
 }
@@ -137,22 +131,18 @@ unsafe fn redo_recycle_conflict(record: *mut pg_sys::XLogReaderState) {
     }
 }
 
-unsafe fn info(record: *mut pg_sys::XLogReaderState) -> u8 {
-    (*(*record).record).header.xl_info & !(pg_sys::XLR_INFO_MASK as u8)
-}
-
 #[pg_guard]
 unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
-    if info(record) == XLOG_RECYCLE_CONFLICT {
+    if crate::storage::wal::record_info(record) == XLOG_RECYCLE_CONFLICT {
         redo_recycle_conflict(record);
         return;
     }
-    if info(record) == XLOG_SNAPSHOT_CONFLICT {
+    if crate::storage::wal::record_info(record) == XLOG_SNAPSHOT_CONFLICT {
         redo_snapshot_conflict(record);
         return;
     }
-    if info(record) != XLOG_DELTA_APPEND {
-        pgrx::error!("pg_hybrid redo: unknown WAL record type {:#x}", info(record));
+    if crate::storage::wal::record_info(record) != XLOG_DELTA_APPEND {
+        pgrx::error!("pg_hybrid redo: unknown WAL record type {:#x}", crate::storage::wal::record_info(record));
     }
     let mut buf: pg_sys::Buffer = 0;
     if pg_sys::XLogReadBufferForRedo(record, 0, &mut buf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
@@ -166,7 +156,7 @@ unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
             pgrx::error!("pg_hybrid redo: delta append does not fit its page");
         }
         apply_append(p, rec);
-        set_lsn(p, (*record).EndRecPtr);
+        crate::storage::wal::set_page_lsn(p, (*record).EndRecPtr);
         pg_sys::MarkBufferDirty(buf);
     }
     if buf != 0 {
@@ -176,7 +166,7 @@ unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
 
 #[pg_guard]
 unsafe extern "C-unwind" fn desc(out: pg_sys::StringInfo, record: *mut pg_sys::XLogReaderState) {
-    if info(record) == XLOG_DELTA_APPEND {
+    if crate::storage::wal::record_info(record) == XLOG_DELTA_APPEND {
         let mut len: usize = 0;
         pg_sys::XLogRecGetBlockData(record, 0, &mut len);
         let s = std::ffi::CString::new(format!("delta append of {len} bytes")).unwrap();

@@ -81,10 +81,11 @@ pub unsafe fn begin(
     (*scan).base.rs_key = key;
     (*scan).base.rs_flags = flags;
     (*scan).base.rs_parallel = parallel;
-    let large = flags & pg_sys::ScanOptions::SO_ALLOW_STRAT != 0 && nblocks(rel) as i32 > pg_sys::NBuffers / 4;
+    let blocks = nblocks(rel);
+    let large = flags & pg_sys::ScanOptions::SO_ALLOW_STRAT != 0 && blocks as i32 > pg_sys::NBuffers / 4;
     let st = ScanState {
         meta: relation::read_meta(rel),
-        nblocks: nblocks(rel),
+        nblocks: blocks,
         next_extent: 0,
         pending: Vec::new(),
         pos: 0,

@@ -115,12 +115,6 @@ pub unsafe fn apply_insert_delta(g: &Geometry, dpage: pg_sys::Page, r: &InsertRe
     Ok(())
 }
 
-unsafe fn set_lsn(page: pg_sys::Page, lsn: pg_sys::XLogRecPtr) {
-    let hdr = page as *mut pg_sys::PageHeaderData;
-    (*hdr).pd_lsn.xlogid = (lsn >> 32) as u32;
-    (*hdr).pd_lsn.xrecoff = lsn as u32;
-}
-
 /// Logs an insert whose pages the caller already changed inside its
 /// critical section; sets their LSNs.
 pub unsafe fn log_insert(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, dbuf: pg_sys::Buffer, dirbuf: Option<pg_sys::Buffer>, r: &InsertRecord, item: &[u8]) {
@@ -137,10 +131,10 @@ pub unsafe fn log_insert(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, dbuf: pg_s
         pg_sys::XLogRegisterBuffer(2, d, pg_sys::REGBUF_STANDARD as u8);
     }
     let lsn = pg_sys::XLogInsert(RM_HASIS_ID, XLOG_HASIS_INSERT);
-    set_lsn(pg_sys::BufferGetPage(hbuf), lsn);
-    set_lsn(pg_sys::BufferGetPage(dbuf), lsn);
+    crate::storage::wal::set_page_lsn(pg_sys::BufferGetPage(hbuf), lsn);
+    crate::storage::wal::set_page_lsn(pg_sys::BufferGetPage(dbuf), lsn);
     if let Some(d) = dirbuf {
-        set_lsn(pg_sys::BufferGetPage(d), lsn);
+        crate::storage::wal::set_page_lsn(pg_sys::BufferGetPage(d), lsn);
     }
 }
 
@@ -166,7 +160,7 @@ pub unsafe fn log_stamp(rel: pg_sys::Relation, buf: pg_sys::Buffer, at: u16, m: 
     pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
     pg_sys::XLogRegisterBuffer(0, buf, pg_sys::REGBUF_STANDARD as u8);
     let lsn = pg_sys::XLogInsert(RM_HASIS_ID, XLOG_HASIS_STAMP);
-    set_lsn(pg_sys::BufferGetPage(buf), lsn);
+    crate::storage::wal::set_page_lsn(pg_sys::BufferGetPage(buf), lsn);
 }
 
 /// Makes room for a compaction's block references (outside the critical
@@ -200,7 +194,7 @@ pub unsafe fn log_compact(rel: pg_sys::Relation, latest_removed: pg_sys::Transac
     let lsn = pg_sys::XLogInsert(RM_HASIS_ID, XLOG_HASIS_COMPACT);
     for b in written {
         if !pg_sys::PageIsNew(b.page()) {
-            set_lsn(b.page(), lsn);
+            crate::storage::wal::set_page_lsn(b.page(), lsn);
         }
     }
 }
@@ -231,7 +225,7 @@ unsafe fn redo_compact(record: *mut pg_sys::XLogReaderState) {
     if pg_sys::XLogReadBufferForRedo(record, id, &mut buf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
         let p = pg_sys::BufferGetPage(buf);
         out.patch_header(bytes(p), &g).unwrap_or_else(|e| redo_failed(&e.to_string()));
-        set_lsn(p, lsn);
+        crate::storage::wal::set_page_lsn(p, lsn);
         pg_sys::MarkBufferDirty(buf);
     }
     held.push(buf);
@@ -241,7 +235,7 @@ unsafe fn redo_compact(record: *mut pg_sys::XLogReaderState) {
         if pg_sys::XLogReadBufferForRedo(record, id, &mut buf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
             let p = pg_sys::BufferGetPage(buf);
             out.patch_directory_block(bytes(p), &g, i).unwrap_or_else(|e| redo_failed(&e.to_string()));
-            set_lsn(p, lsn);
+            crate::storage::wal::set_page_lsn(p, lsn);
             pg_sys::MarkBufferDirty(buf);
         }
         held.push(buf);
@@ -253,7 +247,7 @@ unsafe fn redo_compact(record: *mut pg_sys::XLogReaderState) {
         let p = pg_sys::BufferGetPage(buf);
         super::compact::write_block(p, block, is_delta);
         if !pg_sys::PageIsNew(p) {
-            set_lsn(p, lsn);
+            crate::storage::wal::set_page_lsn(p, lsn);
         }
         pg_sys::MarkBufferDirty(buf);
         held.push(buf);
@@ -263,10 +257,6 @@ unsafe fn redo_compact(record: *mut pg_sys::XLogReaderState) {
             pg_sys::UnlockReleaseBuffer(b);
         }
     }
-}
-
-unsafe fn info(record: *mut pg_sys::XLogReaderState) -> u8 {
-    (*(*record).record).header.xl_info & !(pg_sys::XLR_INFO_MASK as u8)
 }
 
 unsafe fn main_data<'a>(record: *mut pg_sys::XLogReaderState) -> &'a [u8] {
@@ -298,7 +288,7 @@ unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState) {
     if has_dir && pg_sys::XLogReadBufferForRedo(record, 2, &mut dirbuf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
         let p = pg_sys::BufferGetPage(dirbuf);
         apply_insert_entry(&g, p, &r).unwrap_or_else(|e| redo_failed(&e.to_string()));
-        set_lsn(p, lsn);
+        crate::storage::wal::set_page_lsn(p, lsn);
         pg_sys::MarkBufferDirty(dirbuf);
     }
     if header_action == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
@@ -307,7 +297,7 @@ unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState) {
             apply_insert_entry(&g, p, &r).unwrap_or_else(|e| redo_failed(&e.to_string()));
         }
         apply_insert_sizes(&g, p, &r).unwrap_or_else(|e| redo_failed(&e.to_string()));
-        set_lsn(p, lsn);
+        crate::storage::wal::set_page_lsn(p, lsn);
         pg_sys::MarkBufferDirty(hbuf);
     }
     let mut dbuf: pg_sys::Buffer = 0;
@@ -320,7 +310,7 @@ unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState) {
     if action == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
         let p = pg_sys::BufferGetPage(dbuf);
         apply_insert_delta(&g, p, &r, item).unwrap_or_else(|e| redo_failed(&e.to_string()));
-        set_lsn(p, lsn);
+        crate::storage::wal::set_page_lsn(p, lsn);
         pg_sys::MarkBufferDirty(dbuf);
     }
     for b in [dbuf, dirbuf, hbuf] {
@@ -341,7 +331,7 @@ unsafe fn redo_stamp(record: *mut pg_sys::XLogReaderState) {
     if pg_sys::XLogReadBufferForRedo(record, 0, &mut buf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
         let p = pg_sys::BufferGetPage(buf);
         apply_stamp(p, at, &m);
-        set_lsn(p, (*record).EndRecPtr);
+        crate::storage::wal::set_page_lsn(p, (*record).EndRecPtr);
         pg_sys::MarkBufferDirty(buf);
     }
     if buf != 0 {
@@ -351,7 +341,7 @@ unsafe fn redo_stamp(record: *mut pg_sys::XLogReaderState) {
 
 #[pg_guard]
 unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
-    match info(record) {
+    match crate::storage::wal::record_info(record) {
         XLOG_HASIS_INSERT => redo_insert(record),
         XLOG_HASIS_STAMP => redo_stamp(record),
         XLOG_HASIS_COMPACT => redo_compact(record),
@@ -361,7 +351,7 @@ unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
 
 #[pg_guard]
 unsafe extern "C-unwind" fn desc(out: pg_sys::StringInfo, record: *mut pg_sys::XLogReaderState) {
-    let text = match info(record) {
+    let text = match crate::storage::wal::record_info(record) {
         XLOG_HASIS_INSERT => match InsertRecord::decode(main_data(record)) {
             Some((r, item)) => format!("slot {} delta block {} offset {} item {} bytes{}", r.slot, r.delta_index, r.offset, item.len(), if r.fresh { " (new block)" } else { "" }),
             None => "short record".into(),

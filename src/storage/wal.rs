@@ -58,3 +58,16 @@ impl Drop for WalRecord {
         }
     }
 }
+
+/// PageSetLSN (a macro in PostgreSQL's headers).
+pub unsafe fn set_page_lsn(page: pg_sys::Page, lsn: pg_sys::XLogRecPtr) {
+    let hdr = page as *mut pg_sys::PageHeaderData;
+    (*hdr).pd_lsn.xlogid = (lsn >> 32) as u32;
+    (*hdr).pd_lsn.xrecoff = lsn as u32;
+}
+
+/// XLogRecGetInfo without the bits PostgreSQL reserves: a resource
+/// manager's own record type.
+pub unsafe fn record_info(record: *mut pg_sys::XLogReaderState) -> u8 {
+    (*(*record).record).header.xl_info & !(pg_sys::XLR_INFO_MASK as u8)
+}
