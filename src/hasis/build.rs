@@ -44,18 +44,22 @@ pub unsafe fn index_build_range_scan(
     callback_state: *mut std::ffi::c_void,
     given_scan: pg_sys::TableScanDesc,
 ) -> f64 {
-    if (*info).ii_Concurrent {
-        super::not_supported(
-            "CREATE INDEX CONCURRENTLY",
-            "Use CREATE INDEX without CONCURRENTLY (it blocks writes while it runs), then DROP the invalid index this command left.",
-        );
-    }
     let callback = callback.expect("index build callback");
-    let scan = if given_scan.is_null() {
-        scan::begin(table, &raw mut pg_sys::SnapshotAnyData, 0, std::ptr::null_mut(), std::ptr::null_mut(), pg_sys::ScanOptions::SO_ALLOW_STRAT)
-    } else {
+    // As heap: a plain build indexes every version some snapshot may still
+    // see (SnapshotAny and the vacuum rules); CREATE INDEX CONCURRENTLY
+    // indexes what its MVCC snapshot sees, and validate_scan adds what
+    // committed since.
+    let scan = if !given_scan.is_null() {
         given_scan
+    } else if (*info).ii_Concurrent {
+        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetTransactionSnapshot());
+        let flags = pg_sys::ScanOptions::SO_ALLOW_STRAT | pg_sys::ScanOptions::SO_TEMP_SNAPSHOT;
+        scan::begin(table, snapshot, 0, std::ptr::null_mut(), std::ptr::null_mut(), flags)
+    } else {
+        scan::begin(table, &raw mut pg_sys::SnapshotAnyData, 0, std::ptr::null_mut(), std::ptr::null_mut(), pg_sys::ScanOptions::SO_ALLOW_STRAT)
     };
+    let snapshot = (*scan).rs_snapshot;
+    let mvcc = (*snapshot).snapshot_type == pg_sys::SnapshotType::SNAPSHOT_MVCC;
     let estate = pg_sys::CreateExecutorState();
     let econtext = pg_sys::MakePerTupleExprContext(estate);
     let slot = pg_sys::table_slot_create(table, std::ptr::null_mut());
@@ -78,6 +82,16 @@ pub unsafe fn index_build_range_scan(
                 return;
             }
             let m = v.header.mvcc;
+            if mvcc {
+                let (vis, hint) = visible(table, snapshot, &m, v.tid, v.buffer);
+                if let Some(h) = hint {
+                    v.set_hint(h);
+                }
+                if vis {
+                    batch.push(Indexed { tid: v.tid, mvcc: m, natts: v.header.natts, payload: v.payload.to_vec(), alive: true });
+                }
+                return;
+            }
             let (r, hint, _) = vacuum_state(&m, v.tid, relid, oldest, v.buffer);
             if let Some(h) = hint {
                 v.set_hint(h);
@@ -114,4 +128,82 @@ pub unsafe fn index_build_range_scan(
     (*info).ii_ExpressionsState = std::ptr::null_mut();
     (*info).ii_PredicateState = std::ptr::null_mut();
     reltuples
+}
+
+/// itemptr_encode / itemptr_decode (catalog/index.h): how validate_index
+/// hands index TIDs over in its tuplesort.
+fn decode_tid(d: i64) -> Tid {
+    Tid::new((d >> 16) as u32, (d & 0xffff) as u16)
+}
+
+/// CREATE INDEX CONCURRENTLY's last table pass (heapam_index_validate_scan
+/// without HOT chains: every hasis version has its own index entries).
+/// Every version `snapshot` sees whose TID the index lacks is inserted;
+/// `state.tuplesort` holds the index's TIDs in order, and each extent's
+/// visible versions are merged against it in TID order (extents cover
+/// ascending, disjoint block ranges).
+pub unsafe fn index_validate_scan(
+    table: pg_sys::Relation,
+    index: pg_sys::Relation,
+    info: *mut pg_sys::IndexInfo,
+    snapshot: pg_sys::Snapshot,
+    state: *mut pg_sys::ValidateIndexState,
+) {
+    let scan = scan::begin(table, snapshot, 0, std::ptr::null_mut(), std::ptr::null_mut(), pg_sys::ScanOptions::SO_ALLOW_STRAT);
+    let estate = pg_sys::CreateExecutorState();
+    let econtext = pg_sys::MakePerTupleExprContext(estate);
+    let slot = pg_sys::table_slot_create(table, std::ptr::null_mut());
+    (*econtext).ecxt_scantuple = slot;
+    let predicate = pg_sys::ExecPrepareQual((*info).ii_Predicate, estate);
+    let mut values = [pg_sys::Datum::from(0usize); pg_sys::INDEX_MAX_KEYS as usize];
+    let mut isnull = [false; pg_sys::INDEX_MAX_KEYS as usize];
+    let mut slot_schema = tuple::SlotSchema::default();
+    let unique = if (*info).ii_Unique { pg_sys::IndexUniqueCheck::UNIQUE_CHECK_YES } else { pg_sys::IndexUniqueCheck::UNIQUE_CHECK_NO };
+    // The smallest index TID not yet passed (None: the sort is exhausted).
+    let next_indexed = |st: *mut pg_sys::ValidateIndexState| -> Option<Tid> {
+        let mut d = pg_sys::Datum::from(0usize);
+        let mut null = false;
+        pg_sys::tuplesort_getdatum((*st).tuplesort, true, &mut d, &mut null, std::ptr::null_mut()).then(|| decode_tid(d.value() as i64))
+    };
+    let mut cursor = next_indexed(state);
+    let mut batch: Vec<Indexed> = Vec::new();
+    while let Some(k) = scan::next_extent(scan) {
+        let meta = scan::state(scan).meta.expect("extent of a non-empty table");
+        batch.clear();
+        relation::visit_extent(table, &meta, k, Select::All, std::ptr::null_mut(), &mut |v| {
+            let m = v.header.mvcc;
+            let (vis, hint) = visible(table, snapshot, &m, v.tid, v.buffer);
+            if let Some(h) = hint {
+                v.set_hint(h);
+            }
+            if vis {
+                batch.push(Indexed { tid: v.tid, mvcc: m, natts: v.header.natts, payload: v.payload.to_vec(), alive: true });
+            }
+        });
+        batch.sort_by_key(|e| e.tid);
+        for e in &batch {
+            pgrx::check_for_interrupts!();
+            (*state).htups += 1.0;
+            while cursor.is_some_and(|c| c < e.tid) {
+                cursor = next_indexed(state);
+            }
+            if cursor == Some(e.tid) {
+                continue;
+            }
+            pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
+            tuple::store(table, slot, &mut slot_schema, e.natts, &e.payload, &e.mvcc, e.tid);
+            if !predicate.is_null() && !exec_qual(predicate, econtext) {
+                continue;
+            }
+            pg_sys::FormIndexDatum(info, slot, estate, values.as_mut_ptr(), isnull.as_mut_ptr());
+            let mut ip = to_item_pointer(e.tid);
+            pg_sys::index_insert(index, values.as_mut_ptr(), isnull.as_mut_ptr(), &mut ip, table, unique, false, info);
+            (*state).tups_inserted += 1.0;
+        }
+    }
+    scan::end(scan);
+    pg_sys::ExecDropSingleTupleTableSlot(slot);
+    pg_sys::FreeExecutorState(estate);
+    (*info).ii_ExpressionsState = std::ptr::null_mut();
+    (*info).ii_PredicateState = std::ptr::null_mut();
 }

@@ -378,6 +378,10 @@ pub unsafe fn lock(
             return TM_Ok;
         }
         fill_failure(tmfd, &loc, result, rel);
+        // As heapam_tuple_lock, the slot gets the version whatever the
+        // result: ON CONFLICT DO UPDATE reads xmin of a TM_Invisible one to
+        // tell "affects a row a second time" from a bug.
+        tuple::store(rel, slot, &mut tuple::SlotSchema::default(), loc.header.natts, loc.payload(), &loc.header.mvcc, tid);
         if result != TM_Updated || (flags as u32 & pg_sys::TUPLE_LOCK_FLAG_FIND_LAST_VERSION) == 0 {
             return result;
         }
@@ -444,4 +448,45 @@ pub unsafe fn lock(
             tid = m.ctid;
         }
     }
+}
+
+/// Ends a speculative insertion (INSERT ... ON CONFLICT) of this
+/// transaction's version at `tid`. Success replaces the token in ctid by
+/// the version's own TID (heap_finish_speculative). Failure (a conflict
+/// found in a unique index) kills the version at once, as
+/// heap_abort_speculative does: xmin becomes InvalidTransactionId, so no
+/// snapshot sees it and waiters on the token find it gone; compaction
+/// removes it, VACUUM its index entries. TOASTed values it stored are
+/// deleted.
+pub unsafe fn complete_speculative(rel: pg_sys::Relation, tid: Tid, succeeded: bool) {
+    let meta = meta_or_invisible(rel, tid, "complete speculative insertion of");
+    let mut loc = match relation::locate(rel, &meta, tid, Lock::Exclusive) {
+        Lookup::Found(loc) => loc,
+        _ => invisible("complete speculative insertion of"),
+    };
+    let xid = pg_sys::GetCurrentTransactionId().into_inner();
+    let mut m = loc.header.mvcc;
+    if m.xmin != xid || m.ctid.offset != relation::SPEC_TOKEN_OFFSET {
+        crate::raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("hasis version {tid:?} is not a speculative insertion of this transaction"),
+            "This is a bug in pg_hybrid's hasis; please report it.",
+        );
+    }
+    m.ctid = tid;
+    if succeeded {
+        loc.stamp(rel, &m);
+        return;
+    }
+    // InvalidTransactionId, hinted invalid so no check has to ask the clog.
+    m.xmin = 0;
+    m.infomask &= !(HEAP_XMAX_BITS | HEAP_XMIN_COMMITTED);
+    m.infomask |= HEAP_XMIN_INVALID | HEAP_XMAX_INVALID;
+    m.infomask2 &= !HEAP_KEYS_UPDATED;
+    loc.stamp(rel, &m);
+    let schema = tuple::schema(rel);
+    let row = tuple::decode(rel, &schema, loc.header.natts, loc.payload(), tid.block);
+    drop(loc);
+    tuple::toast_delete(rel, tuple::form(rel, &row, &m, tid));
+    pg_sys::pgstat_count_heap_delete(rel);
 }

@@ -130,13 +130,19 @@ unsafe extern "C-unwind" fn index_delete_tuples(rel: pg_sys::Relation, delstate:
     scan::index_delete_tuples(rel, delstate)
 }
 
-unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId, options: i32) {
+unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId, options: i32, spec_token: Option<u32>) {
     crate::require_preload();
     let xid = pg_sys::GetCurrentTransactionId().into_inner();
     // Inserts conflict with serializable readers of the whole relation.
     super::visibility::CheckForSerializableConflictIn(rel, std::ptr::null_mut(), pg_sys::InvalidBlockNumber);
     let p = tuple::prepare(rel, slot, std::ptr::null_mut(), options);
-    let m = super::visibility::new_version(xid, cid, false);
+    let mut m = super::visibility::new_version(xid, cid, false);
+    if let Some(token) = spec_token {
+        // As heap: the token sits in ctid until the insertion completes,
+        // so a unique check that meets this version (SnapshotDirty) waits
+        // for the token, not for the whole transaction.
+        m.ctid = pg_hybrid_core::tid::Tid::new(token, relation::SPEC_TOKEN_OFFSET);
+    }
     let tid = relation::insert(rel, p.natts, m, &p.payload);
     (*slot).tts_tid = super::visibility::to_item_pointer(tid);
     (*slot).tts_tableOid = (*rel).rd_id;
@@ -144,24 +150,25 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
 
 #[pg_guard]
 unsafe extern "C-unwind" fn tuple_insert(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId, options: i32, _bistate: *mut pg_sys::BulkInsertStateData) {
-    insert_slot(rel, slot, cid, options);
+    insert_slot(rel, slot, cid, options, None);
     pg_sys::pgstat_count_heap_insert(rel, 1);
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn tuple_insert_speculative(_rel: pg_sys::Relation, _slot: *mut pg_sys::TupleTableSlot, _cid: pg_sys::CommandId, _options: i32, _bistate: *mut pg_sys::BulkInsertStateData, _token: u32) {
-    super::not_supported("INSERT ... ON CONFLICT", "Use MERGE, or INSERT ... WHERE NOT EXISTS, or a heap table.");
+unsafe extern "C-unwind" fn tuple_insert_speculative(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId, options: i32, _bistate: *mut pg_sys::BulkInsertStateData, token: u32) {
+    insert_slot(rel, slot, cid, options, Some(token));
+    pg_sys::pgstat_count_heap_insert(rel, 1);
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn tuple_complete_speculative(_rel: pg_sys::Relation, _slot: *mut pg_sys::TupleTableSlot, _token: u32, _succeeded: bool) {
-    super::not_supported("INSERT ... ON CONFLICT", "Use MERGE, or INSERT ... WHERE NOT EXISTS, or a heap table.");
+unsafe extern "C-unwind" fn tuple_complete_speculative(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, _token: u32, succeeded: bool) {
+    super::dml::complete_speculative(rel, super::visibility::from_item_pointer(&(*slot).tts_tid), succeeded);
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn multi_insert(rel: pg_sys::Relation, slots: *mut *mut pg_sys::TupleTableSlot, nslots: i32, cid: pg_sys::CommandId, options: i32, _bistate: *mut pg_sys::BulkInsertStateData) {
     for i in 0..nslots as usize {
-        insert_slot(rel, *slots.add(i), cid, options);
+        insert_slot(rel, *slots.add(i), cid, options, None);
     }
     pg_sys::pgstat_count_heap_insert(rel, nslots as i64);
 }
@@ -285,8 +292,8 @@ unsafe extern "C-unwind" fn index_build_range_scan(
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn index_validate_scan(_table: pg_sys::Relation, _index: pg_sys::Relation, _info: *mut pg_sys::IndexInfo, _snapshot: pg_sys::Snapshot, _state: *mut pg_sys::ValidateIndexState) {
-    super::not_supported("CREATE INDEX CONCURRENTLY", "Use CREATE INDEX without CONCURRENTLY (it blocks writes while it runs).");
+unsafe extern "C-unwind" fn index_validate_scan(table: pg_sys::Relation, index: pg_sys::Relation, info: *mut pg_sys::IndexInfo, snapshot: pg_sys::Snapshot, state: *mut pg_sys::ValidateIndexState) {
+    build::index_validate_scan(table, index, info, snapshot, state)
 }
 
 #[pg_guard]

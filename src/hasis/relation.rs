@@ -299,7 +299,9 @@ pub enum Placed {
 
 /// Inserts one encoded row version (payload in the core's row format) into
 /// extent `k`: a slot, a delta item, the directory entry. `mvcc.ctid` is
-/// set to the new version's own TID.
+/// set to the new version's own TID, unless it carries a speculative
+/// insertion token (heap's convention: offset `SpecTokenOffsetNumber`),
+/// which stays until the insertion is completed or aborted.
 pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u16, mut mvcc: Mvcc, payload: &[u8]) -> Placed {
     let g = meta.geometry;
     let first = meta.extent_first(k);
@@ -324,7 +326,9 @@ pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, nat
         }
     };
     let tid = check(rel, first, g.tid(first, slot));
-    mvcc.ctid = tid;
+    if mvcc.ctid.offset != SPEC_TOKEN_OFFSET {
+        mvcc.ctid = tid;
+    }
     let item = check(rel, first, delta::encode_item(&RowHeader { slot, natts, mvcc }, payload));
 
     // The delta block: the last one in use if the item fits, else the next.
@@ -381,6 +385,10 @@ pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, nat
     pg_sys::CritSectionCount -= 1;
     Placed::At(tid)
 }
+
+/// heap's SpecTokenOffsetNumber: a ctid with this offset holds a
+/// speculative insertion token in its block number.
+pub const SPEC_TOKEN_OFFSET: u16 = 0xfffe;
 
 /// Delta blocks in use before an insert compacts the extent itself. With
 /// no background compaction yet, the foreground waits for the whole delta
