@@ -617,6 +617,46 @@ INSERT INTO tn_h VALUES (3);
 COMMIT;
 SELECT * FROM tn_h;
 
+-- 21. reloptions: the hybrid-page parameters (hasis_*), checked at CREATE
+-- and ALTER; a table with small hybrid pages against its heap twin
+CREATE TABLE ro_h (k int PRIMARY KEY, v text) USING hasis
+  WITH (hasis_column_blocks = 2, hasis_delta_blocks = 3, hasis_compact_trigger = 1, hasis_max_slots = 300, fillfactor = 90);
+CREATE TABLE ro_x (k int PRIMARY KEY, v text) USING heap WITH (fillfactor = 90);
+SELECT reloptions FROM pg_class WHERE relname = 'ro_h';
+INSERT INTO ro_h SELECT g, md5(g::text) FROM generate_series(1, 3000) g;
+INSERT INTO ro_x SELECT g, md5(g::text) FROM generate_series(1, 3000) g;
+UPDATE ro_h SET v = v || 'u' WHERE k % 3 = 0; UPDATE ro_x SET v = v || 'u' WHERE k % 3 = 0;
+DELETE FROM ro_h WHERE k % 7 = 0; DELETE FROM ro_x WHERE k % 7 = 0;
+VACUUM ro_h;
+SELECT extents >= 10 AS small_pages, pg_hybrid.verify_table('ro_h') AS verified FROM pg_hybrid.table_stats('ro_h');
+SELECT * FROM twin_diff('TABLE ro_@');
+ALTER TABLE ro_h SET (autovacuum_enabled = off), RESET (fillfactor);
+ALTER TABLE ro_h SET (hasis_delta_blocks = 6);
+ALTER TABLE ro_h RESET (hasis_compact_trigger);
+ALTER TABLE ro_h RESET (hasis_max_slots);
+SELECT reloptions FROM pg_class WHERE relname = 'ro_h';
+VACUUM FULL ro_h;
+SELECT * FROM twin_diff('TABLE ro_@');
+CREATE TABLE ro_as USING hasis WITH (hasis_delta_blocks = 2, hasis_compact_trigger = 2) AS SELECT * FROM ro_x;
+SELECT reloptions, (SELECT count(*) FROM ro_as) AS n FROM pg_class WHERE relname = 'ro_as';
+SET default_table_access_method = hasis;
+CREATE TABLE ro_d (k int) WITH (hasis_delta_blocks = 4);
+RESET default_table_access_method;
+SELECT am_of('ro_d');
+-- bad input
+CREATE TABLE ro_bad (k int) USING hasis WITH (hasis_delta_blocks = 0);
+CREATE TABLE ro_bad (k int) USING hasis WITH (hasis_delta_blocks = 'many');
+CREATE TABLE ro_bad (k int) USING hasis WITH (hasis_delta_blocks = 2, hasis_compact_trigger = 3);
+CREATE TABLE ro_bad (k int) USING hasis WITH (hasis_column_blocks = 20, hasis_delta_blocks = 20);
+CREATE TABLE ro_bad (k int) USING hasis WITH (hasis_column_blocks = 1, hasis_delta_blocks = 1, hasis_compact_trigger = 1, hasis_max_slots = 60000);
+CREATE TABLE ro_bad (k int) USING hasis WITH (hasis_extent = 1);
+CREATE TABLE ro_bad (k int) USING hasis WITH (no_such_option = 1);
+CREATE TABLE ro_bad (k int) USING heap WITH (hasis_delta_blocks = 4);
+ALTER TABLE ro_x SET (hasis_delta_blocks = 4);
+ALTER TABLE ro_h SET (hasis_compact_trigger = 9);
+SELECT reloptions FROM pg_class WHERE relname = 'ro_h';
+DROP TABLE ro_h, ro_x, ro_as, ro_d;
+
 -- cleanup
 DROP MATERIALIZED VIEW mv_h, mv_x;
 DROP TABLE am_h, am_x, am_d, am_m, am_c, ty_h, ty_x, big_h, big_x, cp_h, cp_x, toast_h, toast_x,

@@ -15,6 +15,7 @@
 //! | `compact.rs` | major compaction: heap's vacuum rules as the core's oracle, the pages, the COMPACT record |
 //! | `build.rs` | CREATE INDEX's table scan |
 //! | `wal.rs` | hasis's WAL resource manager: insert and stamp records |
+//! | `options.rs` | the `hasis_*` reloptions and their DDL check |
 //! | `ddl.rs` | new storage, TRUNCATE, SET TABLESPACE, CLUSTER / VACUUM FULL, VACUUM, size estimates |
 //!
 //! README.md beside this file states the locking protocol and what does not
@@ -25,6 +26,7 @@ pub mod compact;
 pub mod ddl;
 pub mod dml;
 pub mod handler;
+pub mod options;
 pub mod relation;
 pub mod scan;
 pub mod stats;
@@ -35,6 +37,7 @@ pub mod wal;
 /// Called from _PG_init while shared_preload_libraries is processed.
 pub unsafe fn init() {
     wal::register();
+    options::register();
 }
 
 use pgrx::pg_sys;

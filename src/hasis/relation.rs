@@ -185,11 +185,13 @@ pub unsafe fn ensure_meta(rel: pg_sys::Relation) -> Meta {
         pg_sys::LockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
     }
     if nblocks(rel) == 0 {
+        // Before the block exists: bad reloptions raise an ERROR here.
+        let geometry = super::options::geometry_for_new_file(rel);
         let buf = Buf::extend(rel);
         let mut rec = WalRecord::start(rel);
         let page = rec.register_new(&buf);
         init_page(page, M_END);
-        write_meta(page, &Meta { geometry: default_geometry(), nextents: 0 });
+        write_meta(page, &Meta { geometry, nextents: 0 });
         rec.finish();
     }
     if !local {
