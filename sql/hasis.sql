@@ -3,6 +3,7 @@
 -- and returns the size of the symmetric difference (must be 0) and the row
 -- count of the hasis side.
 CREATE EXTENSION IF NOT EXISTS pg_hybrid;
+SET pg_hybrid.hasis_compaction_worker = off;
 CREATE FUNCTION twin_diff(q text, h text DEFAULT 'h', x text DEFAULT 'x', OUT diff bigint, OUT n bigint)
 LANGUAGE plpgsql AS $$
 DECLARE qh text := replace(q, '@', h); qx text := replace(q, '@', x);

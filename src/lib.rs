@@ -26,6 +26,12 @@ pub static mut PRELOADED: bool = false;
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     unsafe {
+        // Errors must read the same whatever the server's environment
+        // (also when the library is loaded without the preload, to say so):
+        // backtraces in DETAIL only when explicitly asked for.
+        if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+            std::env::set_var("RUST_LIB_BACKTRACE", "0");
+        }
         if !pgrx::pg_sys::process_shared_preload_libraries_in_progress {
             return;
         }
@@ -37,11 +43,6 @@ pub extern "C-unwind" fn _PG_init() {
         hasis::init();
         install_shmem_hooks();
         shmem::install_drop_hook();
-        // Errors must read the same whatever the server's environment:
-        // backtraces in DETAIL only when explicitly asked for.
-        if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
-            std::env::set_var("RUST_LIB_BACKTRACE", "0");
-        }
         PRELOADED = true;
     }
 }

@@ -91,11 +91,70 @@ unsafe fn freeze_version(m: &mut Mvcc, freeze: &Freeze) -> bool {
     changed
 }
 
+/// Why a compaction runs, which decides what counts as a gain.
+#[derive(Clone, Copy, Debug)]
+pub enum Goal {
+    /// Room for inserts (an insert found the delta part full, or the
+    /// worker found it at the trigger): worth it only if a delta block
+    /// comes free. A delta part full of versions that must stay (still
+    /// visible to someone) with a full column part would otherwise be
+    /// rewritten, and logged, at every insert that meets it.
+    Room,
+    /// VACUUM: any removed version (its slot turns dead, so its index
+    /// entries can go), any move, and freezing with `Freeze`.
+    Vacuum(Freeze),
+}
+
+/// Whether compacting extent `first` (header block held by the caller) for
+/// `Goal::Room` may free a delta block, judged from the delta items' MVCC
+/// fields alone, without decoding the column part: a block's worth of
+/// versions must be removable (dead to all) or, while the column part has
+/// room, movable (inserted and visible to all, or this transaction's own
+/// new rows). Compaction decodes and re-encodes the whole extent, so the
+/// worker asks this before trying an extent whose delta part holds
+/// versions that must stay.
+pub unsafe fn may_free_delta_block(rel: pg_sys::Relation, meta: &Meta, first: u32, h: &ExtentHeader) -> bool {
+    let g = meta.geometry;
+    let column_full = h.column_units as usize >= g.column_units();
+    let horizon = pg_sys::GetOldestNonRemovableTransactionId(rel);
+    let relid = (*rel).rd_id;
+    let block_bytes = BODY_END - delta::ITEMS_START;
+    let mut gain = 0usize;
+    for i in 0..h.delta_used as usize {
+        let blk = first + g.delta_block(i) as u32;
+        let b = Buf::read(rel, blk, crate::storage::buffer::Lock::Share);
+        let Ok(view) = delta::DeltaView::parse(bytes(b.page()), &g, i, Some(h.version)) else { return true };
+        for it in view.items() {
+            let Ok(it) = it else { return true };
+            let m = it.header.mvcc;
+            let tid = g.tid(first, it.header.slot).unwrap_or_default();
+            let (r, _, _) = vacuum_state(&m, tid, relid, horizon, b.buffer());
+            use pg_sys::HTSV_Result::*;
+            let frees = match r {
+                HEAPTUPLE_DEAD => true,
+                HEAPTUPLE_LIVE if !column_full => xmin_visible_to_all(&m, horizon),
+                HEAPTUPLE_INSERT_IN_PROGRESS if !column_full => m.xmax == 0 && pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmin)),
+                _ => false,
+            };
+            if frees {
+                gain += it.bytes.len();
+                if gain >= block_bytes {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
 /// Compacts extent `k`, whose header block the caller holds exclusively in
-/// `hbuf`; with `freeze` (VACUUM), also freezes old xids. Returns None when
-/// there was nothing to gain (nothing removed, moved or frozen): nothing is
-/// written then.
-pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &Buf, freeze: Option<Freeze>) -> Option<Compacted> {
+/// `hbuf`. Returns None when there was nothing to gain for `goal`: nothing
+/// is written then.
+pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &Buf, goal: Goal) -> Option<Compacted> {
+    let freeze = match goal {
+        Goal::Vacuum(f) => Some(f),
+        Goal::Room => None,
+    };
     let g = meta.geometry;
     let first = meta.extent_first(k);
     let h = ExtentHeader::read(bytes(hbuf.page()), &g).unwrap_or_else(|e| super::format_error(rel, first, e));
@@ -115,7 +174,6 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     };
 
     let horizon = pg_sys::GetOldestNonRemovableTransactionId(rel);
-    let private = file_private_to_xact(rel);
     let relid = (*rel).rd_id;
     let mut latest_removed = pg_sys::InvalidTransactionId;
     let mut frozen = 0usize;
@@ -138,11 +196,14 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
                 Placement::Remove
             }
             _ if committed && xmin_visible_to_all(m, horizon) => Placement::Column,
-            // A bulk load into a file this transaction made (CREATE TABLE AS,
-            // COPY after CREATE or TRUNCATE, ALTER TABLE rewrites, CLUSTER):
-            // nobody else can see the file before commit, and an abort
-            // discards it, so its own rows need not wait in the delta part.
-            HEAPTUPLE_INSERT_IN_PROGRESS if private && m.xmax == 0 && pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmin)) => Placement::Column,
+            // This transaction's own new rows (a bulk load: COPY, INSERT ...
+            // SELECT, and every load into a file it made, such as CREATE
+            // TABLE AS, ALTER TABLE rewrites, CLUSTER) need not wait in the
+            // delta part: column rows carry the same MVCC header, every
+            // reader checks it, and an abort leaves them dead for the next
+            // compaction. Left in the delta part, a load would fill each
+            // extent's delta blocks only and leave its column part empty.
+            HEAPTUPLE_INSERT_IN_PROGRESS if m.xmax == 0 && pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmin)) => Placement::Column,
             _ => Placement::Stay,
         }
     };
@@ -150,6 +211,9 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     let out = compact::apply(&g, &rec).unwrap_or_else(|e| super::format_error(rel, first, e));
     let moved = (out.column_rows as usize).saturating_sub(h.column_rows as usize);
     if rec.removed.is_empty() && moved == 0 && out.delta_used >= h.delta_used && frozen == 0 {
+        return None;
+    }
+    if matches!(goal, Goal::Room) && out.delta_used >= h.delta_used {
         return None;
     }
     let body = rec.encode(true).unwrap_or_else(|e| super::format_error(rel, first, e));

@@ -221,7 +221,7 @@ pub unsafe fn vacuum(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, s
         for k in 0..meta.nextents {
             let first = meta.extent_first(k);
             let hbuf = crate::storage::buffer::Buf::read_with(rel, first, Lock::Exclusive, strategy);
-            if let Some(done) = super::compact::compact_extent(rel, &meta, k, &hbuf, Some(freeze)) {
+            if let Some(done) = super::compact::compact_extent(rel, &meta, k, &hbuf, super::compact::Goal::Vacuum(freeze)) {
                 relation::record_free_space(rel, &g, first, done.delta_used);
             }
             let slots = relation::dead_slots(rel, &meta, k, &hbuf);

@@ -261,7 +261,7 @@ pub unsafe fn delete(
     let m = stamp_removed(rel, &loc, cid, tid);
     loc.stamp(rel, &m);
     drop(loc);
-    tuple::toast_delete(rel, tuple::form(rel, &old_row, &old_mvcc, tid));
+    tuple::toast_delete(rel, tuple::form(rel, &old_row, &old_mvcc, tid), false);
     pg_sys::pgstat_count_heap_delete(rel);
     TM_Ok
 }
@@ -315,7 +315,16 @@ pub unsafe fn update(
 
     let old_tuple = tuple::form(rel, &old_row, &old_mvcc, otid);
     let new = tuple::prepare(rel, slot, old_tuple, 0);
-    let new_mvcc = new_version(xid, cid, true);
+    let mut new_mvcc = new_version(xid, cid, true);
+    // As heap_update: a row lock this transaction held on the old version
+    // (ON CONFLICT DO UPDATE takes one first) carries over to the new one
+    // as a key-share lock, so `RETURNING (xmax = 0) AS inserted` reads as
+    // on heap.
+    let held = old_mvcc.infomask & HEAP_XMAX_INVALID == 0 && old_mvcc.infomask & HEAP_XMAX_LOCK_ONLY != 0 && old_mvcc.xmax != 0;
+    if held && pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(old_mvcc.xmax)) {
+        new_mvcc.xmax = old_mvcc.xmax;
+        new_mvcc.infomask = (new_mvcc.infomask & !HEAP_XMAX_INVALID) | HEAP_XMAX_KEYSHR_LOCK | HEAP_XMAX_LOCK_ONLY;
+    }
     let ntid = relation::insert(rel, new.natts, new_mvcc, &new.payload);
 
     let meta = relation::meta_covering(rel, otid).expect("metapage exists");
@@ -329,6 +338,7 @@ pub unsafe fn update(
     }
     (*slot).tts_tid = to_item_pointer(ntid);
     (*slot).tts_tableOid = (*rel).rd_id;
+    tuple::stamp_slot(slot, &Mvcc { ctid: ntid, ..new_mvcc }, ntid);
     pg_sys::pgstat_count_heap_update(rel, false);
     TM_Ok
 }
@@ -487,6 +497,6 @@ pub unsafe fn complete_speculative(rel: pg_sys::Relation, tid: Tid, succeeded: b
     let schema = tuple::schema(rel);
     let row = tuple::decode(rel, &schema, loc.header.natts, loc.payload(), tid.block);
     drop(loc);
-    tuple::toast_delete(rel, tuple::form(rel, &row, &m, tid));
+    tuple::toast_delete(rel, tuple::form(rel, &row, &m, tid), true);
     pg_sys::pgstat_count_heap_delete(rel);
 }

@@ -35,6 +35,7 @@ COMMENT ON ACCESS METHOD hasis IS 'hybrid pages (HaSiS): extents with a PAX colu
 
 #[pg_guard]
 unsafe extern "C-unwind" fn slot_callbacks(_rel: pg_sys::Relation) -> *const pg_sys::TupleTableSlotOps {
+    crate::require_preload();
     &raw const pg_sys::TTSOpsHeapTuple
 }
 
@@ -47,41 +48,49 @@ unsafe extern "C-unwind" fn scan_begin(
     parallel: pg_sys::ParallelTableScanDesc,
     flags: u32,
 ) -> pg_sys::TableScanDesc {
+    crate::require_preload();
     scan::begin(rel, snapshot, nkeys, key, parallel, flags)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn scan_end(s: pg_sys::TableScanDesc) {
+    crate::require_preload();
     scan::end(s)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn scan_rescan(s: pg_sys::TableScanDesc, key: pg_sys::ScanKey, _set_params: bool, _allow_strat: bool, _allow_sync: bool, _allow_pagemode: bool) {
+    crate::require_preload();
     scan::rescan(s, key)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn scan_getnextslot(s: pg_sys::TableScanDesc, dir: pg_sys::ScanDirection::Type, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    crate::require_preload();
     scan::getnextslot(s, dir, slot)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn parallelscan_estimate(rel: pg_sys::Relation) -> pg_sys::Size {
+    crate::require_preload();
     pg_sys::table_block_parallelscan_estimate(rel)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn parallelscan_initialize(rel: pg_sys::Relation, p: pg_sys::ParallelTableScanDesc) -> pg_sys::Size {
+    crate::require_preload();
     pg_sys::table_block_parallelscan_initialize(rel, p)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn parallelscan_reinitialize(rel: pg_sys::Relation, p: pg_sys::ParallelTableScanDesc) {
+    crate::require_preload();
     pg_sys::table_block_parallelscan_reinitialize(rel, p)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn index_fetch_begin(rel: pg_sys::Relation) -> *mut pg_sys::IndexFetchTableData {
+    crate::require_preload();
     scan::fetch_begin(rel)
 }
 
@@ -90,6 +99,8 @@ unsafe extern "C-unwind" fn index_fetch_reset(_s: *mut pg_sys::IndexFetchTableDa
 
 #[pg_guard]
 unsafe extern "C-unwind" fn index_fetch_end(s: *mut pg_sys::IndexFetchTableData) {
+    crate::require_preload();
+    crate::require_preload();
     scan::fetch_end(s)
 }
 
@@ -102,31 +113,37 @@ unsafe extern "C-unwind" fn index_fetch_tuple(
     call_again: *mut bool,
     all_dead: *mut bool,
 ) -> bool {
+    crate::require_preload();
     scan::index_fetch_tuple(s, tid, snapshot, slot, call_again, all_dead)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn tuple_fetch_row_version(rel: pg_sys::Relation, tid: pg_sys::ItemPointer, snapshot: pg_sys::Snapshot, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    crate::require_preload();
     scan::fetch_row_version(rel, tid, snapshot, slot)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn tuple_tid_valid(s: pg_sys::TableScanDesc, tid: pg_sys::ItemPointer) -> bool {
+    crate::require_preload();
     scan::tid_valid(s, tid)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn tuple_get_latest_tid(s: pg_sys::TableScanDesc, tid: pg_sys::ItemPointer) {
+    crate::require_preload();
     scan::get_latest_tid(s, tid)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn tuple_satisfies_snapshot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, snapshot: pg_sys::Snapshot) -> bool {
+    crate::require_preload();
     scan::satisfies_snapshot(rel, slot, snapshot)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn index_delete_tuples(rel: pg_sys::Relation, delstate: *mut pg_sys::TM_IndexDeleteOp) -> pg_sys::TransactionId {
+    crate::require_preload();
     scan::index_delete_tuples(rel, delstate)
 }
 
@@ -146,27 +163,35 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
     let tid = relation::insert(rel, p.natts, m, &p.payload);
     (*slot).tts_tid = super::visibility::to_item_pointer(tid);
     (*slot).tts_tableOid = (*rel).rd_id;
+    if spec_token.is_none() {
+        m.ctid = tid;
+    }
+    tuple::stamp_slot(slot, &m, tid);
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn tuple_insert(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId, options: i32, _bistate: *mut pg_sys::BulkInsertStateData) {
+    crate::require_preload();
     insert_slot(rel, slot, cid, options, None);
     pg_sys::pgstat_count_heap_insert(rel, 1);
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn tuple_insert_speculative(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId, options: i32, _bistate: *mut pg_sys::BulkInsertStateData, token: u32) {
+    crate::require_preload();
     insert_slot(rel, slot, cid, options, Some(token));
     pg_sys::pgstat_count_heap_insert(rel, 1);
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn tuple_complete_speculative(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, _token: u32, succeeded: bool) {
+    crate::require_preload();
     super::dml::complete_speculative(rel, super::visibility::from_item_pointer(&(*slot).tts_tid), succeeded);
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn multi_insert(rel: pg_sys::Relation, slots: *mut *mut pg_sys::TupleTableSlot, nslots: i32, cid: pg_sys::CommandId, options: i32, _bistate: *mut pg_sys::BulkInsertStateData) {
+    crate::require_preload();
     for i in 0..nslots as usize {
         insert_slot(rel, *slots.add(i), cid, options, None);
     }
@@ -184,6 +209,7 @@ unsafe extern "C-unwind" fn tuple_delete(
     tmfd: *mut pg_sys::TM_FailureData,
     _changing_part: bool,
 ) -> pg_sys::TM_Result::Type {
+    crate::require_preload();
     dml::delete(rel, from_item_pointer(&*tid), cid, crosscheck, wait, tmfd)
 }
 
@@ -201,6 +227,7 @@ unsafe extern "C-unwind" fn tuple_update(
     update_indexes: *mut bool,
 ) -> pg_sys::TM_Result::Type {
     crate::require_preload();
+    crate::require_preload();
     dml::update(rel, from_item_pointer(&*otid), slot, cid, crosscheck, wait, tmfd, lockmode, update_indexes)
 }
 
@@ -216,6 +243,7 @@ unsafe extern "C-unwind" fn tuple_lock(
     flags: u8,
     tmfd: *mut pg_sys::TM_FailureData,
 ) -> pg_sys::TM_Result::Type {
+    crate::require_preload();
     dml::lock(rel, tid, slot, cid, mode, wait_policy, flags, tmfd)
 }
 
@@ -230,16 +258,20 @@ unsafe extern "C-unwind" fn relation_set_new_filenode(
     freeze_xid: *mut pg_sys::TransactionId,
     minmulti: *mut pg_sys::MultiXactId,
 ) {
+    crate::require_preload();
+    crate::require_preload();
     ddl::set_new_filenode(rel, newrnode, persistence, freeze_xid, minmulti)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn relation_nontransactional_truncate(rel: pg_sys::Relation) {
+    crate::require_preload();
     ddl::nontransactional_truncate(rel)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn relation_copy_data(rel: pg_sys::Relation, newrnode: *const pg_sys::RelFileNode) {
+    crate::require_preload();
     ddl::copy_data(rel, newrnode)
 }
 
@@ -256,21 +288,25 @@ unsafe extern "C-unwind" fn relation_copy_for_cluster(
     tups_vacuumed: *mut f64,
     tups_recently_dead: *mut f64,
 ) {
+    crate::require_preload();
     ddl::copy_for_cluster(old, new, old_index, oldest_xmin, xid_cutoff, num_tuples, tups_vacuumed, tups_recently_dead)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn relation_vacuum(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, strategy: pg_sys::BufferAccessStrategy) {
+    crate::require_preload();
     ddl::vacuum(rel, params, strategy)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn scan_analyze_next_block(s: pg_sys::TableScanDesc, blockno: pg_sys::BlockNumber, strategy: pg_sys::BufferAccessStrategy) -> bool {
+    crate::require_preload();
     scan::analyze_next_block(s, blockno, strategy)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn scan_analyze_next_tuple(s: pg_sys::TableScanDesc, oldest_xmin: pg_sys::TransactionId, liverows: *mut f64, deadrows: *mut f64, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    crate::require_preload();
     scan::analyze_next_tuple(s, oldest_xmin, liverows, deadrows, slot)
 }
 
@@ -288,26 +324,31 @@ unsafe extern "C-unwind" fn index_build_range_scan(
     callback_state: *mut std::ffi::c_void,
     s: pg_sys::TableScanDesc,
 ) -> f64 {
+    crate::require_preload();
     build::index_build_range_scan(table, index, info, anyvisible, start_blockno, numblocks, callback, callback_state, s)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn index_validate_scan(table: pg_sys::Relation, index: pg_sys::Relation, info: *mut pg_sys::IndexInfo, snapshot: pg_sys::Snapshot, state: *mut pg_sys::ValidateIndexState) {
+    crate::require_preload();
     build::index_validate_scan(table, index, info, snapshot, state)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn relation_size(rel: pg_sys::Relation, fork: pg_sys::ForkNumber::Type) -> u64 {
+    crate::require_preload();
     pg_sys::table_block_relation_size(rel, fork)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn relation_needs_toast_table(rel: pg_sys::Relation) -> bool {
+    crate::require_preload();
     ddl::needs_toast_table(rel)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn relation_toast_am(_rel: pg_sys::Relation) -> pg_sys::Oid {
+    crate::require_preload();
     pg_sys::HEAP_TABLE_AM_OID
 }
 
@@ -315,31 +356,37 @@ unsafe extern "C-unwind" fn relation_toast_am(_rel: pg_sys::Relation) -> pg_sys:
 /// never called for them; a hasis table itself has no TOAST slices.
 #[pg_guard]
 unsafe extern "C-unwind" fn relation_fetch_toast_slice(_toastrel: pg_sys::Relation, _valueid: pg_sys::Oid, _attrsize: i32, _off: i32, _len: i32, _result: *mut pg_sys::varlena) {
+    crate::require_preload();
     crate::raise(PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE, "a hasis table is not a TOAST table", "TOAST tables of hasis tables use the heap access method.");
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn relation_estimate_size(rel: pg_sys::Relation, attr_widths: *mut i32, pages: *mut pg_sys::BlockNumber, tuples: *mut f64, allvisfrac: *mut f64) {
+    crate::require_preload();
     ddl::estimate_size(rel, attr_widths, pages, tuples, allvisfrac)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn scan_bitmap_next_block(s: pg_sys::TableScanDesc, tbmres: *mut pg_sys::TBMIterateResult) -> bool {
+    crate::require_preload();
     scan::bitmap_next_block(s, tbmres)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn scan_bitmap_next_tuple(s: pg_sys::TableScanDesc, tbmres: *mut pg_sys::TBMIterateResult, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    crate::require_preload();
     scan::bitmap_next_tuple(s, tbmres, slot)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn scan_sample_next_block(_s: pg_sys::TableScanDesc, _state: *mut pg_sys::SampleScanState) -> bool {
+    crate::require_preload();
     super::not_supported("TABLESAMPLE", "Sample with WHERE random() < fraction, or use a heap table.");
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn scan_sample_next_tuple(_s: pg_sys::TableScanDesc, _state: *mut pg_sys::SampleScanState, _slot: *mut pg_sys::TupleTableSlot) -> bool {
+    crate::require_preload();
     super::not_supported("TABLESAMPLE", "Sample with WHERE random() < fraction, or use a heap table.");
 }
 

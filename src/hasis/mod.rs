@@ -14,6 +14,7 @@
 //! | `scan.rs` | sequential, parallel, bitmap, TID and ANALYZE scans, index fetches |
 //! | `compact.rs` | major compaction: heap's vacuum rules as the core's oracle, the pages, the COMPACT record |
 //! | `build.rs` | CREATE INDEX's table scan |
+//! | `worker.rs` | the background compaction worker |
 //! | `wal.rs` | hasis's WAL resource manager: insert and stamp records |
 //! | `options.rs` | the `hasis_*` reloptions and their DDL check |
 //! | `ddl.rs` | new storage, TRUNCATE, SET TABLESPACE, CLUSTER / VACUUM FULL, VACUUM, size estimates |
@@ -33,11 +34,13 @@ pub mod stats;
 pub mod tuple;
 pub mod visibility;
 pub mod wal;
+pub mod worker;
 
 /// Called from _PG_init while shared_preload_libraries is processed.
 pub unsafe fn init() {
     wal::register();
     options::register();
+    worker::define_gucs();
 }
 
 use pgrx::pg_sys;

@@ -294,7 +294,9 @@ fn check<T>(rel: pg_sys::Relation, blkno: u32, r: Result<T, FormatError>) -> T {
 
 /// Outcome of one insert attempt into one extent.
 pub enum Placed {
-    At(Tid),
+    /// Placed at this TID; `compaction_due`: the extent's delta part is now
+    /// at the compaction trigger.
+    At { tid: Tid, compaction_due: bool },
     /// No free slot or delta space here.
     Full,
 }
@@ -311,8 +313,8 @@ pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, nat
     let mut h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
     // Major compaction when the delta part has reached its trigger and the
     // row needs a new delta block (the paper's full delta page).
-    if h.delta_used >= foreground_trigger(&g) && !fits_last_delta_block(rel, &g, first, &h, ITEM_HDR + payload.len()) && others_in_delta(rel, &g, first, &h) {
-        if let Some(done) = super::compact::compact_extent(rel, meta, k, &hbuf, None) {
+    if h.delta_used >= foreground_trigger(&g) && !fits_last_delta_block(rel, &g, first, &h, ITEM_HDR + payload.len()) && super::compact::may_free_delta_block(rel, meta, first, &h) {
+        if let Some(done) = super::compact::compact_extent(rel, meta, k, &hbuf, super::compact::Goal::Room) {
             h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
             record_free_space(rel, &g, first, done.delta_used);
         }
@@ -385,7 +387,8 @@ pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, nat
     }
     super::wal::log_insert(rel, hbuf.buffer(), dbuf.buffer(), dir_buf.as_ref().map(|b| b.buffer()), &r, &item);
     pg_sys::CritSectionCount -= 1;
-    Placed::At(tid)
+    let delta_used = if fresh { i as u16 + 1 } else { h.delta_used };
+    Placed::At { tid, compaction_due: delta_used >= g.params.compact_trigger }
 }
 
 /// heap's SpecTokenOffsetNumber: a ctid with this offset holds a
@@ -442,28 +445,6 @@ unsafe fn fits_last_delta_block(rel: pg_sys::Relation, g: &Geometry, first: u32,
     check(rel, blk, delta::free_space(bytes(b.page()))) >= len
 }
 
-/// Whether the delta part holds a version this transaction did not write:
-/// a bulk load's own rows cannot move before it commits (unless the file is
-/// the transaction's own), so compacting an extent that holds only those
-/// would find nothing to do.
-unsafe fn others_in_delta(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader) -> bool {
-    if super::compact::file_private_to_xact(rel) {
-        return true;
-    }
-    for i in 0..h.delta_used as usize {
-        let blk = first + g.delta_block(i) as u32;
-        let b = Buf::read(rel, blk, Lock::Share);
-        let view = check(rel, blk, DeltaView::parse(bytes(b.page()), g, i, Some(h.version)));
-        for it in view.items() {
-            let m = check(rel, blk, it).header.mvcc;
-            if m.xmax != 0 || !pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmin)) {
-                return true;
-            }
-        }
-    }
-    false
-}
-
 /// Bytes of delta space an extent offers to inserts, for the free space
 /// map (whose values stop at a block's size).
 fn delta_free(g: &Geometry, delta_used: u16) -> usize {
@@ -507,8 +488,11 @@ pub unsafe fn insert(rel: pg_sys::Relation, natts: u16, mvcc: Mvcc, payload: &[u
             k = meta.nextents - 1;
         }
         match insert_into_extent(rel, &meta, k, natts, mvcc, payload) {
-            Placed::At(tid) => {
+            Placed::At { tid, compaction_due } => {
                 (*smgr(rel)).smgr_targblock = meta.extent_first(k);
+                if compaction_due {
+                    super::worker::request(rel);
+                }
                 return tid;
             }
             Placed::Full => {
@@ -583,6 +567,11 @@ impl ColumnBlocks {
     /// The parsed part (checked against the header's version).
     pub unsafe fn part(&self, rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader) -> ColumnPart<'_> {
         let mut blocks: Vec<&[u8]> = self.bufs.iter().map(|b| &*bytes(b.page())).collect();
+        // Each block's trailer first, so an error names the damaged block.
+        for (i, b) in blocks.iter().enumerate() {
+            let trailer = pg_hybrid_core::hasis::layout::BlockTrailer::check(b, pg_hybrid_core::hasis::layout::BlockKind::Column, g.column_block(i), Some(h.version));
+            check(rel, first + g.column_block(i) as u32, trailer);
+        }
         blocks.resize(g.params.column_blocks as usize, &ZERO_BLOCK);
         check(rel, first + g.column_block(0) as u32, ColumnPart::parse(g, blocks, h.column_units as usize, h.column_rows as usize, Some(h.version)))
     }
@@ -630,7 +619,9 @@ impl pg_hybrid_core::hasis::column::BlockSource for LazyColumns {
         if b[i].is_none() {
             let blk = self.first + self.g.column_block(i) as u32;
             let buf = unsafe { Buf::read_with(self.rel, blk, Lock::Share, self.strategy) };
-            pg_hybrid_core::hasis::layout::BlockTrailer::check(unsafe { bytes(buf.page()) }, pg_hybrid_core::hasis::layout::BlockKind::Column, self.g.column_block(i), Some(self.version))?;
+            // Raised here, naming this block (the caller knows only the part).
+            let checked = pg_hybrid_core::hasis::layout::BlockTrailer::check(unsafe { bytes(buf.page()) }, pg_hybrid_core::hasis::layout::BlockKind::Column, self.g.column_block(i), Some(self.version));
+            check(self.rel, blk, checked);
             b[i] = Some(buf);
         }
         // The buffer stays pinned and locked until `self` is dropped, and

@@ -100,7 +100,7 @@ fn verify_table(tbl: pg_sys::Oid) -> i64 {
                 let others: Vec<Option<Buf>> = (1..g.extent_blocks() as u32).map(|i| (first + i < n).then(|| Buf::read(rel, first + i, Lock::Share))).collect();
                 let mut blocks: Vec<&[u8]> = vec![&*bytes(hbuf.page())];
                 blocks.extend(others.iter().map(|b| b.as_ref().map_or(&ZERO[..], |b| &*bytes(b.page()))));
-                let page = pg_hybrid_core::hasis::HybridPage::open(&g, &schema, &blocks).unwrap_or_else(|e| super::format_error(rel, first, e));
+                let page = pg_hybrid_core::hasis::HybridPage::open(&g, &schema, &blocks).unwrap_or_else(|e| super::format_error(rel, first + failing_block(&g, &blocks), e));
                 versions += page.scan().unwrap_or_else(|e| super::format_error(rel, first, e)).len() as i64;
             }
             verify_indexes(rel, &meta);
@@ -148,4 +148,26 @@ unsafe fn verify_indexes(rel: pg_sys::Relation, meta: &relation::Meta) {
         pg_sys::index_endscan(scan);
     }
     pg_sys::vac_close_indexes(nindexes, irel, pg_sys::NoLock as pg_sys::LOCKMODE);
+}
+
+/// Which block of an extent a failed `HybridPage::open` is about, as far as
+/// the block trailers tell (0, the header block, when they all check out:
+/// the error is in what the header says).
+fn failing_block(g: &pg_hybrid_core::hasis::layout::Geometry, blocks: &[&[u8]]) -> u32 {
+    use pg_hybrid_core::hasis::header::ExtentHeader;
+    use pg_hybrid_core::hasis::layout::{BlockKind, BlockTrailer};
+    let Ok(h) = ExtentHeader::read(blocks[0], g) else { return 0 };
+    let version = Some(h.version);
+    let dirs = (0..g.directory_blocks as usize).map(|i| (g.directory_block(i), BlockKind::Directory));
+    let column_blocks = (h.column_units as usize).div_ceil(2);
+    let cols = (0..column_blocks).map(|i| (g.column_block(i), BlockKind::Column));
+    let deltas = (0..h.delta_used as usize).map(|i| (g.delta_block(i), BlockKind::Delta));
+    let bad_trailer = dirs.chain(cols).chain(deltas).find(|&(i, kind)| BlockTrailer::check(blocks[i], kind, i, version).is_err());
+    if let Some((i, _)) = bad_trailer {
+        return i as u32;
+    }
+    // Trailers fine: a delta block whose items do not parse.
+    (0..h.delta_used as usize)
+        .find(|&i| pg_hybrid_core::hasis::delta::DeltaView::parse(blocks[g.delta_block(i)], g, i, version).is_err())
+        .map_or(0, |i| g.delta_block(i) as u32)
 }

@@ -78,14 +78,27 @@ pub struct Prepared {
 /// Encodes the slot's row; `old` is the previous version for an UPDATE,
 /// so the toaster can keep unchanged TOAST values and drop replaced ones.
 pub unsafe fn prepare(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, old: pg_sys::HeapTuple, options: i32) -> Prepared {
-    let desc = (*rel).rd_att;
-    // slot_getallattrs (inline in PostgreSQL): a virtual tuple stored in a
-    // heap-tuple slot has all values already and no tuple to deform.
-    if ((*slot).tts_nvalid as i32) < (*desc).natts {
-        pg_sys::slot_getsomeattrs_int(slot, (*desc).natts);
-    }
-    let tup = pg_sys::heap_form_tuple(desc, (*slot).tts_values, (*slot).tts_isnull);
+    // The slot's own heap tuple (formed now if the slot holds values):
+    // `stamp_slot` later gives it the new version's MVCC fields.
+    let mut should_free = false;
+    let tup = pg_sys::ExecFetchSlotHeapTuple(slot, true, &mut should_free);
     prepare_tuple(rel, tup, old, options)
+}
+
+/// Gives the slot's tuple the MVCC fields and TID of the version just
+/// stored from it, as heap_insert does to the tuple it inserts: RETURNING
+/// xmin / xmax / cmin and triggers read them from the slot.
+pub unsafe fn stamp_slot(slot: *mut pg_sys::TupleTableSlot, m: &Mvcc, tid: Tid) {
+    let mut should_free = false;
+    let tup = pg_sys::ExecFetchSlotHeapTuple(slot, true, &mut should_free);
+    if should_free {
+        // A copy: the slot keeps no heap tuple to stamp.
+        pg_sys::heap_freetuple(tup);
+        return;
+    }
+    write_header((*tup).t_data as *mut u8, m);
+    (*tup).t_self = to_item_pointer(tid);
+    (*tup).t_tableOid = (*slot).tts_tableOid;
 }
 
 /// `prepare` for a formed heap tuple (CLUSTER's copies: external values are
@@ -241,8 +254,11 @@ pub unsafe fn store(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, ca
 }
 
 /// Deletes the TOAST values of a deleted version, as heap_delete does.
-pub unsafe fn toast_delete(rel: pg_sys::Relation, old: pg_sys::HeapTuple) {
+/// `speculative`: the values were stored by this very command (a killed
+/// speculative insertion), so their TOAST chunks are deleted as heap's
+/// heap_abort_speculative does.
+pub unsafe fn toast_delete(rel: pg_sys::Relation, old: pg_sys::HeapTuple, speculative: bool) {
     if (*(*old).t_data).t_infomask & HEAP_HASEXTERNAL != 0 && (*(*rel).rd_rel).reltoastrelid != pg_sys::InvalidOid {
-        heap_toast_delete(rel, old, false);
+        heap_toast_delete(rel, old, speculative);
     }
 }
