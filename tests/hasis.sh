@@ -44,11 +44,68 @@
 #   isolation     pg_isolation_regress over tests/isolation/specs/hasis_*.spec
 #                 (EvalPlanQual, UPDATE vs DELETE, SKIP LOCKED / NOWAIT,
 #                 REPEATABLE READ conflicts, SERIALIZABLE write skew, an old
-#                 snapshot across VACUUM's compactions): each
+#                 snapshot across VACUUM's compactions, INSERT ... ON CONFLICT
+#                 racing an open insert of the same key): each
 #                 spec runs with its tables USING heap (the oracle: must give
 #                 tests/isolation/expected/NAME.out) and as written (USING
 #                 hasis: must give the same).  --accept writes heap's outputs
 #                 into tests/isolation/expected/ (review the diff).
+#   upsert        INSERT ... ON CONFLICT (speculative insertion), the same
+#                 pgbench scripts on hasis tables (schema uh) and heap twins
+#                 (ux), 8 clients: 20 s (5 s) of DO UPDATE over 50 keys, DO
+#                 NOTHING over 10000, ON CONSTRAINT on a 2-column key, a
+#                 partial unique index, DO UPDATE of a 100 kB TOAST value
+#                 (STORAGE EXTERNAL); then 5 s (2 s) of races: every client
+#                 upserts the key of the current 10 ms, with and without a
+#                 100 kB TOAST value (new keys inserted by several clients at
+#                 once: losing speculative insertions are killed).  No failed
+#                 or aborted transaction; per table sum(n) = the upserts
+#                 pgbench committed on it, rows = distinct keys (seq scans),
+#                 values intact; index scans agree with seq scans;
+#                 verify_table() passes; n_tup_del (killed speculative
+#                 insertions) is printed.  Then the same statements on hasis
+#                 and heap must print the same: RETURNING (also the "xmax = 0
+#                 AS inserted" idiom and xmin), DO UPDATE ... WHERE, one key
+#                 twice in one command, key moves, TOAST values, savepoints
+#                 and rollbacks, arbiters (one of two unique indexes, a
+#                 2-column key, ON CONSTRAINT, NULLs, partial and expression
+#                 indexes) and their errors.
+#   dump          pg_dump / restore: hasis tables (20000 rows, 5000 with
+#                 --quick; many types, NULLs, 1 MB TOAST values, btree / hash /
+#                 hybrid_btree / unique indexes, a FK, one made via
+#                 default_table_access_method and hasis_* reloptions, one
+#                 with dead versions, a
+#                 dropped and an added-with-default column), a hasis
+#                 materialized view, a partitioned table (a hasis and a heap
+#                 partition), a heap table; dumped with pg_dump -Fc and plain
+#                 (which must carry 'SET default_table_access_method = hasis;':
+#                 PostgreSQL 15 has no --table-access-method), restored by
+#                 pg_restore -j 2 and by psql into fresh databases: every
+#                 relation keeps its AM (pg_class.relam), indexes and
+#                 constraints are the same, every table's rows (md5 of each
+#                 row, as a multiset) equal the source's, the FK is enforced,
+#                 indexes agree with seq scans, verify_table() passes, DML
+#                 works.  Also pg_restore --no-table-access-method with
+#                 default_table_access_method = hasis: every table hasis.
+#   badinput      (a) a damaged extent header block (trailer magic), column
+#                 block (trailer kind) and delta block (used_end) of a hasis
+#                 table (cluster stopped, bytes of its file overwritten,
+#                 restarted): a seq scan and verify_table() fail with XX001 /
+#                 XX002 naming the table and the damaged block; an index
+#                 scan fails so too or returns the right rows; the server
+#                 stays up (SELECT 1, same postmaster, no reinitialisation, no
+#                 crash in the log).  (b) rows too wide for a hybrid page
+#                 (STORAGE PLAIN 100 kB / 9000 bytes by INSERT, UPDATE, ON
+#                 CONFLICT and COPY; 1010 int8 columns, which heap takes):
+#                 SQLSTATE 54000, the table stays usable.  (c) verify_table()
+#                 on a heap table, an index, a view, a partitioned table:
+#                 42809.  (d) restarted without pg_hybrid in
+#                 shared_preload_libraries: CREATE EXTENSION, scans, DML,
+#                 upserts, COPY, CREATE TABLE ... USING hasis, CTAS, CREATE
+#                 INDEX, VACUUM (FULL) and verify_table() give 55000 naming
+#                 shared_preload_libraries (no Rust backtrace), nothing is
+#                 created, no crash; back with the preload the table is
+#                 intact.  (--quick: the same.)
 # pg_hybrid.verify_table() / table_stats() are used when the installed build
 # has them.  A sub-test during which pg_hybrid.so was replaced says so.
 # Options: --quick (shorter forms), --only (run only these sub-tests),
@@ -60,7 +117,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
-ALL_SUBTESTS=(differential pgbench crash standby isolation)
+ALL_SUBTESTS=(differential pgbench crash standby isolation upsert dump badinput)
 quick=0
 accept=0
 only=()
@@ -729,6 +786,700 @@ sub_isolation() {
         [[ -f $work/$am/out/regression.diffs ]] && { echo "---- $work/$am/out/regression.diffs ----"; cat "$work/$am/out/regression.diffs"; }
     done
     return $rc
+}
+
+# ====================================================================== upsert
+# the same statements on hasis (schema A) and heap (schema B): the answers and
+# errors must be the same
+UPSERT_TWIN_SQL=$(cat <<'EOF'
+CREATE TABLE kv (k int PRIMARY KEY, n int NOT NULL DEFAULT 0, v text);
+ALTER TABLE kv ALTER v SET STORAGE EXTERNAL;
+-- "was it inserted?": xmax = 0 for a row the upsert inserted
+INSERT INTO kv VALUES (1, 1, 'a') ON CONFLICT (k) DO UPDATE SET n = kv.n + 1 RETURNING k, n, v, (xmax = 0) AS inserted;
+INSERT INTO kv VALUES (1, 1, 'b') ON CONFLICT (k) DO UPDATE SET n = kv.n + 1, v = kv.v || excluded.v RETURNING k, n, v, (xmax = 0) AS inserted;
+INSERT INTO kv VALUES (1, 1, 'c') ON CONFLICT (k) DO NOTHING RETURNING *;
+INSERT INTO kv VALUES (2, 5, 'd') ON CONFLICT DO NOTHING RETURNING k, n, v, xmin::text = pg_current_xact_id()::text AS mine;
+-- DO UPDATE ... WHERE: rows failing the condition are neither updated nor returned
+INSERT INTO kv SELECT g, 1, 'w' FROM generate_series(1, 10) g ON CONFLICT (k) DO UPDATE SET n = kv.n + 10 WHERE kv.n < 2 RETURNING k, n, v;
+INSERT INTO kv SELECT g, 1, 'w' || g FROM generate_series(1, 12) g ON CONFLICT (k) DO UPDATE SET n = kv.n + 100, v = excluded.v WHERE kv.n < 20 AND excluded.k % 2 = 0 RETURNING k, n, v, (xmax = 0) AS inserted;
+INSERT INTO kv VALUES (3, 0, NULL) ON CONFLICT (k) DO UPDATE SET v = 'never' WHERE false RETURNING *;
+-- the same key twice in one command
+INSERT INTO kv VALUES (20, 1, 'x'), (20, 2, 'y') ON CONFLICT (k) DO UPDATE SET n = excluded.n;
+INSERT INTO kv VALUES (21, 1, 'x'), (21, 2, 'y') ON CONFLICT (k) DO NOTHING RETURNING *;
+-- DO UPDATE moving the key
+INSERT INTO kv VALUES (4, 0, 'm') ON CONFLICT (k) DO UPDATE SET k = kv.k + 1000 RETURNING k, n, v;
+INSERT INTO kv VALUES (5, 0, 'm') ON CONFLICT (k) DO UPDATE SET k = 1004 RETURNING k, n, v;
+-- TOAST values (STORAGE EXTERNAL: 100 kB out of line)
+INSERT INTO kv VALUES (30, 1, repeat('x', 100000)) ON CONFLICT (k) DO UPDATE SET n = kv.n + 1 RETURNING k, n, length(v), md5(v);
+INSERT INTO kv VALUES (30, 1, repeat('y', 100000)) ON CONFLICT (k) DO UPDATE SET n = kv.n + 1, v = kv.v || excluded.v RETURNING k, n, length(v), md5(v);
+INSERT INTO kv VALUES (30, 1, repeat('z', 100000)) ON CONFLICT (k) DO NOTHING RETURNING k;
+INSERT INTO kv VALUES (30, 1, repeat('z', 100000)) ON CONFLICT (k) DO UPDATE SET v = excluded.v WHERE length(kv.v) > 300000 RETURNING k;
+INSERT INTO kv VALUES (31, 1, repeat('z', 100000)), (30, 0, 'short') ON CONFLICT (k) DO UPDATE SET v = excluded.v RETURNING k, n, length(v), md5(v), (xmax = 0) AS inserted;
+-- inside transactions: own rows, savepoints, rollback
+BEGIN;
+INSERT INTO kv VALUES (40, 1, 't') ON CONFLICT (k) DO UPDATE SET n = kv.n + 1 RETURNING k, n, (xmax = 0) AS inserted;
+INSERT INTO kv VALUES (40, 1, 't') ON CONFLICT (k) DO UPDATE SET n = kv.n + 1 RETURNING k, n, (xmax = 0) AS inserted;
+SAVEPOINT s;
+INSERT INTO kv VALUES (40, 1, 't'), (41, 1, 'u') ON CONFLICT (k) DO UPDATE SET n = kv.n + 10 RETURNING k, n;
+ROLLBACK TO SAVEPOINT s;
+INSERT INTO kv VALUES (41, 7, 'after') ON CONFLICT (k) DO UPDATE SET n = kv.n + 1 RETURNING k, n, v;
+COMMIT;
+BEGIN;
+INSERT INTO kv VALUES (50, 1, 'r') ON CONFLICT (k) DO NOTHING;
+ROLLBACK;
+INSERT INTO kv VALUES (50, 2, 'r2') ON CONFLICT (k) DO UPDATE SET n = -1 RETURNING k, n, v;
+SELECT k, n, length(v), md5(v) FROM kv ORDER BY k;
+-- the arbiter names one unique index: a conflict on another one is an error
+CREATE TABLE two (a int PRIMARY KEY, b int UNIQUE, n int);
+INSERT INTO two VALUES (1, 1, 0);
+INSERT INTO two VALUES (2, 1, 0) ON CONFLICT (a) DO NOTHING;
+INSERT INTO two VALUES (2, 1, 0) ON CONFLICT DO NOTHING RETURNING *;
+INSERT INTO two VALUES (1, 2, 0) ON CONFLICT (a) DO UPDATE SET n = two.n + 1 RETURNING *;
+INSERT INTO two VALUES (3, 2, 0) ON CONFLICT (b) DO UPDATE SET n = two.n + 1 RETURNING *;
+SELECT * FROM two ORDER BY a;
+-- a multi-column unique key, ON CONFLICT ON CONSTRAINT; NULLs never conflict
+CREATE TABLE mc (a int, b text, n int, CONSTRAINT mc_ab UNIQUE (a, b));
+INSERT INTO mc VALUES (1, 'x', 1) ON CONFLICT ON CONSTRAINT mc_ab DO UPDATE SET n = mc.n + excluded.n RETURNING *;
+INSERT INTO mc VALUES (1, 'x', 5) ON CONFLICT ON CONSTRAINT mc_ab DO UPDATE SET n = mc.n + excluded.n RETURNING *;
+INSERT INTO mc VALUES (1, 'y', 1) ON CONFLICT (a, b) DO UPDATE SET n = mc.n + 1 RETURNING *;
+INSERT INTO mc VALUES (1, 'y', 1) ON CONFLICT (b, a) DO UPDATE SET n = mc.n + 1 RETURNING *;
+INSERT INTO mc VALUES (1, NULL, 1) ON CONFLICT (a, b) DO UPDATE SET n = mc.n + 1 RETURNING *;
+INSERT INTO mc VALUES (1, NULL, 1) ON CONFLICT ON CONSTRAINT mc_ab DO NOTHING RETURNING *;
+INSERT INTO mc VALUES (1, 'x', 0) ON CONFLICT (a) DO NOTHING;
+SELECT * FROM mc ORDER BY a, b NULLS LAST, n;
+-- a partial unique index: only rows matching its predicate conflict
+CREATE TABLE pt (k int, kind text, n int);
+CREATE UNIQUE INDEX pt_k_a ON pt (k) WHERE kind = 'a';
+INSERT INTO pt VALUES (1, 'a', 1) ON CONFLICT (k) WHERE kind = 'a' DO UPDATE SET n = pt.n + 1 RETURNING *;
+INSERT INTO pt VALUES (1, 'a', 1) ON CONFLICT (k) WHERE kind = 'a' DO UPDATE SET n = pt.n + 1 RETURNING *;
+INSERT INTO pt VALUES (1, 'b', 1) ON CONFLICT (k) WHERE kind = 'a' DO UPDATE SET n = pt.n + 1 RETURNING *;
+INSERT INTO pt VALUES (1, 'b', 1) ON CONFLICT (k) WHERE kind = 'a' DO NOTHING RETURNING *;
+INSERT INTO pt VALUES (1, 'a', 9) ON CONFLICT (k) WHERE kind = 'a' DO NOTHING RETURNING *;
+INSERT INTO pt VALUES (1, 'a', 9) ON CONFLICT (k) DO NOTHING;
+UPDATE pt SET kind = 'a' WHERE kind = 'b';
+SELECT * FROM pt ORDER BY k, kind, n;
+-- an expression index as arbiter
+CREATE TABLE ex (s text, n int);
+CREATE UNIQUE INDEX ex_lower ON ex (lower(s));
+INSERT INTO ex VALUES ('Abc', 1) ON CONFLICT (lower(s)) DO UPDATE SET n = ex.n + 1, s = excluded.s RETURNING *;
+INSERT INTO ex VALUES ('ABC', 1) ON CONFLICT (lower(s)) DO UPDATE SET n = ex.n + 1, s = excluded.s RETURNING *;
+INSERT INTO ex VALUES ('abc', 1) ON CONFLICT (lower(s)) DO NOTHING RETURNING *;
+SELECT * FROM ex;
+EOF
+)
+
+# upsert scripts, per family, for schema @ (pgbench script text)
+declare -A UPSERT_PGB=(
+    # DO UPDATE over 50 keys
+    [upd]='\set k random(1, 50)
+INSERT INTO @.upd VALUES (:k, 1) ON CONFLICT (k) DO UPDATE SET n = upd.n + 1;'
+    # DO NOTHING over 10000 keys
+    [non]='\set k random(1, 10000)
+INSERT INTO @.non VALUES (:k, :client_id, '"'v'"' || (:k)::text) ON CONFLICT (k) DO NOTHING;'
+    # ON CONSTRAINT, a 2-column key (25 keys)
+    [mc]='\set a random(1, 5)
+\set b random(1, 5)
+INSERT INTO @.mc VALUES (:a, '"'b'"' || (:b)::text, 1) ON CONFLICT ON CONSTRAINT mc_ab DO UPDATE SET n = mc.n + 1;'
+    # a partial unique index over 20 keys; 1/4 of the rows outside it
+    [pt]='\set k random(1, 20)
+\set r random(1, 4)
+\if :r = 1
+INSERT INTO @.pt VALUES (:k, '"'b'"', 1) ON CONFLICT (k) WHERE kind = '"'a'"' DO UPDATE SET n = pt.n + 1;
+\else
+INSERT INTO @.pt VALUES (:k, '"'a'"', 1) ON CONFLICT (k) WHERE kind = '"'a'"' DO UPDATE SET n = pt.n + 1;
+\endif'
+    # a 100 kB TOAST value (STORAGE EXTERNAL) over 20 keys
+    [ts]='\set k random(1, 20)
+\set c random(0, 25)
+INSERT INTO @.ts VALUES (:k, 1, repeat(chr(65 + :c), 100000)) ON CONFLICT (k) DO UPDATE SET n = ts.n + 1, v = excluded.v;'
+    # races: every client upserts the key of the current 10 ms, so new keys
+    # are inserted by several clients at once (speculative insertions that
+    # lose are killed), without and with a TOAST value
+    [rc]='SELECT (floor(extract(epoch FROM clock_timestamp()) * 100)::bigint % 1000000000)::int AS k \gset
+INSERT INTO @.rc VALUES (:k, 1) ON CONFLICT (k) DO UPDATE SET n = rc.n + 1;'
+    [rt]='SELECT (floor(extract(epoch FROM clock_timestamp()) * 100)::bigint % 1000000000)::int AS k \gset
+\set c random(0, 25)
+INSERT INTO @.rt VALUES (:k, 1, repeat(chr(65 + :c), 100000)) ON CONFLICT (k) DO UPDATE SET n = rt.n + 1, v = excluded.v;'
+)
+# per family: sum(n) (each committed upsert adds 1; none for DO NOTHING),
+# rows, distinct keys, rows with wrong contents
+declare -A UPSERT_CHK=(
+    [upd]="SELECT sum(n), count(*), count(DISTINCT k), count(*) FILTER (WHERE k NOT BETWEEN 1 AND 50) FROM @.upd"
+    [non]="SELECT NULL, count(*), count(DISTINCT k), count(*) FILTER (WHERE v <> 'v' || k) FROM @.non"
+    [mc]="SELECT sum(n), count(*), count(DISTINCT (a, b)), 0 FROM @.mc"
+    [pt]="SELECT sum(n), count(*) FILTER (WHERE kind = 'a'), count(DISTINCT k) FILTER (WHERE kind = 'a'), count(*) FILTER (WHERE kind = 'b' AND n <> 1) FROM @.pt"
+    [ts]="SELECT sum(n), count(*), count(DISTINCT k), count(*) FILTER (WHERE length(v) <> 100000 OR v <> repeat(left(v, 1), 100000)) FROM @.ts"
+    [rc]="SELECT sum(n), count(*), count(DISTINCT k), 0 FROM @.rc"
+    [rt]="SELECT sum(n), count(*), count(DISTINCT k), count(*) FILTER (WHERE length(v) <> 100000 OR v <> repeat(left(v, 1), 100000)) FROM @.rt"
+)
+
+# upsert_bench DIR DB WORK TAG SECS FAMILY@WEIGHT...: one pgbench run (8
+# clients) of each family's script on schema uh (hasis) and ux (heap), then
+# the per-table checks against the transactions pgbench committed
+upsert_bench() {
+    local dir=$1 db=$2 w=$3 tag=$4 secs=$5 s f fam rc nfailed args=()
+    shift 5
+    for s in uh ux; do
+        for f in "$@"; do
+            fam=${f%@*}
+            printf '%s\n' "${UPSERT_PGB[$fam]//@/$s}" >"$w/${fam}_$s.pgb"
+            args+=(-f "$w/${fam}_$s.pgb@${f#*@}")
+        done
+    done
+    chown -R "$PH_USER:" "$w"
+    say "$tag: 8 clients, ${secs} s, the same scripts on hasis (uh) and heap (ux) tables: ${*%@*}"
+    # one pgbench thread: with -j > 1 its threads add to the per-script
+    # counts unlocked and lose some
+    set +e
+    ph_as_user "$PH_PGBIN/pgbench" -h "$dir/sock" -p "$PH_PORT" -U "$PH_USER" -n "${args[@]}" \
+        -c 8 -j 1 -T "$secs" -M prepared -P 5 "$db" >"$w/pgbench.out" 2>"$w/pgbench.err"
+    rc=$?
+    set -e
+    cp "$w/pgbench.out" "$w/pgbench.$tag.out"
+    cp "$w/pgbench.err" "$w/pgbench.$tag.err"
+    ph_pgbench_summary "$w" "$rc" || fail "$tag: pgbench reported errors (exit $rc)"
+    nfailed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$w/pgbench.out")
+    [[ $nfailed == 0 ]] || fail "$tag: pgbench: '${nfailed:-no}' failed transactions (expected 0)"
+    # committed transactions per script (its file name without .pgb)
+    local -A TX=()
+    local name n processed total=0
+    while read -r name n; do TX[$name]=$n; done < <(awk '
+        /^SQL script [0-9]+:/ { f = $NF; sub(/.*\//, "", f); sub(/\.pgb$/, "", f) }
+        /^ - [0-9]+ transactions/ { print f, $2 }' "$w/pgbench.out")
+    processed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$w/pgbench.out")
+    for n in "${TX[@]}"; do total=$((total + n)); done
+    [[ $total == "$processed" ]] || fail "$tag: pgbench's per-script counts add up to $total, its total is '$processed'"
+    local sum cnt dist bad tx am
+    for s in uh ux; do
+        am=hasis
+        [[ $s == ux ]] && am=heap
+        for f in "$@"; do
+            fam=${f%@*}
+            tx=${TX[${fam}_$s]:-}
+            IFS='|' read -r sum cnt dist bad < <(cluster_sql "$dir" "$db" "${SEQ[@]}" "${UPSERT_CHK[$fam]//@/$s}")
+            say "  $s.$fam ($am): $tx committed upserts; $cnt rows, $dist distinct keys${sum:+, sum(n) $sum}"
+            [[ -n $tx && $tx -gt 0 ]] || { fail "$s.$fam ($am): pgbench committed no upsert"; continue; }
+            [[ $cnt == "$dist" ]] || fail "$s.$fam ($am): $cnt rows but $dist distinct keys: duplicate keys under the unique index (seq scan)"
+            [[ $bad == 0 ]] || fail "$s.$fam ($am): $bad rows with wrong contents"
+            if [[ $fam == non ]]; then
+                ((cnt > 0 && cnt <= tx)) || fail "$s.non ($am): $cnt rows after $tx DO NOTHING inserts"
+            else
+                [[ $sum == "$tx" ]] || fail "$s.$fam ($am): sum(n) = $sum, but pgbench committed $tx upserts (each adds 1)"
+            fi
+        done
+    done
+}
+
+sub_upsert() {
+    local dir db=hasis_upsert secs=20 rsecs=5 w s f ams
+    ((quick)) && { secs=5; rsecs=2; }
+    failures=0
+    dir=$(ph_scratch hasis_upsert)
+    cluster_init "$dir" "$PH_PORT" "deadlock_timeout = '100ms'" "autovacuum_naptime = 1"
+    cluster_start "$dir"
+    ph_prepare_db "$dir" "$db"
+    w=$dir/work
+    rm -rf "$w"
+    mkdir -p "$w"
+    # the same tables in schema uh (hasis) and ux (heap, the twin), made by
+    # the same DDL under default_table_access_method
+    local ddl="CREATE TABLE upd (k int PRIMARY KEY, n int NOT NULL);
+        CREATE TABLE non (k int PRIMARY KEY, c int NOT NULL, v text NOT NULL);
+        CREATE TABLE mc (a int NOT NULL, b text NOT NULL, n int NOT NULL, CONSTRAINT mc_ab UNIQUE (a, b));
+        CREATE TABLE pt (k int NOT NULL, kind text NOT NULL, n int NOT NULL);
+        CREATE UNIQUE INDEX pt_k_a ON pt (k) WHERE kind = 'a';
+        CREATE TABLE ts (k int PRIMARY KEY, n int NOT NULL, v text NOT NULL);
+        ALTER TABLE ts ALTER v SET STORAGE EXTERNAL;
+        CREATE TABLE rc (k int PRIMARY KEY, n int NOT NULL);
+        CREATE TABLE rt (k int PRIMARY KEY, n int NOT NULL, v text NOT NULL);
+        ALTER TABLE rt ALTER v SET STORAGE EXTERNAL;"
+    for s in uh:hasis ux:heap; do
+        cluster_sql "$dir" "$db" "CREATE SCHEMA ${s%%:*}" >/dev/null
+        PGOPTIONS="-c search_path=${s%%:*} -c default_table_access_method=${s#*:}" cluster_psql "$dir" "$db" -c "$ddl" >/dev/null
+    done
+    ams=$(cluster_sql "$dir" "$db" "SELECT count(*) || ' ' || count(*) FILTER (WHERE (n.nspname = 'uh') <> (a.amname = 'hasis')) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_am a ON a.oid = c.relam WHERE n.nspname IN ('uh', 'ux') AND c.relkind = 'r'")
+    [[ $ams == "14 0" ]] || fail "expected 7 hasis tables in uh and 7 heap tables in ux (tables, wrong AM: $ams)"
+
+    upsert_bench "$dir" "$db" "$w" mixed "$secs" upd@4 non@4 mc@2 pt@2 ts@1
+    upsert_bench "$dir" "$db" "$w" races "$rsecs" rc@3 rt@1
+    ph_index_vs_seq "$dir" "$db" uh.upd upd_pkey "k > 0" || fail "uh.upd: upd_pkey disagrees with a seq scan"
+    ph_index_vs_seq "$dir" "$db" uh.non non_pkey "k > 0" || fail "uh.non: non_pkey disagrees with a seq scan"
+    ph_index_vs_seq "$dir" "$db" uh.mc mc_ab "a > 0" || fail "uh.mc: mc_ab disagrees with a seq scan"
+    ph_index_vs_seq "$dir" "$db" uh.pt pt_k_a "k > 0 AND kind = 'a'" || fail "uh.pt: pt_k_a (partial) disagrees with a seq scan"
+    ph_index_vs_seq "$dir" "$db" uh.ts ts_pkey "k > 0" || fail "uh.ts: ts_pkey disagrees with a seq scan"
+    ph_index_vs_seq "$dir" "$db" uh.rc rc_pkey "k > 0" || fail "uh.rc: rc_pkey disagrees with a seq scan"
+    ph_index_vs_seq "$dir" "$db" uh.rt rt_pkey "k > 0" || fail "uh.rt: rt_pkey disagrees with a seq scan"
+    for f in upd non mc pt ts rc rt; do
+        verify_table "$dir" "$db" "uh.$f" || fail "verify_table(uh.$f) failed"
+    done
+    # speculative insertions that lost the race to a concurrent insert are
+    # killed at once and counted as deletes (as heap_abort_speculative)
+    cluster_sql "$dir" "$db" "SELECT pg_stat_force_next_flush()" >/dev/null
+    say "  n_tup_del (speculative insertions killed): $(cluster_sql "$dir" "$db" "SELECT string_agg(schemaname || '.' || relname || ' ' || n_tup_del, ', ' ORDER BY schemaname, relname) FROM pg_stat_user_tables WHERE schemaname IN ('uh', 'ux') AND relname IN ('upd', 'mc', 'pt', 'ts', 'rc', 'rt')")"
+    say "  uh.upd: $(table_stats "$dir" "$db" uh.upd)"
+
+    # the same statements on hasis and heap: RETURNING, DO UPDATE ... WHERE,
+    # errors, TOAST, savepoints, arbiters
+    say "RETURNING / DO UPDATE ... WHERE / arbiters: hasis (schema th) against heap (schema tx)"
+    for s in th:hasis tx:heap; do
+        cluster_sql "$dir" "$db" "CREATE SCHEMA ${s%%:*}" >/dev/null
+        PGOPTIONS="-c search_path=${s%%:*} -c default_table_access_method=${s#*:}" \
+            cluster_psql "$dir" "$db" -v ON_ERROR_STOP=0 -a <<<"$UPSERT_TWIN_SQL" >"$w/twin.${s%%:*}" 2>&1 || true
+    done
+    [[ $(cluster_sql "$dir" "$db" "SELECT count(*) FROM pg_class WHERE relnamespace = 'th'::regnamespace AND relkind = 'r' AND relam <> (SELECT oid FROM pg_am WHERE amname = 'hasis')") == 0 ]] ||
+        fail "schema th has tables that are not hasis"
+    if ! diff -q "$w/twin.tx" "$w/twin.th" >/dev/null; then
+        fail "the same statements give different answers on hasis and heap (diff heap hasis):"
+        diff -U2 "$w/twin.tx" "$w/twin.th" | head -60 | sed 's/^/    /' >&2
+    else
+        say "  same answers and errors ($(grep -c '^INSERT' "$w/twin.th") upserts, $(grep -c 'ERROR:' "$w/twin.th") errors)"
+    fi
+    for f in kv two mc pt ex; do
+        verify_table "$dir" "$db" "th.$f" || fail "verify_table(th.$f) failed"
+    done
+    ph_index_vs_seq "$dir" "$db" th.kv kv_pkey "k > 0" || fail "th.kv: kv_pkey disagrees with a seq scan"
+    ((failures == 0))
+}
+
+# ======================================================================== dump
+sub_dump() {
+    local dir src=hasis_dump w n=20000 mb=1048576 t d ams0 ams out
+    ((quick)) && n=5000
+    failures=0
+    dir=$(ph_scratch hasis_dump)
+    cluster_init "$dir" "$PH_PORT" "autovacuum = off"
+    cluster_start "$dir"
+    ph_prepare_db "$dir" "$src"
+    w=$dir/work
+    rm -rf "$w"
+    mkdir -p "$w"
+    chown "$PH_USER:" "$w"
+    say "source database: hasis tables ($n rows, 1 MB TOAST values, NULLs, btree / hash / hybrid_btree indexes, a FK, dead versions)"
+    cluster_psql "$dir" "$src" >/dev/null <<SQL
+CREATE TABLE dt (id int PRIMARY KEY, i2 smallint, i8 bigint, f4 real, f8 float8, num numeric, t text,
+    b bytea, ts timestamptz, d date, u uuid, j jsonb, arr int[], bo bool, c char(3), iv interval, big text) USING hasis;
+INSERT INTO dt SELECT g, (g % 30000)::smallint, g * 1000003::bigint, g / 3.0, g / 7.0, g * 1.25, 't' || (g % 500),
+    decode(md5(g::text), 'hex'), timestamptz '2020-01-01 00:00:00+00' + g * interval '1 minute', date '2000-01-01' + g,
+    md5(g::text)::uuid, jsonb_build_object('g', g, 'a', jsonb_build_array(g, 't' || g, g % 3 = 0)), ARRAY[g, -g, NULL],
+    g % 2 = 0, lpad((g % 1000)::text, 3, '0'), g * interval '1 second', NULL
+  FROM generate_series(1, $n) g;
+-- rows of NULLs (every nullable column)
+INSERT INTO dt (id) SELECT g FROM generate_series($n + 1, $n + 50) g;
+UPDATE dt SET t = NULL, j = NULL WHERE id % 97 = 0;
+-- 1 MB values, out of line in the TOAST table (md5 text and random bytes do not compress)
+INSERT INTO dt (id, t, big, b) SELECT $n + 100 + g, 'toast',
+    (SELECT string_agg(md5(g || ':' || x), '') FROM generate_series(1, $mb / 32) x),
+    CASE WHEN g = 1 THEN (SELECT string_agg(decode(md5(g || '/' || x), 'hex'), ''::bytea) FROM generate_series(1, $mb / 16) x) END
+  FROM generate_series(1, 4) g;
+CREATE INDEX dt_i8 ON dt (i8);
+CREATE INDEX dt_t ON dt USING hash (t);
+CREATE INDEX dt_d ON dt USING hybrid_btree (d);
+CREATE UNIQUE INDEX dt_u ON dt (u);
+CREATE TABLE dchild (id int PRIMARY KEY, parent int NOT NULL REFERENCES dt (id), note text) USING hasis;
+INSERT INTO dchild SELECT g, g % $n + 1, CASE WHEN g % 5 = 0 THEN NULL ELSE 'c' || g END FROM generate_series(1, $n / 2) g;
+-- made through default_table_access_method, no USING clause
+SET default_table_access_method = hasis;
+CREATE TABLE ddef (id int GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY, v text, w numeric)
+  WITH (hasis_delta_blocks = 4, hasis_compact_trigger = 3, fillfactor = 90);
+RESET default_table_access_method;
+INSERT INTO ddef (v, w) SELECT 'd' || g, g / 3.0 FROM generate_series(1, 1000) g;
+-- dead versions (no VACUUM): updates, deletes, key moves, a rolled-back insert;
+-- a dropped column and one added with a default after the rows were written
+CREATE TABLE ddead (k int PRIMARY KEY, v int, s text, gone text) USING hasis;
+INSERT INTO ddead SELECT g, g, 's' || g, 'x' FROM generate_series(1, $n) g;
+UPDATE ddead SET v = v + 1, s = s || 'u' WHERE k % 3 = 0;
+DELETE FROM ddead WHERE k % 4 = 0;
+UPDATE ddead SET k = k + $n WHERE k % 5 = 0;
+BEGIN; INSERT INTO ddead SELECT g, 0, 'rolled back', NULL FROM generate_series(3 * $n, 3 * $n + 99) g; ROLLBACK;
+ALTER TABLE ddead DROP COLUMN gone;
+ALTER TABLE ddead ADD COLUMN extra text DEFAULT 'dflt';
+UPDATE ddead SET extra = 'set' WHERE k % 7 = 0;
+-- a heap table, a hasis materialized view, a partitioned table with a hasis and a heap partition
+CREATE TABLE dheap (k int PRIMARY KEY, v text) USING heap;
+INSERT INTO dheap SELECT g, 'h' || g FROM generate_series(1, 1000) g;
+CREATE MATERIALIZED VIEW dmv USING hasis AS SELECT d, count(*) AS n, sum(i8) AS s FROM dt GROUP BY d;
+CREATE TABLE dpart (k int NOT NULL, v text) PARTITION BY RANGE (k);
+CREATE TABLE dpart_1 PARTITION OF dpart FOR VALUES FROM (0) TO (1000) USING hasis;
+CREATE TABLE dpart_2 PARTITION OF dpart FOR VALUES FROM (1000) TO (2000) USING heap;
+INSERT INTO dpart SELECT g, 'p' || g FROM generate_series(0, 1999) g;
+DELETE FROM dpart WHERE k % 10 = 0;
+ANALYZE;
+SQL
+    # the relations whose AM must survive: tables, partitions, materialized views
+    # (with their reloptions: the hasis_* ones come back through pg_hybrid's
+    # DDL hook)
+    local amq="SELECT string_agg(c.relname || '=' || a.amname || coalesce('(' || array_to_string(c.reloptions, ',') || ')', ''), ' ' ORDER BY c.relname) FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'm')"
+    ams0=$(cluster_sql "$dir" "$src" "$amq")
+    say "  $ams0"
+    [[ $ams0 == "dchild=hasis ddead=hasis ddef=hasis(fillfactor=90,hasis_delta_blocks=4,hasis_compact_trigger=3) dheap=heap dmv=hasis dpart_1=hasis dpart_2=heap dt=hasis" ]] ||
+        fail "the source tables do not have the intended access methods: $ams0"
+    say "  ddead: $(cluster_sql "$dir" "$src" "SELECT count(*) FROM ddead") rows; $(table_stats "$dir" "$src" ddead)"
+    local toast
+    toast=$(cluster_sql "$dir" "$src" "SELECT count(*) FILTER (WHERE length(big) = $mb) || ' ' || count(*) FILTER (WHERE length(b) = $mb) || ' ' || pg_size_pretty(pg_total_relation_size((SELECT reltoastrelid FROM pg_class WHERE relname = 'dt'))) FROM dt")
+    say "  dt: 1 MB values: $toast (text, bytea, TOAST table size)"
+    [[ $toast == "4 1 "* ]] || fail "dt does not hold the four 1 MB text values and the 1 MB bytea value: $toast"
+    mapfile -t TABLES < <(cluster_sql "$dir" "$src" "SELECT c.relname FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'm') ORDER BY 1")
+    local HASIS=(dt dchild ddef ddead dmv dpart_1)
+
+    local conn=(-h "$dir/sock" -p "$PH_PORT" -U "$PH_USER")
+    say "pg_dump -Fc and plain"
+    ph_as_user "$PH_PGBIN/pg_dump" "${conn[@]}" -Fc -f "$w/src.dump" "$src"
+    ph_as_user "$PH_PGBIN/pg_dump" "${conn[@]}" -Fp -f "$w/src.sql" "$src"
+    say "  $(du -h "$w/src.dump" | cut -f1) custom, $(du -h "$w/src.sql" | cut -f1) plain"
+    # PostgreSQL 15's pg_dump has no --table-access-method; it names each
+    # table's AM with SET default_table_access_method before its CREATE
+    local nset
+    nset=$(grep -c '^SET default_table_access_method = hasis;$' "$w/src.sql" || true)
+    say "  plain dump: $nset 'SET default_table_access_method = hasis;', $(grep -c '^SET default_table_access_method = heap;$' "$w/src.sql" || true) '... = heap;'"
+    ((nset >= 1)) || fail "the plain dump has no 'SET default_table_access_method = hasis;'"
+    grep -q '^SET default_table_access_method = heap;$' "$w/src.sql" || fail "the plain dump has no 'SET default_table_access_method = heap;'"
+    grep -qE 'USING (hasis|heap)' "$w/src.sql" && say "  note: the plain dump names an AM in a CREATE TABLE ... USING"
+    if "$PH_PGBIN/pg_dump" --help | grep -q -- '--table-access-method'; then
+        say "  note: this pg_dump has --table-access-method (not exercised)"
+    fi
+
+    # restores: custom format with pg_restore -j 2 (fc), plain SQL with psql
+    # (sql), and pg_restore --no-table-access-method into sessions whose
+    # default is hasis (conv: every table becomes hasis)
+    local db
+    for db in hasis_dump_fc hasis_dump_sql hasis_dump_conv; do
+        cluster_psql "$dir" postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db TEMPLATE template0" >/dev/null
+    done
+    # (a session cannot start with default_table_access_method = hasis
+    # before the AM exists: the extension first, the dump's CREATE EXTENSION
+    # IF NOT EXISTS then does nothing)
+    ph_prepare_db "$dir" hasis_dump_conv
+    say "pg_restore -j 2 into hasis_dump_fc"
+    ph_as_user "$PH_PGBIN/pg_restore" "${conn[@]}" --exit-on-error -j 2 -d hasis_dump_fc "$w/src.dump" >"$w/restore_fc.log" 2>&1 ||
+        { fail "pg_restore into hasis_dump_fc failed"; head -20 "$w/restore_fc.log" >&2; }
+    say "psql -f into hasis_dump_sql"
+    cluster_psql "$dir" hasis_dump_sql -f "$w/src.sql" >"$w/restore_sql.log" 2>&1 ||
+        { fail "psql -f of the plain dump into hasis_dump_sql failed"; head -20 "$w/restore_sql.log" >&2; }
+    say "pg_restore --no-table-access-method with default_table_access_method = hasis into hasis_dump_conv"
+    ph_as_user env PGOPTIONS="-c default_table_access_method=hasis" "$PH_PGBIN/pg_restore" "${conn[@]}" --exit-on-error \
+        --no-table-access-method -d hasis_dump_conv "$w/src.dump" >"$w/restore_conv.log" 2>&1 ||
+        { fail "pg_restore --no-table-access-method into hasis_dump_conv failed"; head -20 "$w/restore_conv.log" >&2; }
+
+    # contents: every table's rows as a sorted list of md5(row text) (a
+    # multiset, as EXCEPT ALL both ways), read by seq scans, in every database
+    rows_md5() {   # DB TABLE FILE
+        cluster_sql "$dir" "$1" "${SEQ[@]}" "SELECT md5(x::text) FROM $2 x ORDER BY 1" >"$3" 2>&1 || true
+    }
+    for t in "${TABLES[@]}"; do rows_md5 "$src" "$t" "$w/src.$t"; done
+    local idx0 con0 q_idx q_con
+    q_idx="SELECT string_agg(indexdef, E'\n' ORDER BY indexdef) FROM pg_indexes WHERE schemaname = 'public'"
+    q_con="SELECT string_agg(conrelid::regclass || ' ' || conname || ' ' || pg_get_constraintdef(oid), E'\n' ORDER BY conrelid::regclass::text, conname) FROM pg_constraint WHERE connamespace = 'public'::regnamespace"
+    idx0=$(cluster_sql "$dir" "$src" "$q_idx")
+    con0=$(cluster_sql "$dir" "$src" "$q_con")
+    for db in hasis_dump_fc hasis_dump_sql hasis_dump_conv; do
+        local bad=0 nd
+        ams=$(cluster_sql "$dir" "$db" "$amq")
+        if [[ $db == hasis_dump_conv ]]; then
+            [[ $ams == "${ams0//=heap/=hasis}" ]] || fail "$db: not every restored table is hasis: $ams"
+        else
+            [[ $ams == "$ams0" ]] || fail "$db: restored access methods '$ams', the source has '$ams0'"
+        fi
+        [[ $(cluster_sql "$dir" "$db" "$q_idx") == "$idx0" ]] || fail "$db: the restored indexes differ from the source's"
+        [[ $(cluster_sql "$dir" "$db" "$q_con") == "$con0" ]] || fail "$db: the restored constraints differ from the source's"
+        for t in "${TABLES[@]}"; do
+            rows_md5 "$db" "$t" "$w/$db.$t"
+            if ! cmp -s "$w/src.$t" "$w/$db.$t"; then
+                nd=$(LC_ALL=C comm -3 "$w/src.$t" "$w/$db.$t" | wc -l)
+                fail "$db: $t differs from the source in $nd rows ($(wc -l <"$w/src.$t") rows in the source, $(wc -l <"$w/$db.$t") restored)"
+                bad=1
+            fi
+        done
+        ((bad)) || say "  $db: $ams; ${#TABLES[@]} tables identical to the source ($(cat "$w/$db".* | wc -l) rows)"
+        # the restored FK is enforced
+        out=$(cluster_psql "$dir" "$db" -v ON_ERROR_STOP=0 -c '\set VERBOSITY verbose' -c "INSERT INTO dchild VALUES (-1, -12345, 'orphan')" 2>&1 || true)
+        grep -q 'ERROR:  23503' <<<"$out" || fail "$db: an orphan dchild row was not refused with 23503: $out"
+        # the indexes of the restored hasis tables agree with seq scans
+        ph_index_vs_seq "$dir" "$db" dt dt_pkey "id > 0" >/dev/null || fail "$db: dt_pkey disagrees with a seq scan"
+        ph_index_vs_seq "$dir" "$db" dt dt_i8 "i8 > 0" >/dev/null || fail "$db: dt_i8 disagrees with a seq scan"
+        ph_index_vs_seq "$dir" "$db" dt dt_d "d > '1999-01-01'" >/dev/null || fail "$db: dt_d (hybrid_btree) disagrees with a seq scan"
+        hash_vs_seq "$dir" "$db" dt t dt_t >/dev/null || fail "$db: dt_t (hash) disagrees with a seq scan"
+        ph_index_vs_seq "$dir" "$db" ddead ddead_pkey "k > 0" >/dev/null || fail "$db: ddead_pkey disagrees with a seq scan"
+        local vt=("${HASIS[@]}")
+        [[ $db == hasis_dump_conv ]] && vt=("${TABLES[@]}")
+        for t in "${vt[@]}"; do
+            verify_table "$dir" "$db" "$t" >/dev/null || fail "$db: verify_table($t) failed"
+        done
+        # and take writes
+        cluster_sql "$dir" "$db" "UPDATE dt SET big = big || 'x', t = 'w' WHERE id > $n + 100" \
+            "DELETE FROM ddead WHERE k % 9 = 0" "INSERT INTO ddef (v) VALUES ('after restore')" >/dev/null ||
+            fail "$db: DML on the restored tables failed"
+        verify_table "$dir" "$db" dt >/dev/null || fail "$db: verify_table(dt) failed after DML"
+    done
+    say "  restored databases: FK enforced, indexes agree with seq scans, verify_table passes, DML works"
+    ((failures == 0))
+}
+
+# ==================================================================== badinput
+# sql_err DIR DB SQL...: runs SQL (psql, verbose errors: SQLSTATE shown, stops
+# at the first ERROR); sets ERR_OUT to its output; returns 0 if it failed
+sql_err() {
+    local dir=$1 db=$2 s args=(-c '\set VERBOSITY verbose')
+    shift 2
+    for s in "$@"; do args+=(-c "$s"); done
+    if ERR_OUT=$(cluster_psql "$dir" "$db" -At "${args[@]}" 2>&1); then return 1; fi
+    return 0
+}
+
+# expect_error DIR DB CODES WHAT SQL...: SQL must fail with an ERROR whose
+# SQLSTATE matches the regex CODES, without a Rust backtrace; ERR_LINE is the
+# ERROR line (with HINT), ERR_CODE its SQLSTATE
+expect_error() {
+    local dir=$1 db=$2 codes=$3 what=$4
+    shift 4
+    ERR_LINE=""
+    ERR_CODE=""
+    if ! sql_err "$dir" "$db" "$@"; then
+        echo "  $what: no ERROR (expected SQLSTATE $codes); output: $(head -c 300 <<<"$ERR_OUT")" >&2
+        return 1
+    fi
+    ERR_LINE=$(grep -m1 -E 'ERROR:|FATAL:|PANIC:|server closed|terminated' <<<"$ERR_OUT" || true)
+    ERR_CODE=$(sed -n 's/.*ERROR:  \([0-9A-Z]\{5\}\): .*/\1/p' <<<"$ERR_LINE")
+    local hint
+    hint=$(grep -m1 '^HINT:' <<<"$ERR_OUT" || true)
+    [[ -z $hint ]] || ERR_LINE+=" / $hint"
+    if [[ ! $ERR_CODE =~ ^($codes)$ ]]; then
+        echo "  $what: expected an ERROR with SQLSTATE $codes, got: ${ERR_LINE:-$(head -c 300 <<<"$ERR_OUT")}" >&2
+        return 1
+    fi
+    if grep -qE 'panicking|rust_end_short_backtrace|^ +[0-9]+: ' <<<"$ERR_OUT"; then
+        echo "  $what: the ERROR ($ERR_CODE) carries a Rust backtrace in its DETAIL:" >&2
+        grep -m4 -E '^DETAIL|^ +[0-9]+: ' <<<"$ERR_OUT" | sed 's/^/      /' >&2
+        return 1
+    fi
+    echo "  $what: ${ERR_LINE#*ERROR:  }"
+}
+
+# server_state DIR: postmaster pid, its start time and the checkpointer's pid
+# (a crashed backend makes the postmaster reinitialise: new checkpointer)
+server_state() {
+    echo "$(ph_cluster_pid "$1") $(cluster_sql "$1" postgres "SELECT pg_postmaster_start_time() || ' ' || (SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer')")"
+}
+
+# server_survived DIR STATE LOGPOS WHAT: SELECT 1 works, the postmaster is the
+# same and did not reinitialise, no crash in the log since LOGPOS
+server_survived() {
+    local dir=$1 state=$2 logpos=$3 what=$4 ok=0 now
+    if [[ $(cluster_sql "$dir" postgres "SELECT 1" 2>&1) != 1 ]]; then
+        fail "$what: SELECT 1 fails afterwards (server down?)"
+        cluster_wait_ready "$dir" 60
+        ok=1
+    fi
+    now=$(server_state "$dir")
+    [[ $now == "$state" ]] || { fail "$what: the postmaster restarted or reinitialised (pid, start time, checkpointer: '$state' -> '$now')"; ok=1; }
+    if tail -c +$((logpos + 1)) "$dir/postgres.log" | grep -E 'PANIC|terminated by signal|was terminated|reinitializing|exited with exit code [^0]' >&2; then
+        fail "$what: crash / PANIC in the server log (above)"
+        ok=1
+    fi
+    return $ok
+}
+
+# hasis_blocks FILE: one line per block of a hasis relation file: blkno kind
+# index (from the block trailer; kind 1 header, 2 directory, 3 column, 4 delta,
+# 0 no trailer)
+hasis_blocks() {
+    python3 - "$1" <<'PY'
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+for b in range(len(data) // 8192):
+    magic, fmt, kind, index = struct.unpack_from("<IBBH", data, b * 8192 + 8176)
+    print(b, kind if magic == 0x53495348 else 0, index)
+PY
+}
+
+# poke FILE BLK OFF HEX: overwrite bytes of block BLK at offset OFF
+poke() {
+    python3 - "$@" <<'PY'
+import sys
+path, blk, off, val = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), bytes.fromhex(sys.argv[4])
+with open(path, "r+b") as f:
+    f.seek(blk * 8192 + off)
+    f.write(val)
+PY
+}
+
+sub_badinput() {
+    local dir db=hasis_badinput rows=3000 w file state logpos expect blk hdr col delta
+    failures=0
+    dir=$(ph_scratch hasis_badinput)
+    cluster_init "$dir" "$PH_PORT" "autovacuum = off"
+    cluster_start "$dir"
+    ph_prepare_db "$dir" "$db"
+    w=$dir/work
+    mkdir -p "$w"
+    [[ $(cluster_sql "$dir" "$db" "SHOW data_checksums") == off ]] ||
+        ph_die "the scratch cluster has data checksums on; damage would fail the checksum before hasis sees it"
+
+    # ---- (a) damaged header, column and delta blocks
+    # extents with column parts (VACUUM compacts them), then rows in the
+    # last extent's delta part
+    cluster_sql "$dir" "$db" \
+        "CREATE TABLE bc (k int PRIMARY KEY, v text) USING hasis" \
+        "INSERT INTO bc SELECT g, md5(g::text) FROM generate_series(1, $rows) g" "VACUUM bc" \
+        "INSERT INTO bc SELECT g, md5(g::text) FROM generate_series($rows + 1, $rows + 100) g" "CHECKPOINT" >/dev/null
+    local q="SELECT count(*) || ' ' || md5(string_agg(k || ':' || v, ',' ORDER BY k)) FROM bc"
+    expect=$(cluster_sql "$dir" "$db" "${SEQ[@]}" "$q")
+    verify_table "$dir" "$db" bc || fail "verify_table(bc) fails before any damage"
+    file=$dir/data/$(cluster_sql "$dir" "$db" "SELECT pg_relation_filepath('bc')")
+    cluster_stop "$dir"
+    cp "$file" "$w/bc.pristine"
+    # the block trailer's kind and index say what a block is (src/hasis/README.md,
+    # core/src/hasis/README.md): the first extent header; a column block
+    # of the first extent past the column part's first block; the first
+    # delta block in use
+    hasis_blocks "$file" >"$w/blocks"
+    hdr=$(awk '$2 == 1 {print $1; exit}' "$w/blocks")
+    col=$(awk '$2 == 3 && $3 == 4 {print $1; exit}' "$w/blocks")
+    delta=$(awk '$2 == 4 {print $1; exit}' "$w/blocks")
+    [[ -n $hdr && -n $col && -n $delta ]] || ph_die "bc: no header / column (index 4) / delta block in $file (header '$hdr', column '$col', delta '$delta')"
+    say "bc: $((rows + 100)) rows, $(wc -l <"$w/blocks") blocks; damaging header block $hdr, column block $col, delta block $delta"
+    # CASE: name block offset hex what
+    local cases=(
+        "header $hdr 8176 00000000 trailer magic of the extent header block"
+        "column $col 8181 04 trailer kind of a column block (says: delta)"
+        "delta $delta 26 ffff used_end of a delta block (past the block)"
+    )
+    local c name off hex what
+    for c in "${cases[@]}"; do
+        read -r name blk off hex what <<<"$c"
+        cluster_stop "$dir"
+        cp "$w/bc.pristine" "$file"
+        poke "$file" "$blk" "$off" "$hex"
+        cluster_start "$dir"
+        state=$(server_state "$dir")
+        logpos=$(stat -c %s "$dir/postgres.log")
+        say "== $name: $what (block $blk)"
+        if expect_error "$dir" "$db" 'XX001|XX002' "seq scan" "${SEQ[@]}" "$q"; then
+            [[ $ERR_LINE == *'"bc"'* && $ERR_LINE =~ block\ $blk([^0-9]|$) ]] ||
+                fail "$name: the seq scan's ERROR does not name table \"bc\" and the damaged block $blk: $ERR_LINE"
+        else
+            fail "$name: a seq scan over the damaged block did not fail with XX001 / XX002"
+        fi
+        # index scans read only what they need: an ERROR as above, or the right rows
+        if sql_err "$dir" "$db" "SET enable_seqscan = off" "SET enable_bitmapscan = off" "${q/FROM bc/FROM bc WHERE k > 0}"; then
+            if grep -qE 'ERROR:  XX00[12]: .*"bc".* block ' <<<"$ERR_OUT"; then
+                say "  index scan: $(grep -m1 'ERROR:' <<<"$ERR_OUT" | sed 's/^ERROR:  //')"
+            else
+                fail "$name: the index scan failed without XX001 / XX002 naming \"bc\": $(head -3 <<<"$ERR_OUT")"
+            fi
+        elif [[ $(tail -n1 <<<"$ERR_OUT") == "$expect" ]]; then
+            say "  index scan: no error, the right rows (the damaged bytes are not on its path)"
+        else
+            fail "$name: the index scan returned WRONG rows without an error: '$(tail -n1 <<<"$ERR_OUT")', expected '$expect'"
+        fi
+        if expect_error "$dir" "$db" 'XX001|XX002' "verify_table" "SELECT pg_hybrid.verify_table('bc')"; then
+            [[ $ERR_LINE == *'"bc"'* && $ERR_LINE =~ block\ $blk([^0-9]|$) ]] ||
+                fail "$name: verify_table's ERROR does not name table \"bc\" and the damaged block $blk: $ERR_LINE"
+        else
+            fail "$name: pg_hybrid.verify_table() did not report the damage as XX001 / XX002"
+        fi
+        server_survived "$dir" "$state" "$logpos" "$name" && say "  server up: SELECT 1 works, same postmaster, no crash in the log"
+    done
+    cluster_stop "$dir"
+    cp "$w/bc.pristine" "$file"
+    cluster_start "$dir"
+    [[ $(cluster_sql "$dir" "$db" "${SEQ[@]}" "$q") == "$expect" ]] || fail "bc: the restored pristine file does not read back"
+
+    # ---- (b) rows too wide for a hybrid page (TOAST cannot help)
+    say "== rows too wide for a hybrid page"
+    state=$(server_state "$dir")
+    logpos=$(stat -c %s "$dir/postgres.log")
+    local cols vals
+    cols=$(seq -s, -f 'c%g int8' 1 1010)
+    vals=$(seq -s, 1 1010)
+    cluster_sql "$dir" "$db" "CREATE TABLE bw (k int PRIMARY KEY, v text) USING hasis" "ALTER TABLE bw ALTER v SET STORAGE PLAIN" \
+        "INSERT INTO bw VALUES (1, repeat('a', 8000)), (2, 'short')" \
+        "CREATE TABLE bf ($cols) USING hasis" "CREATE TABLE bfh ($cols) USING heap" >/dev/null
+    expect_error "$dir" "$db" 54000 "INSERT of a 100 kB STORAGE PLAIN value" "INSERT INTO bw VALUES (10, repeat('x', 100000))" ||
+        fail "a 100 kB STORAGE PLAIN value: no clear ERROR"
+    expect_error "$dir" "$db" 54000 "UPDATE to a 9000-byte STORAGE PLAIN value" "UPDATE bw SET v = repeat('y', 9000) WHERE k = 2" ||
+        fail "an UPDATE to a too wide row: no clear ERROR"
+    expect_error "$dir" "$db" 54000 "INSERT ... ON CONFLICT of a too wide row" "INSERT INTO bw VALUES (11, repeat('x', 100000)) ON CONFLICT (k) DO NOTHING" ||
+        fail "a too wide upsert: no clear ERROR"
+    expect_error "$dir" "$db" 54000 "COPY of a too wide row" "COPY bw FROM PROGRAM 'printf \"20\\tok\\n21\\t%09000d\\n\" 0'" ||
+        fail "COPY (multi-insert) of a too wide row: no clear ERROR"
+    if cluster_sql "$dir" "$db" "INSERT INTO bfh VALUES ($vals)" >/dev/null 2>&1; then
+        expect_error "$dir" "$db" 54000 "1010 int8 columns (heap takes the row)" "INSERT INTO bf VALUES ($vals)" ||
+            fail "a row of 1010 int8 columns: no clear ERROR"
+    else
+        fail "heap does not take a row of 1010 int8 columns either; the case tests nothing"
+    fi
+    [[ $(cluster_sql "$dir" "$db" "INSERT INTO bw VALUES (3, 'after')" "SELECT string_agg(k || ':' || length(v), ' ' ORDER BY k) FROM bw") == "1:8000 2:5 3:5" ]] ||
+        fail "bw after the refused rows: $(cluster_sql "$dir" "$db" "SELECT string_agg(k || ':' || length(v), ' ' ORDER BY k) FROM bw" 2>&1)"
+    verify_table "$dir" "$db" bw >/dev/null || fail "verify_table(bw) fails after the refused rows"
+    server_survived "$dir" "$state" "$logpos" "too wide rows" || true
+
+    # ---- (c) verify_table / table_stats on what is not a hasis table
+    say "== pg_hybrid.verify_table() on relations that are not hasis tables"
+    cluster_sql "$dir" "$db" "CREATE TABLE bh (k int PRIMARY KEY) USING heap" "CREATE VIEW bv AS SELECT 1 AS one" \
+        "CREATE TABLE bp (k int) PARTITION BY RANGE (k)" >/dev/null
+    expect_error "$dir" "$db" 42809 "verify_table(heap table)" "SELECT pg_hybrid.verify_table('bh')" || fail "verify_table(a heap table): no clear ERROR"
+    expect_error "$dir" "$db" 42809 "verify_table(index)" "SELECT pg_hybrid.verify_table('bc_pkey')" || fail "verify_table(an index): no clear ERROR"
+    expect_error "$dir" "$db" 42809 "verify_table(view)" "SELECT pg_hybrid.verify_table('bv')" || fail "verify_table(a view): no clear ERROR"
+    expect_error "$dir" "$db" 42809 "verify_table(partitioned table)" "SELECT pg_hybrid.verify_table('bp')" || fail "verify_table(a partitioned table): no clear ERROR"
+    expect_error "$dir" "$db" 42P01 "verify_table(missing)" "SELECT pg_hybrid.verify_table('no_such_table')" || fail "verify_table(a missing table): no clear ERROR"
+    expect_error "$dir" "$db" 42809 "table_stats(heap table)" "SELECT * FROM pg_hybrid.table_stats('bh')" || fail "table_stats(a heap table): no clear ERROR"
+    server_survived "$dir" "$state" "$logpos" "verify_table on other relations" || true
+
+    # ---- (d) the server without pg_hybrid in shared_preload_libraries
+    say "== restart without pg_hybrid in shared_preload_libraries"
+    cluster_sql "$dir" "$db" "CREATE TABLE bn (k int PRIMARY KEY, v text) USING hasis" \
+        "INSERT INTO bn SELECT g, 'n' || g FROM generate_series(1, 2000) g" \
+        "DELETE FROM bn WHERE k % 2 = 0" "CHECKPOINT" >/dev/null
+    local nexpect
+    nexpect=$(cluster_sql "$dir" "$db" "${SEQ[@]}" "SELECT count(*) || ' ' || md5(string_agg(k || v, ',' ORDER BY k)) FROM bn")
+    cluster_stop "$dir"
+    cp "$dir/data/postgresql.conf" "$w/postgresql.conf.preload"
+    cluster_conf "$dir" "shared_preload_libraries = ''"
+    # with RUST_BACKTRACE set in the server's environment (as in many build
+    # environments), so that the no-backtrace check does not depend on it
+    RUST_BACKTRACE=1 cluster_start "$dir"
+    [[ -z $(cluster_sql "$dir" postgres "SHOW shared_preload_libraries") ]] || ph_die "shared_preload_libraries is not empty"
+    state=$(server_state "$dir")
+    logpos=$(stat -c %s "$dir/postgres.log")
+    cluster_psql "$dir" postgres -c "CREATE DATABASE hasis_nopreload" >/dev/null
+    local spl_cases=(
+        "CREATE EXTENSION|hasis_nopreload|CREATE EXTENSION pg_hybrid"
+        "seq scan|$db|SELECT count(*) FROM bn"
+        "index scan|$db|SET enable_seqscan = off; SELECT * FROM bn WHERE k = 1"
+        "INSERT|$db|INSERT INTO bn VALUES (5000, 'x')"
+        "UPDATE|$db|UPDATE bn SET v = 'u' WHERE k = 1"
+        "DELETE|$db|DELETE FROM bn WHERE k = 3"
+        "INSERT ... ON CONFLICT|$db|INSERT INTO bn VALUES (1, 'x') ON CONFLICT (k) DO UPDATE SET v = 'y'"
+        "COPY TO|$db|COPY bn TO STDOUT"
+        "CREATE TABLE ... USING hasis|$db|CREATE TABLE bn_new (k int) USING hasis"
+        "CREATE TABLE ... AS|$db|CREATE TABLE bn_ctas USING hasis AS SELECT 1 AS k"
+        "CREATE INDEX|$db|CREATE INDEX bn_v ON bn (v)"
+        "VACUUM|$db|VACUUM bn"
+        "VACUUM FULL|$db|VACUUM FULL bn"
+        "verify_table|$db|SELECT pg_hybrid.verify_table('bn')"
+    )
+    local sc label cdb sql
+    for sc in "${spl_cases[@]}"; do
+        IFS='|' read -r label cdb sql <<<"$sc"
+        if expect_error "$dir" "$cdb" 55000 "without the preload: $label" "$sql"; then
+            [[ $ERR_LINE == *shared_preload_libraries* ]] || fail "without the preload: $label: the ERROR does not mention shared_preload_libraries: $ERR_LINE"
+        else
+            fail "without the preload: $label: no clean ERROR 55000 asking for shared_preload_libraries (see above)"
+        fi
+    done
+    [[ $(cluster_sql "$dir" hasis_nopreload "SELECT count(*) FROM pg_extension WHERE extname = 'pg_hybrid'") == 0 ]] ||
+        fail "without the preload: CREATE EXTENSION left the extension behind"
+    [[ $(cluster_sql "$dir" "$db" "SELECT count(*) FROM pg_class WHERE relname IN ('bn_new', 'bn_ctas')") == 0 ]] ||
+        fail "without the preload: CREATE TABLE ... USING hasis created a table"
+    server_survived "$dir" "$state" "$logpos" "without the preload" && say "  server up: SELECT 1 works, same postmaster, no crash in the log"
+    # back with the preload: the table is intact
+    cluster_stop "$dir"
+    cp "$w/postgresql.conf.preload" "$dir/data/postgresql.conf"
+    cluster_start "$dir"
+    [[ $(cluster_sql "$dir" "$db" "${SEQ[@]}" "SELECT count(*) || ' ' || md5(string_agg(k || v, ',' ORDER BY k)) FROM bn") == "$nexpect" ]] ||
+        fail "bn changed while the server ran without the preload"
+    verify_table "$dir" "$db" bn || fail "verify_table(bn) fails after the run without the preload"
+    ((failures == 0))
 }
 
 # ======================================================================== main
