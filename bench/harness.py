@@ -76,10 +76,12 @@ class Cluster:
             c.execute("CREATE EXTENSION IF NOT EXISTS pg_hybrid")
             c.execute("RESET allow_system_table_mods")
 
-    def pgbench(self, args, db=None, timeout=7200):
+    def pgbench(self, args, db=None, timeout=7200, env=None):
+        """env: extra environment variables (e.g. PGOPTIONS) for this pgbench run."""
         cmd = [os.path.join(self.a.pgbin, "pgbench"), "-h", self.a.host, "-p", str(self.a.port),
                "-U", self.a.user] + args + [db or self.a.db]
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                           env=dict(os.environ, **env) if env else None)
         out = p.stdout.decode() + p.stderr.decode()
         if p.returncode != 0:
             raise BenchError("pgbench %s failed (exit %d): %s" % (" ".join(args), p.returncode, out[-2000:]))
@@ -180,6 +182,8 @@ class Results:
         self.order = []
         self.targets = []           # (case, check, value, limit, pass): issue targets, reported only
         self.curve = []             # suite elastic: Figure 5 samples (dicts), written to <stem>-curve.csv
+        self.sections = []          # (title, markdown): extra report sections after the targets
+        self.json_extra = {}        # extra top-level keys of the .json (e.g. per-repetition ratios)
 
     def add(self, case, metric, unit, better, side, rep, value, quiet=False):
         key = (case, metric)
@@ -302,6 +306,10 @@ def write_report(a, res, facts):
             w.writerow(["suite", "case", "check", "value", "limit", "pass"])
             for case, check, value, limit, ok in res.targets:
                 w.writerow([res.suite, case, check, "" if value is None else "%.6g" % value, limit, int(bool(ok))])
+    if res.sections:
+        with open(stem + ".md", "a") as f:
+            for title, text in res.sections:
+                f.write("\n%s\n\n%s\n" % (title, text.rstrip("\n")))
     if res.curve:
         cols = list(res.curve[0].keys())
         with open(stem + "-curve.csv", "w", newline="") as f:
@@ -310,10 +318,11 @@ def write_report(a, res, facts):
             for r in res.curve:
                 w.writerow({k: "" if r.get(k) is None else r[k] for k in cols})
     with open(stem + ".json", "w") as f:
-        json.dump({"suite": res.suite, "baseline": base, "am": am, "smoke": a.smoke,
-                   "params": res.params, "facts": facts,
-                   "targets": [{"case": c_, "check": ch, "value": v, "limit": l, "pass": bool(ok)}
-                               for c_, ch, v, l, ok in res.targets]}, f, indent=1, default=str)
+        json.dump(dict({"suite": res.suite, "baseline": base, "am": am, "smoke": a.smoke,
+                        "params": res.params, "facts": facts,
+                        "targets": [{"case": c_, "check": ch, "value": v, "limit": l, "pass": bool(ok)}
+                                    for c_, ch, v, l, ok in res.targets]}, **res.json_extra),
+                  f, indent=1, default=str)
     if not a.no_plot:
         try:
             import plot
@@ -377,9 +386,12 @@ def main():
     t0 = time.time()
     ok = True
     try:
-        if a.suite in ("probe", "pgbench"):
+        if a.suite == "probe" or (a.suite == "pgbench" and a.table_am == "heap"):
             import suite_probe
             suite_probe.run(a, cl, res)
+        elif a.suite == "pgbench":   # --table-am hasis: heap tables vs the table AM's, TPC-B and -S
+            import suite_pgbench
+            suite_pgbench.run(a, cl, res)
         elif a.suite == "ycsb":
             import suite_ycsb
             suite_ycsb.run(a, cl, res)

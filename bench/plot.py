@@ -114,6 +114,9 @@ def panels_chart(rows, out, title):
     lat = ("latency p95 (ms)" if suite == "tpcc" else "mean latency (ms)", [(label(r), r) for r in rows
                             if r["unit"] == "ms" and ("p95" in r["metric"] or "avg" in r["metric"])], 1.0)
     size = ("index MB", [(label(r), r) for r in rows if r["unit"] == "bytes"], 1e6)
+    if suite == "pgbench" and any(r["metric"] == "table_bytes" for r in rows):   # --table-am: totals only
+        size = ("MB (tables, indexes)", [(label(r), r) for r in rows if r["unit"] == "bytes"
+                                         and not r["metric"].startswith("table_bytes_")], 1e6)
     panels = [p for p in (first, lat, size) if p[1]]
     widths = [max(3, len(p[1])) for p in panels]
     fig, axes = plt.subplots(1, len(panels), figsize=(min(22, 2.2 + 0.55 * sum(widths)), 4.6),

@@ -4,7 +4,10 @@
 #
 # Usage: bash bench/run.sh SUITE [options]      (as root)
 #   SUITE    probe    unique/secondary int8 keys: build, size, probes, ranges, inserts
-#            pgbench  pgbench -S -M prepared with pgbench_accounts' key in the AM
+#            pgbench  pgbench -S -M prepared with pgbench_accounts' key in the AM; with --table-am AM
+#                     (hasis): pgbench's tables on heap vs on AM (indexes btree on both sides unless
+#                     --index-am is given): load time, table bytes after load and run, TPC-B TPS,
+#                     latency, WAL bytes per transaction, -S TPS, TPC-B invariant; issue 12's targets
 #            ycsb     pgbench scripts over usertable: workloads A B C E, zipfian + uniform keys
 #            tpcc     go-tpc TPC-C: tpmC, latency percentiles, errors, index bytes
 #            tpch     DuckDB dbgen data + 22 queries on PostgreSQL, answers checked against DuckDB
@@ -21,7 +24,7 @@
 #                         $PH_SCRATCH/bench_results unless --out is given
 #   --index-am AM         index AM under test: btree, hybrid_btree (default: pgrx.toml am);
 #                         later elastic_btree, griffin, tiered_btree, tiered_hash. --am is an alias
-#   --table-am AM         table AM of the AM side: heap (default); later hasis
+#   --table-am AM         table AM of the AM side: heap (default) or hasis
 #   --baseline AM         built-in index AM to compare with (default btree)
 #   --repeat N            measure each side N times (alternating order); reports the
 #                         median and min–max
@@ -32,7 +35,7 @@
 #                         scan measurement and SERIALIZABLE mix)
 #   --rows N              probe: rows per case;  ycsb: usertable rows;  elastic: rows per key type;
 #                         engine: kv rows (the unmerged inserts and the size case scale with it)
-#   --scale N             pgbench scale
+#   --scale N             pgbench scale (default 50; with --table-am hasis 10; smoke 2)
 #   --warehouses N        tpcc warehouses (default 1)
 #   --sf X                tpch scale factor (default 1; smoke 0.1)
 #   --reloptions "k = v"  WITH (...) for the AM's indexes
@@ -55,6 +58,7 @@ KNOWN_TABLE_AMS=(heap hasis)
 suite=
 smoke=0
 index_am=$PH_AM
+index_am_given=0
 table_am=heap
 baseline=btree
 repeat=1
@@ -67,7 +71,7 @@ need_arg() { [[ $# -ge 2 && -n $2 ]] || ph_die "bench/run.sh: $1 needs a value (
 while (($#)); do
     case $1 in
         --smoke) smoke=1 ;;
-        --index-am | --am) need_arg "$@"; shift; index_am=$1 ;;
+        --index-am | --am) need_arg "$@"; shift; index_am=$1; index_am_given=1 ;;
         --table-am) need_arg "$@"; shift; table_am=$1 ;;
         --baseline) need_arg "$@"; shift; baseline=$1 ;;
         --repeat) need_arg "$@"; shift; repeat=$1 ;;
@@ -194,9 +198,16 @@ mkdir -p "$DIR/work"
 chown "$PH_USER:" "$DIR/work"
 failed=()
 for s in "${run_suites[@]}"; do
-    ph_log "==== suite $s"
     # a failed suite still writes its report; go on with the others, fail at the end
-    "$venv/bin/python" "$PH_REPO/bench/harness.py" "$s" "${args[@]}" "${pyargs[@]}" || failed+=("$s")
+    # pgbench with a table AM compares table AMs: btree indexes on both sides unless --index-am was given
+    suite_args=()
+    if [[ $s == pgbench && $table_am != heap && $index_am_given == 0 ]]; then suite_args=(--index-am btree); fi
+    if ((${#suite_args[@]})); then
+        ph_log "==== suite $s (heap vs $table_am tables, btree indexes on both sides)"
+    else
+        ph_log "==== suite $s"
+    fi
+    "$venv/bin/python" "$PH_REPO/bench/harness.py" "$s" "${args[@]}" "${pyargs[@]}" "${suite_args[@]}" || failed+=("$s")
 done
 ((${#failed[@]} == 0)) || ph_die "suite(s) failed: ${failed[*]} (reports and notes in $out)"
 ph_log "done; reports in $out"
