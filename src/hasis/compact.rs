@@ -81,8 +81,12 @@ unsafe fn freeze_version(m: &mut Mvcc, freeze: &Freeze) -> bool {
         changed = true;
     }
     // An aborted deleter or a finished locker (HeapTupleSatisfiesVacuum has
-    // set XMAX_INVALID for both) leaves nothing to remember.
-    if m.infomask & HEAP_XMAX_INVALID != 0 && precedes(m.xmax) {
+    // set XMAX_INVALID for both) leaves nothing to remember. A MultiXact is
+    // never an xid to compare: hasis writes only lock-only ones, and
+    // XMAX_INVALID says every member has ended, so it goes whatever its
+    // age (relminmxid then advances past it).
+    let finished_multi = m.infomask & HEAP_XMAX_IS_MULTI != 0 && m.infomask & HEAP_XMAX_INVALID != 0;
+    if finished_multi || (m.infomask & HEAP_XMAX_IS_MULTI == 0 && m.infomask & HEAP_XMAX_INVALID != 0 && precedes(m.xmax)) {
         m.xmax = 0;
         m.infomask &= !(HEAP_XMAX_BITS & !HEAP_XMAX_INVALID);
         m.infomask2 &= !HEAP_KEYS_UPDATED;

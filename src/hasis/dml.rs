@@ -8,15 +8,13 @@
 //! tuple's heavyweight lock first, so a row hammered by many sessions is
 //! handed out in order.
 //!
-//! Simplifications against heap, each safe but stricter (README.md "What
-//! does not work yet"):
-//! * row locks never share: a FOR SHARE / FOR KEY SHARE lock held by a
-//!   running transaction makes every other locker or writer wait (heap
-//!   would let compatible ones through with a MultiXact), so two sessions
-//!   taking FOR SHARE on the same rows in opposite orders can deadlock
-//!   where heap would not;
-//! * every UPDATE counts as a key update (LockTupleExclusive, KEYS_UPDATED),
-//!   so FOR KEY SHARE lockers wait for non-key updates too.
+//! Row locks share as heap's do: a lock whose mode is compatible with the
+//! modes of the running lockers joins them in a MultiXact (lock-only: every
+//! hasis update waits for all lockers, so no multi holds an updater).
+//!
+//! Simplification against heap, safe but stricter (README.md "What does
+//! not work yet"): every UPDATE counts as a key update (LockTupleExclusive,
+//! KEYS_UPDATED), so FOR KEY SHARE lockers wait for non-key updates too.
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -71,6 +69,98 @@ fn held_mode(m: &Mvcc) -> pg_sys::LockTupleMode::Type {
     } else {
         LockTupleKeyShare
     }
+}
+
+/// The MultiXact member status of a row lock.
+#[allow(non_upper_case_globals)]
+fn lock_status(mode: pg_sys::LockTupleMode::Type) -> pg_sys::MultiXactStatus::Type {
+    use pg_sys::LockTupleMode::*;
+    use pg_sys::MultiXactStatus::*;
+    match mode {
+        LockTupleKeyShare => MultiXactStatusForKeyShare,
+        LockTupleShare => MultiXactStatusForShare,
+        LockTupleNoKeyExclusive => MultiXactStatusForNoKeyUpdate,
+        _ => MultiXactStatusForUpdate,
+    }
+}
+
+#[allow(non_upper_case_globals)]
+fn status_mode(status: pg_sys::MultiXactStatus::Type) -> pg_sys::LockTupleMode::Type {
+    use pg_sys::LockTupleMode::*;
+    use pg_sys::MultiXactStatus::*;
+    match status {
+        MultiXactStatusForKeyShare => LockTupleKeyShare,
+        MultiXactStatusForShare => LockTupleShare,
+        MultiXactStatusForNoKeyUpdate | MultiXactStatusNoKeyUpdate => LockTupleNoKeyExclusive,
+        _ => LockTupleExclusive,
+    }
+}
+
+/// Whether two row-lock modes conflict (heap's table: key share conflicts
+/// with exclusive only, share with the two exclusive modes, no-key
+/// exclusive with all but key share, exclusive with everything).
+#[allow(non_upper_case_globals)]
+fn modes_conflict(a: pg_sys::LockTupleMode::Type, b: pg_sys::LockTupleMode::Type) -> bool {
+    use pg_sys::LockTupleMode::*;
+    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+    match lo {
+        LockTupleKeyShare => hi == LockTupleExclusive,
+        LockTupleShare => hi >= LockTupleNoKeyExclusive,
+        _ => true,
+    }
+}
+
+/// The infomask / infomask2 lock bits for a lock-only xmax of `mode`.
+fn lock_only_bits(mode: pg_sys::LockTupleMode::Type) -> (u16, u16) {
+    let keys = if mode == pg_sys::LockTupleMode::LockTupleExclusive { HEAP_KEYS_UPDATED } else { 0 };
+    (HEAP_XMAX_LOCK_ONLY | lock_bits(mode), keys)
+}
+
+/// One running locker of a version.
+#[derive(Clone, Copy)]
+struct Locker {
+    xid: pg_sys::TransactionId,
+    mode: pg_sys::LockTupleMode::Type,
+    mine: bool,
+}
+
+/// The running lockers named by a lock-only xmax (a plain xid or a
+/// MultiXact).
+unsafe fn running_lockers(m: &Mvcc) -> Vec<Locker> {
+    if m.infomask & HEAP_XMAX_IS_MULTI != 0 {
+        let mut members: *mut pg_sys::MultiXactMember = std::ptr::null_mut();
+        let n = pg_sys::GetMultiXactIdMembers(m.xmax.into(), &mut members, false, true);
+        let out = (0..n.max(0) as usize)
+            .map(|i| *members.add(i))
+            .filter(|mm| pg_sys::TransactionIdIsCurrentTransactionId(mm.xid) || pg_sys::TransactionIdIsInProgress(mm.xid))
+            .map(|mm| Locker { xid: mm.xid, mode: status_mode(mm.status), mine: pg_sys::TransactionIdIsCurrentTransactionId(mm.xid) })
+            .collect();
+        if !members.is_null() {
+            pg_sys::pfree(members as *mut std::ffi::c_void);
+        }
+        out
+    } else {
+        let xid = pg_sys::TransactionId::from(m.xmax);
+        vec![Locker { xid, mode: held_mode(m), mine: pg_sys::TransactionIdIsCurrentTransactionId(xid) }]
+    }
+}
+
+/// The MVCC fields after this transaction joins the version's running
+/// lockers `others` with `mode` (all compatible with it): a MultiXact of
+/// them and this transaction, carrying the strongest mode's bits.
+unsafe fn join_lockers(m: &Mvcc, others: &[Locker], mine: &[Locker], mode: pg_sys::LockTupleMode::Type) -> Mvcc {
+    let xid = pg_sys::GetCurrentTransactionId();
+    pg_sys::MultiXactIdSetOldestMember();
+    let mut members: Vec<pg_sys::MultiXactMember> = others.iter().chain(mine.iter()).map(|l| pg_sys::MultiXactMember { xid: l.xid, status: lock_status(l.mode) }).collect();
+    members.push(pg_sys::MultiXactMember { xid, status: lock_status(mode) });
+    let multi = pg_sys::MultiXactIdCreateFromMembers(members.len() as i32, members.as_mut_ptr());
+    let strongest = others.iter().chain(mine.iter()).map(|l| l.mode).chain(std::iter::once(mode)).max().unwrap_or(mode);
+    let (bits, keys) = lock_only_bits(strongest);
+    let mut out = *m;
+    out.xmax = multi.into_inner();
+    out.infomask = (out.infomask & !HEAP_XMAX_BITS) | HEAP_XMAX_IS_MULTI | bits;
+    out.infomask2 = (out.infomask2 & !HEAP_KEYS_UPDATED) | keys;
+    out
 }
 
 /// The heavyweight tuple lock, released on drop (PostgreSQL releases it
@@ -147,16 +237,30 @@ unsafe fn wait_for(rel: pg_sys::Relation, xid: pg_sys::TransactionId, tid: Tid, 
 /// What a modification found.
 enum Found {
     /// The version, exclusively locked, and what HeapTupleSatisfiesUpdate
-    /// said (TM_BeingModified never: it was waited out, or it is a lock of
-    /// this transaction, `own_lock`).
-    Version { loc: Located, result: pg_sys::TM_Result::Type, own_lock: bool },
+    /// said (TM_BeingModified never: it was waited out, or the running
+    /// lockers are this transaction (`own_lock`) or compatible with the
+    /// mode asked for (`share_with`)).
+    Version { loc: Located, result: pg_sys::TM_Result::Type, own_lock: bool, share_with: Vec<Locker>, mine: Vec<Locker> },
     /// The TID names no version.
     Gone,
     /// It would have to wait and the policy says skip.
     WouldBlock,
 }
 
-unsafe fn acquire(rel: pg_sys::Relation, meta: &Meta, tid: Tid, cid: pg_sys::CommandId, policy: pg_sys::LockWaitPolicy::Type, tuple_lock: &mut TupleLock, oper: pg_sys::XLTW_Oper::Type) -> Found {
+/// Locks the version at `tid` exclusively for a change in `mode` (updates
+/// and deletes: LockTupleExclusive), waiting out running transactions
+/// whose xmax conflicts.
+#[allow(clippy::too_many_arguments)]
+unsafe fn acquire(
+    rel: pg_sys::Relation,
+    meta: &Meta,
+    tid: Tid,
+    cid: pg_sys::CommandId,
+    mode: pg_sys::LockTupleMode::Type,
+    policy: pg_sys::LockWaitPolicy::Type,
+    tuple_lock: &mut TupleLock,
+    oper: pg_sys::XLTW_Oper::Type,
+) -> Found {
     loop {
         let mut loc = match relation::locate(rel, meta, tid, Lock::Exclusive) {
             Lookup::Found(l) => l,
@@ -171,18 +275,30 @@ unsafe fn acquire(rel: pg_sys::Relation, meta: &Meta, tid: Tid, cid: pg_sys::Com
             loc.header.mvcc.infomask = after;
         }
         if result != TM_BeingModified {
-            return Found::Version { loc, result, own_lock: false };
+            return Found::Version { loc, result, own_lock: false, share_with: Vec::new(), mine: Vec::new() };
         }
         let m = loc.header.mvcc;
-        if m.infomask & HEAP_XMAX_IS_MULTI != 0 {
-            super::format_error(rel, tid.block, pg_hybrid_core::hasis::Error::Corrupt("MultiXact in a hasis row header (hasis never writes one)"));
+        let lock_only = m.infomask & HEAP_XMAX_LOCK_ONLY != 0;
+        if m.infomask & HEAP_XMAX_IS_MULTI != 0 && !lock_only {
+            super::format_error(rel, tid.block, pg_hybrid_core::hasis::Error::Corrupt("MultiXact with an updater in a hasis row header (hasis lockers never share with updates)"));
         }
-        if pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmax)) {
-            return Found::Version { loc, result: TM_Ok, own_lock: true };
+        let lockers = if lock_only { running_lockers(&m) } else { vec![Locker { xid: pg_sys::TransactionId::from(m.xmax), mode: pg_sys::LockTupleMode::LockTupleExclusive, mine: pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmax)) }] };
+        let (mine, others): (Vec<Locker>, Vec<Locker>) = lockers.into_iter().partition(|l| l.mine);
+        if others.is_empty() {
+            return Found::Version { loc, result: TM_Ok, own_lock: !mine.is_empty(), share_with: Vec::new(), mine };
+        }
+        let blocking: Vec<Locker> = others.iter().copied().filter(|l| !lock_only || modes_conflict(l.mode, mode)).collect();
+        if blocking.is_empty() {
+            return Found::Version { loc, result: TM_Ok, own_lock: !mine.is_empty(), share_with: others, mine };
         }
         drop(loc);
-        if !tuple_lock.take(policy) || !wait_for(rel, pg_sys::TransactionId::from(m.xmax), tid, policy, oper) {
+        if !tuple_lock.take(policy) {
             return Found::WouldBlock;
+        }
+        for l in &blocking {
+            if !wait_for(rel, l.xid, tid, policy, oper) {
+                return Found::WouldBlock;
+            }
         }
     }
 }
@@ -238,7 +354,7 @@ pub unsafe fn delete(
     let meta = meta_or_invisible(rel, tid, "delete");
     let policy = if wait { pg_sys::LockWaitPolicy::LockWaitBlock } else { pg_sys::LockWaitPolicy::LockWaitSkip };
     let mut tlock = TupleLock::new(rel, tid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE);
-    let (mut loc, mut result) = match acquire(rel, &meta, tid, cid, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Delete) {
+    let (mut loc, mut result) = match acquire(rel, &meta, tid, cid, pg_sys::LockTupleMode::LockTupleExclusive, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Delete) {
         Found::Version { loc, result, .. } => (loc, result),
         Found::Gone => invisible("delete"),
         Found::WouldBlock => return TM_WouldBlock,
@@ -283,8 +399,8 @@ pub unsafe fn update(
     let meta = meta_or_invisible(rel, otid, "update");
     let policy = if wait { pg_sys::LockWaitPolicy::LockWaitBlock } else { pg_sys::LockWaitPolicy::LockWaitSkip };
     let mut tlock = TupleLock::new(rel, otid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE);
-    let (mut loc, mut result) = match acquire(rel, &meta, otid, cid, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Update) {
-        Found::Version { loc, result, .. } => (loc, result),
+    let (mut loc, mut result, own_lock) = match acquire(rel, &meta, otid, cid, pg_sys::LockTupleMode::LockTupleExclusive, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Update) {
+        Found::Version { loc, result, own_lock, .. } => (loc, result, own_lock),
         Found::Gone => invisible("update"),
         Found::WouldBlock => return TM_WouldBlock,
     };
@@ -320,9 +436,8 @@ pub unsafe fn update(
     // (ON CONFLICT DO UPDATE takes one first) carries over to the new one
     // as a key-share lock, so `RETURNING (xmax = 0) AS inserted` reads as
     // on heap.
-    let held = old_mvcc.infomask & HEAP_XMAX_INVALID == 0 && old_mvcc.infomask & HEAP_XMAX_LOCK_ONLY != 0 && old_mvcc.xmax != 0;
-    if held && pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(old_mvcc.xmax)) {
-        new_mvcc.xmax = old_mvcc.xmax;
+    if own_lock {
+        new_mvcc.xmax = xid;
         new_mvcc.infomask = (new_mvcc.infomask & !HEAP_XMAX_INVALID) | HEAP_XMAX_KEYSHR_LOCK | HEAP_XMAX_LOCK_ONLY;
     }
     let ntid = relation::insert(rel, new.natts, new_mvcc, &new.payload);
@@ -359,27 +474,33 @@ pub unsafe fn lock(
     (*tmfd).traversed = false;
     'retry: loop {
         let mut tlock = TupleLock::new(rel, tid, heavy_mode(mode));
-        let (mut loc, result, own_lock) = match acquire(rel, &meta, tid, cid, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Lock) {
-            Found::Version { loc, result, own_lock } => (loc, result, own_lock),
+        let (mut loc, result, own_lock, share_with, mine) = match acquire(rel, &meta, tid, cid, mode, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Lock) {
+            Found::Version { loc, result, own_lock, share_with, mine } => (loc, result, own_lock, share_with, mine),
             Found::Gone => return TM_Deleted,
             Found::WouldBlock => return TM_WouldBlock,
         };
         if result == TM_Ok {
             let mut m = loc.header.mvcc;
-            let stronger = !own_lock || held_mode(&m) < mode;
-            if stronger {
-                if !own_lock {
+            let held = mine.iter().map(|l| l.mode).max();
+            let stronger = !own_lock || held.is_none_or(|h| h < mode);
+            let cur = pg_sys::GetCurrentTransactionId();
+            if stronger && (!share_with.is_empty() || mine.iter().any(|l| l.xid != cur)) {
+                // Other transactions hold compatible locks, or an enclosing
+                // (sub)transaction of this one holds a weaker lock that must
+                // outlive this subtransaction: a MultiXact of them all.
+                m = join_lockers(&m, &share_with, &mine, mode);
+                m.ctid = tid;
+                loc.stamp(rel, &m);
+            } else if stronger {
+                if !own_lock || m.infomask & HEAP_XMAX_IS_MULTI != 0 {
                     m.xmax = pg_sys::GetCurrentTransactionId().into_inner();
                 }
                 // Keeping an older subtransaction's xid with a stronger
                 // mode holds the lock a little longer than asked, never
                 // shorter.
-                m.infomask &= !HEAP_XMAX_BITS;
-                m.infomask |= HEAP_XMAX_LOCK_ONLY | lock_bits(mode);
-                m.infomask2 &= !HEAP_KEYS_UPDATED;
-                if mode == pg_sys::LockTupleMode::LockTupleExclusive {
-                    m.infomask2 |= HEAP_KEYS_UPDATED;
-                }
+                let (bits, keys) = lock_only_bits(mode);
+                m.infomask = (m.infomask & !HEAP_XMAX_BITS) | bits;
+                m.infomask2 = (m.infomask2 & !HEAP_KEYS_UPDATED) | keys;
                 m.ctid = tid;
                 loc.stamp(rel, &m);
             }
