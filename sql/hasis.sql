@@ -552,8 +552,28 @@ SET enable_seqscan = off; SET enable_bitmapscan = off;
 SELECT * FROM twin_diff('SELECT g, count(*) FROM big_@ WHERE g < 20 GROUP BY g');
 RESET enable_seqscan; RESET enable_bitmapscan;
 DROP INDEX big_h_cic;
--- not supported yet on hasis (succeeds on heap)
-SELECT count(*) > 0 AS sampled FROM big_h TABLESAMPLE SYSTEM (10);
+-- TABLESAMPLE: every row at 100 %, none at 0 %, the same sample when repeated
+SELECT (SELECT count(*) FROM big_h TABLESAMPLE SYSTEM (100)) = (SELECT count(*) FROM big_h) AS system_all,
+       (SELECT count(*) FROM big_h TABLESAMPLE BERNOULLI (100)) = (SELECT count(*) FROM big_h) AS bernoulli_all,
+       (SELECT count(*) FROM big_h TABLESAMPLE BERNOULLI (0)) AS bernoulli_none,
+       (SELECT count(*) FROM big_h TABLESAMPLE SYSTEM (30) REPEATABLE (7)) = (SELECT count(*) FROM big_h TABLESAMPLE SYSTEM (30) REPEATABLE (7)) AS repeatable,
+       (SELECT count(*) FROM big_h TABLESAMPLE BERNOULLI (30) REPEATABLE (7)) BETWEEN 0.2 * (SELECT count(*) FROM big_h) AND 0.4 * (SELECT count(*) FROM big_h) AS about_30_percent;
+-- SCROLL cursors move a sequential scan both ways, as on heap
+CREATE TABLE sc_h (k int) USING hasis; CREATE TABLE sc_x (k int) USING heap;
+INSERT INTO sc_h SELECT generate_series(1, 5000); INSERT INTO sc_x SELECT generate_series(1, 5000);
+DELETE FROM sc_h WHERE k % 3 = 0; DELETE FROM sc_x WHERE k % 3 = 0;
+BEGIN;
+DECLARE ch SCROLL CURSOR FOR SELECT k FROM sc_h;
+DECLARE cx SCROLL CURSOR FOR SELECT k FROM sc_x;
+FETCH 4 FROM ch; FETCH 4 FROM cx;
+FETCH BACKWARD 2 FROM ch; FETCH BACKWARD 2 FROM cx;
+FETCH LAST FROM ch; FETCH LAST FROM cx;
+FETCH PRIOR FROM ch; FETCH PRIOR FROM cx;
+FETCH ABSOLUTE 1500 FROM ch; FETCH ABSOLUTE 1500 FROM cx;
+FETCH RELATIVE -700 FROM ch; FETCH RELATIVE -700 FROM cx;
+MOVE BACKWARD ALL IN ch; MOVE BACKWARD ALL IN cx;
+FETCH NEXT FROM ch; FETCH NEXT FROM cx;
+COMMIT;
 
 -- 20. beyond the list: parallel scans, partitions, matviews, temp and unlogged
 -- tables, COPY FREEZE, VACUUM FREEZE, TID range scans
@@ -607,9 +627,14 @@ COMMIT;
 SELECT * FROM fz_h ORDER BY k;
 VACUUM (FREEZE) sp_h; VACUUM (FREEZE) sp_x;
 SELECT * FROM twin_diff('TABLE sp_@');
+EXPLAIN (COSTS OFF) SELECT count(*) FROM big_h WHERE ctid >= '(1,0)' AND ctid < '(5,0)';
 SELECT (SELECT count(*) FROM big_h WHERE ctid >= '(1,0)' AND ctid < '(5,0)') =
        (SELECT count(*) FROM (SELECT ctid AS c FROM big_h OFFSET 0) s WHERE c >= '(1,0)' AND c < '(5,0)')
-  AS tid_range_consistent;
+  AS tid_range_consistent,
+       (SELECT count(*) FROM big_h WHERE ctid > '(3,100)') =
+       (SELECT count(*) FROM (SELECT ctid AS c FROM big_h OFFSET 0) s WHERE c > '(3,100)')
+  AS tid_range_open_end,
+       (SELECT count(*) FROM big_h WHERE ctid < '(0,1)') AS before_first;
 BEGIN;
 CREATE TABLE tn_h (k int) USING hasis;
 INSERT INTO tn_h VALUES (1), (2);
@@ -663,7 +688,7 @@ DROP MATERIALIZED VIEW mv_h, mv_x;
 DROP TABLE am_h, am_x, am_d, am_m, am_c, ty_h, ty_x, big_h, big_x, cp_h, cp_x, toast_h, toast_x,
   alt_h, alt_x, u_h, u_x, sp_h, sp_x, lk_h, lk_x, cid_h, cid_x, sx_h, sx_x, empty_h, tg_log,
   tg_h, tg_x, fkc_h, fkp_h, fkc_x, fkp_x, tr_h, tr_x, cl_h, cl_x, oc_h, pt_h, pt_x, tmp_h, tmp_x,
-  unl_h, unl_x, fz_h, tn_h;
+  unl_h, unl_x, fz_h, tn_h, sc_h, sc_x;
 DROP VIEW ty_src;
 DROP TYPE hasis_pair;
 DROP FUNCTION twin_diff, explain_rows, am_of, idx_checks, tg_before, tg_after;

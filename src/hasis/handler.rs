@@ -379,15 +379,27 @@ unsafe extern "C-unwind" fn scan_bitmap_next_tuple(s: pg_sys::TableScanDesc, tbm
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn scan_sample_next_block(_s: pg_sys::TableScanDesc, _state: *mut pg_sys::SampleScanState) -> bool {
+unsafe extern "C-unwind" fn scan_sample_next_block(s: pg_sys::TableScanDesc, state: *mut pg_sys::SampleScanState) -> bool {
     crate::require_preload();
-    super::not_supported("TABLESAMPLE", "Sample with WHERE random() < fraction, or use a heap table.");
+    scan::sample_next_block(s, state)
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn scan_sample_next_tuple(_s: pg_sys::TableScanDesc, _state: *mut pg_sys::SampleScanState, _slot: *mut pg_sys::TupleTableSlot) -> bool {
+unsafe extern "C-unwind" fn scan_sample_next_tuple(s: pg_sys::TableScanDesc, state: *mut pg_sys::SampleScanState, slot: *mut pg_sys::TupleTableSlot) -> bool {
     crate::require_preload();
-    super::not_supported("TABLESAMPLE", "Sample with WHERE random() < fraction, or use a heap table.");
+    scan::sample_next_tuple(s, state, slot)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn scan_set_tidrange(s: pg_sys::TableScanDesc, min: pg_sys::ItemPointer, max: pg_sys::ItemPointer) {
+    crate::require_preload();
+    scan::set_tidrange(s, min, max)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn scan_getnextslot_tidrange(s: pg_sys::TableScanDesc, dir: pg_sys::ScanDirection::Type, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    crate::require_preload();
+    scan::getnextslot_tidrange(s, dir, slot)
 }
 
 pub static ROUTINE: pg_sys::TableAmRoutine = pg_sys::TableAmRoutine {
@@ -399,8 +411,8 @@ pub static ROUTINE: pg_sys::TableAmRoutine = pg_sys::TableAmRoutine {
     scan_getnextslot: Some(scan_getnextslot),
     // TID range scans are not offered: the planner sees no TID range
     // support and uses a TID scan or a filter.
-    scan_set_tidrange: None,
-    scan_getnextslot_tidrange: None,
+    scan_set_tidrange: Some(scan_set_tidrange),
+    scan_getnextslot_tidrange: Some(scan_getnextslot_tidrange),
     parallelscan_estimate: Some(parallelscan_estimate),
     parallelscan_initialize: Some(parallelscan_initialize),
     parallelscan_reinitialize: Some(parallelscan_reinitialize),

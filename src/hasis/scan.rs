@@ -45,6 +45,14 @@ pub struct ScanState {
     /// ANALYZE: the TID block chosen by scan_analyze_next_block, until its
     /// versions are loaded.
     analyze_block: Option<u32>,
+    /// TABLESAMPLE: the TID block being sampled (None before the first).
+    sample_block: Option<u32>,
+    /// Serial sequential scans: the extent whose visible versions are in
+    /// `pending` (None: not started, or run off either end), for scans that
+    /// change direction (SCROLL cursors).
+    cur_extent: Option<u32>,
+    /// TID range scans: the inclusive bounds.
+    tid_range: Option<(Tid, Tid)>,
     slot_schema: tuple::SlotSchema,
 }
 
@@ -55,6 +63,8 @@ impl ScanState {
         self.pos = 0;
         self.worker_started = false;
         self.analyze_block = None;
+        self.sample_block = None;
+        self.cur_extent = None;
     }
 }
 
@@ -71,9 +81,6 @@ pub unsafe fn begin(
     flags: u32,
 ) -> pg_sys::TableScanDesc {
     crate::require_preload();
-    if flags & pg_sys::ScanOptions::SO_TYPE_SAMPLESCAN != 0 {
-        super::not_supported("TABLESAMPLE", "Sample with WHERE random() < fraction, or use a heap table.");
-    }
     let scan = pg_sys::palloc0(std::mem::size_of::<HasisScan>()) as *mut HasisScan;
     (*scan).base.rs_rd = rel;
     (*scan).base.rs_snapshot = snapshot;
@@ -93,6 +100,9 @@ pub unsafe fn begin(
         worker: (!parallel.is_null()).then(|| Box::new(std::mem::zeroed())),
         worker_started: false,
         analyze_block: None,
+        sample_block: None,
+        cur_extent: None,
+        tid_range: None,
         slot_schema: Default::default(),
     };
     (*scan).state = Box::into_raw(Box::new(st));
@@ -190,8 +200,11 @@ unsafe fn emit(rel: pg_sys::Relation, st: &mut ScanState, slot: *mut pg_sys::Tup
     }
 }
 
-pub unsafe fn getnextslot(scan: pg_sys::TableScanDesc, _dir: pg_sys::ScanDirection::Type, slot: *mut pg_sys::TupleTableSlot) -> bool {
+pub unsafe fn getnextslot(scan: pg_sys::TableScanDesc, dir: pg_sys::ScanDirection::Type, slot: *mut pg_sys::TupleTableSlot) -> bool {
     let rel = (*scan).rs_rd;
+    if (*scan).rs_parallel.is_null() {
+        return serial_next(scan, dir == pg_sys::ScanDirection::BackwardScanDirection, slot);
+    }
     loop {
         if emit(rel, state(scan), slot) {
             return true;
@@ -202,6 +215,83 @@ pub unsafe fn getnextslot(scan: pg_sys::TableScanDesc, _dir: pg_sys::ScanDirecti
         };
         load_visible(rel, state(scan), k, Select::All, (*scan).rs_snapshot, false);
     }
+}
+
+/// A serial sequential scan, either direction (heapgettup's rules): `pos`
+/// is the index in `pending` of the next version forward, so the one
+/// returned last is `pos - 1` and a backward step returns `pos - 2`. A scan
+/// that ran off an end starts again from that end's far side: forward
+/// from the first extent, backward from the last.
+unsafe fn serial_next(scan: pg_sys::TableScanDesc, backward: bool, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    let rel = (*scan).rs_rd;
+    let snapshot = (*scan).rs_snapshot;
+    let st = state(scan);
+    let Some(meta) = st.meta else {
+        pg_sys::ExecClearTuple(slot);
+        return false;
+    };
+    // The extents to visit: all, or those a TID range touches.
+    let (lo, hi) = match st.tid_range {
+        None => (0, meta.nextents.checked_sub(1)),
+        Some((min, max)) => (
+            meta.extent_of(min.block).unwrap_or(0),
+            if max.block >= meta.extent_first(meta.nextents) { meta.nextents.checked_sub(1) } else { meta.extent_of(max.block) },
+        ),
+    };
+    let range = st.tid_range;
+    let load = |st: &mut ScanState, k: u32| {
+        load_visible(rel, st, k, Select::All, snapshot, false);
+        if let Some((min, max)) = range {
+            st.pending.retain(|p| p.tid >= min && p.tid <= max);
+            st.pending.sort_by_key(|p| p.tid);
+        }
+    };
+    loop {
+        let Some(k) = st.cur_extent else {
+            let Some(hi) = hi.filter(|&h| h >= lo && range.is_none_or(|(min, max)| min <= max)) else {
+                pg_sys::ExecClearTuple(slot);
+                return false;
+            };
+            let k = if backward { hi } else { lo };
+            load(st, k);
+            st.pos = if backward { st.pending.len() + 1 } else { 0 };
+            st.cur_extent = Some(k);
+            continue;
+        };
+        let idx = if backward { st.pos.checked_sub(2) } else { (st.pos < st.pending.len()).then_some(st.pos) };
+        if let Some(i) = idx {
+            st.pos = if backward { st.pos - 1 } else { st.pos + 1 };
+            let p = &st.pending[i];
+            tuple::store(rel, slot, &mut st.slot_schema, p.natts, &p.payload, &p.mvcc, p.tid);
+            return true;
+        }
+        let next = if backward { k.checked_sub(1).filter(|&n| n >= lo) } else { (Some(k + 1) <= hi).then_some(k + 1) };
+        match next {
+            Some(n) => {
+                load(st, n);
+                st.pos = if backward { st.pending.len() + 1 } else { 0 };
+                st.cur_extent = Some(n);
+            }
+            None => {
+                st.cur_extent = None;
+                pg_sys::ExecClearTuple(slot);
+                return false;
+            }
+        }
+    }
+}
+
+/// TID range scans (`WHERE ctid >= ... AND ctid < ...`): the serial scan
+/// over the extents the inclusive range touches, each extent's versions in
+/// TID order and filtered to the range.
+pub unsafe fn set_tidrange(scan: pg_sys::TableScanDesc, min: pg_sys::ItemPointer, max: pg_sys::ItemPointer) {
+    let st = state(scan);
+    st.reset();
+    st.tid_range = Some((from_item_pointer(&*min), from_item_pointer(&*max)));
+}
+
+pub unsafe fn getnextslot_tidrange(scan: pg_sys::TableScanDesc, dir: pg_sys::ScanDirection::Type, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    serial_next(scan, dir == pg_sys::ScanDirection::BackwardScanDirection, slot)
 }
 
 pub unsafe fn bitmap_next_block(scan: pg_sys::TableScanDesc, tbmres: *mut pg_sys::TBMIterateResult) -> bool {
@@ -277,6 +367,67 @@ pub unsafe fn analyze_next_tuple(
     } else {
         pg_sys::ExecClearTuple(slot);
         false
+    }
+}
+
+/// TABLESAMPLE's next block (heapam_scan_sample_next_block): the sampling
+/// method's choice, or every block in order. The block's visible versions
+/// (those whose TIDs lie in it) are loaded, in offset order.
+pub unsafe fn sample_next_block(scan: pg_sys::TableScanDesc, sample: *mut pg_sys::SampleScanState) -> bool {
+    let rel = (*scan).rs_rd;
+    let st = state(scan);
+    st.pending.clear();
+    st.pos = 0;
+    if st.nblocks == 0 || st.meta.is_none() {
+        return false;
+    }
+    let tsm = (*sample).tsmroutine;
+    let blockno = match (*tsm).NextSampleBlock {
+        Some(next) => next(sample, st.nblocks),
+        None => match st.sample_block {
+            None => 0,
+            Some(b) if b + 1 < st.nblocks => b + 1,
+            Some(_) => pg_sys::InvalidBlockNumber,
+        },
+    };
+    if blockno == pg_sys::InvalidBlockNumber {
+        st.sample_block = None;
+        return false;
+    }
+    st.sample_block = Some(blockno);
+    let meta = st.meta.expect("checked above");
+    if let Some(k) = meta.extent_of(blockno) {
+        load_visible(rel, st, k, Select::TidBlock(blockno), (*scan).rs_snapshot, true);
+    }
+    true
+}
+
+/// TABLESAMPLE's next row of the block: the offsets the sampling method
+/// asks for, up to the block's largest offset in use, that hold a visible
+/// version.
+pub unsafe fn sample_next_tuple(scan: pg_sys::TableScanDesc, sample: *mut pg_sys::SampleScanState, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    let rel = (*scan).rs_rd;
+    let st = state(scan);
+    let tsm = (*sample).tsmroutine;
+    let next = (*tsm).NextSampleTuple.expect("sampling methods have NextSampleTuple");
+    let blockno = st.sample_block.unwrap_or(pg_sys::InvalidBlockNumber);
+    let maxoffset = st.pending.last().map_or(0, |p| p.tid.offset);
+    loop {
+        let off = next(sample, blockno, maxoffset);
+        if off == 0 || off > maxoffset {
+            pg_sys::ExecClearTuple(slot);
+            return false;
+        }
+        // Offsets come in increasing order; the pending versions are too.
+        while st.pos < st.pending.len() && st.pending[st.pos].tid.offset < off {
+            st.pos += 1;
+        }
+        if st.pos < st.pending.len() && st.pending[st.pos].tid.offset == off {
+            let p = &st.pending[st.pos];
+            st.pos += 1;
+            tuple::store(rel, slot, &mut st.slot_schema, p.natts, &p.payload, &p.mvcc, p.tid);
+            return true;
+        }
     }
 }
 
