@@ -64,8 +64,3 @@ pub unsafe fn format_error(rel: pg_sys::Relation, blkno: u32, e: FormatError) ->
         ),
     }
 }
-
-/// The ERROR for a feature hasis does not offer yet.
-pub fn not_supported(what: &str, hint: &str) -> ! {
-    crate::raise(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, format!("{what} is not supported on hasis tables yet"), hint)
-}
