@@ -399,7 +399,7 @@ pub unsafe fn update(
     let meta = meta_or_invisible(rel, otid, "update");
     let policy = if wait { pg_sys::LockWaitPolicy::LockWaitBlock } else { pg_sys::LockWaitPolicy::LockWaitSkip };
     let mut tlock = TupleLock::new(rel, otid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE);
-    let (mut loc, mut result, own_lock) = match acquire(rel, &meta, otid, cid, pg_sys::LockTupleMode::LockTupleExclusive, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Update) {
+    let (loc, mut result, own_lock) = match acquire(rel, &meta, otid, cid, pg_sys::LockTupleMode::LockTupleExclusive, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Update) {
         Found::Version { loc, result, own_lock, .. } => (loc, result, own_lock),
         Found::Gone => invisible("update"),
         Found::WouldBlock => return TM_WouldBlock,
@@ -420,16 +420,29 @@ pub unsafe fn update(
     let old_row = tuple::decode(rel, &schema, loc.header.natts, loc.payload(), otid.block);
     let old_mvcc = loc.header.mvcc;
     let xid = pg_sys::GetCurrentTransactionId().into_inner();
-    // Mark the old version first, pointing at itself: the new version's
-    // place is not known until it is inserted, and the insert may need this
-    // extent's header block exclusively. Until this transaction commits,
-    // nobody can act on the xmax (waiters wait for it), and it sets the
-    // successor below before it can commit.
-    let m = stamp_removed(rel, &loc, cid, otid);
-    loc.stamp(rel, &m);
+    // The new version's place is not known until it is inserted, and the
+    // insert may need this extent's header block exclusively, so the old
+    // version's lock is released first. Usually the old version is not
+    // marked yet: the new version goes in, then the old version is locked
+    // again and, if nobody changed it meanwhile, stamped once with xmax and
+    // the link (one STAMP record). If somebody did (a concurrent update or
+    // delete between the two locks), the new version is killed, as a lost
+    // speculative insertion is, and the result is theirs.
+    //
+    // An old version with TOAST values is marked first (xmax, ctid = itself:
+    // nobody can act on the xmax before this transaction ends, and the link
+    // is set before it can commit), as before: preparing the new version
+    // deletes the old values it no longer uses, which two racing updaters
+    // must not both do.
+    let old_tuple = tuple::form(rel, &old_row, &old_mvcc, otid);
+    let optimistic = (*(*old_tuple).t_data).t_infomask & HEAP_HASEXTERNAL == 0;
+    let mut loc = loc;
+    if !optimistic {
+        let m = stamp_removed(rel, &loc, cid, otid);
+        loc.stamp(rel, &m);
+    }
     drop(loc);
 
-    let old_tuple = tuple::form(rel, &old_row, &old_mvcc, otid);
     let new = tuple::prepare(rel, slot, old_tuple, 0);
     let mut new_mvcc = new_version(xid, cid, true);
     // As heap_update: a row lock this transaction held on the old version
@@ -443,13 +456,47 @@ pub unsafe fn update(
     let ntid = relation::insert(rel, new.natts, new_mvcc, &new.payload);
 
     let meta = relation::meta_covering(rel, otid).expect("metapage exists");
-    match relation::locate(rel, &meta, otid, Lock::Exclusive) {
-        Lookup::Found(mut loc) if loc.header.mvcc.xmax == xid => {
-            let mut m = loc.header.mvcc;
-            m.ctid = ntid;
+    if !optimistic {
+        match relation::locate(rel, &meta, otid, Lock::Exclusive) {
+            Lookup::Found(mut loc) if loc.header.mvcc.xmax == xid => {
+                let mut m = loc.header.mvcc;
+                m.ctid = ntid;
+                loc.stamp(rel, &m);
+            }
+            _ => super::format_error(rel, otid.block, pg_hybrid_core::hasis::Error::Corrupt("updated version vanished before its successor was linked")),
+        }
+        (*slot).tts_tid = to_item_pointer(ntid);
+        (*slot).tts_tableOid = (*rel).rd_id;
+        tuple::stamp_slot(slot, &Mvcc { ctid: ntid, ..new_mvcc }, ntid);
+        pg_sys::pgstat_count_heap_update(rel, false);
+        return TM_Ok;
+    }
+    let kill = || {
+        kill_version(rel, ntid);
+        tuple::toast_delete_unshared(rel, new.tuple, old_tuple);
+    };
+    match acquire(rel, &meta, otid, cid, pg_sys::LockTupleMode::LockTupleExclusive, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Update) {
+        Found::Version { mut loc, mut result, .. } => {
+            if result == TM_Ok && !crosscheck.is_null() && !visible(rel, crosscheck, &loc.header.mvcc, otid, loc.buf.buffer()).0 {
+                result = TM_Updated;
+            }
+            if result != TM_Ok {
+                fill_failure(tmfd, &loc, result, rel);
+                drop(loc);
+                kill();
+                return result;
+            }
+            let m = stamp_removed(rel, &loc, cid, ntid);
             loc.stamp(rel, &m);
         }
-        _ => super::format_error(rel, otid.block, pg_hybrid_core::hasis::Error::Corrupt("updated version vanished before its successor was linked")),
+        Found::Gone => {
+            kill();
+            invisible("update");
+        }
+        Found::WouldBlock => {
+            kill();
+            return TM_WouldBlock;
+        }
     }
     (*slot).tts_tid = to_item_pointer(ntid);
     (*slot).tts_tableOid = (*rel).rd_id;
@@ -581,6 +628,28 @@ pub unsafe fn lock(
     }
 }
 
+/// Kills this transaction's version at `tid` at once (heap's
+/// heap_abort_speculative): xmin becomes InvalidTransactionId, hinted
+/// invalid, so no snapshot sees it; compaction removes it, VACUUM its index
+/// entries. Returns its row as stored. TOAST values are the caller's.
+unsafe fn kill_version(rel: pg_sys::Relation, tid: Tid) -> (Mvcc, pg_hybrid_core::hasis::row::Row) {
+    let meta = meta_or_invisible(rel, tid, "kill");
+    let mut loc = match relation::locate(rel, &meta, tid, Lock::Exclusive) {
+        Lookup::Found(loc) => loc,
+        _ => invisible("kill"),
+    };
+    let mut m = loc.header.mvcc;
+    m.ctid = tid;
+    m.xmin = 0;
+    m.infomask &= !(HEAP_XMAX_BITS | HEAP_XMIN_COMMITTED);
+    m.infomask |= HEAP_XMIN_INVALID | HEAP_XMAX_INVALID;
+    m.infomask2 &= !HEAP_KEYS_UPDATED;
+    loc.stamp(rel, &m);
+    let schema = tuple::schema(rel);
+    let row = tuple::decode(rel, &schema, loc.header.natts, loc.payload(), tid.block);
+    (m, row)
+}
+
 /// Ends a speculative insertion (INSERT ... ON CONFLICT) of this
 /// transaction's version at `tid`. Success replaces the token in ctid by
 /// the version's own TID (heap_finish_speculative). Failure (a conflict
@@ -604,20 +673,13 @@ pub unsafe fn complete_speculative(rel: pg_sys::Relation, tid: Tid, succeeded: b
             "This is a bug in pg_hybrid's hasis; please report it.",
         );
     }
-    m.ctid = tid;
     if succeeded {
+        m.ctid = tid;
         loc.stamp(rel, &m);
         return;
     }
-    // InvalidTransactionId, hinted invalid so no check has to ask the clog.
-    m.xmin = 0;
-    m.infomask &= !(HEAP_XMAX_BITS | HEAP_XMIN_COMMITTED);
-    m.infomask |= HEAP_XMIN_INVALID | HEAP_XMAX_INVALID;
-    m.infomask2 &= !HEAP_KEYS_UPDATED;
-    loc.stamp(rel, &m);
-    let schema = tuple::schema(rel);
-    let row = tuple::decode(rel, &schema, loc.header.natts, loc.payload(), tid.block);
     drop(loc);
+    let (m, row) = kill_version(rel, tid);
     tuple::toast_delete(rel, tuple::form(rel, &row, &m, tid), true);
     pg_sys::pgstat_count_heap_delete(rel);
 }

@@ -26,6 +26,7 @@ const TOAST_TUPLE_THRESHOLD: u32 = 2032;
 extern "C-unwind" {
     fn heap_toast_insert_or_update(rel: pg_sys::Relation, newtup: pg_sys::HeapTuple, oldtup: pg_sys::HeapTuple, options: i32) -> pg_sys::HeapTuple;
     fn heap_toast_delete(rel: pg_sys::Relation, oldtup: pg_sys::HeapTuple, is_speculative: bool);
+    fn toast_delete_datum(rel: pg_sys::Relation, value: pg_sys::Datum, is_speculative: bool);
     fn toast_flatten_tuple(tup: pg_sys::HeapTuple, desc: pg_sys::TupleDesc) -> pg_sys::HeapTuple;
 }
 
@@ -260,5 +261,38 @@ pub unsafe fn store(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, ca
 pub unsafe fn toast_delete(rel: pg_sys::Relation, old: pg_sys::HeapTuple, speculative: bool) {
     if (*(*old).t_data).t_infomask & HEAP_HASEXTERNAL != 0 && (*(*rel).rd_rel).reltoastrelid != pg_sys::InvalidOid {
         heap_toast_delete(rel, old, speculative);
+    }
+}
+
+/// The on-disk TOAST pointer of a varlena datum (VARATT_IS_EXTERNAL_ONDISK:
+/// a 1-byte external header, tag VARTAG_ONDISK, a 16-byte varatt_external).
+unsafe fn ondisk_toast_pointer<'a>(d: pg_sys::Datum) -> Option<&'a [u8]> {
+    const VARTAG_ONDISK: u8 = 18;
+    let p = d.cast_mut_ptr::<u8>() as *const u8;
+    (*p == 0x01 && *p.add(1) == VARTAG_ONDISK).then(|| std::slice::from_raw_parts(p, 18))
+}
+
+/// Deletes the TOAST values `new` stored that `old` does not share (an
+/// UPDATE's new version that lost a race and is killed: unchanged values
+/// still belong to the old version).
+pub unsafe fn toast_delete_unshared(rel: pg_sys::Relation, new: pg_sys::HeapTuple, old: pg_sys::HeapTuple) {
+    if (*(*new).t_data).t_infomask & HEAP_HASEXTERNAL == 0 || (*(*rel).rd_rel).reltoastrelid == pg_sys::InvalidOid {
+        return;
+    }
+    let desc = (*rel).rd_att;
+    let n = (*desc).natts as usize;
+    let (mut nv, mut nn) = (vec![pg_sys::Datum::from(0usize); n], vec![false; n]);
+    let (mut ov, mut on) = (vec![pg_sys::Datum::from(0usize); n], vec![false; n]);
+    pg_sys::heap_deform_tuple(new, desc, nv.as_mut_ptr(), nn.as_mut_ptr());
+    pg_sys::heap_deform_tuple(old, desc, ov.as_mut_ptr(), on.as_mut_ptr());
+    for (i, a) in attrs(desc).iter().enumerate() {
+        if a.attlen != -1 || nn[i] {
+            continue;
+        }
+        let Some(ptr) = ondisk_toast_pointer(nv[i]) else { continue };
+        let shared = !on[i] && ondisk_toast_pointer(ov[i]).is_some_and(|o| o == ptr);
+        if !shared {
+            toast_delete_datum(rel, nv[i], true);
+        }
     }
 }
