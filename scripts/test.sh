@@ -12,7 +12,8 @@
 #   isolation     tests/isolation.sh    (pg_isolation_regress: SERIALIZABLE and UNIQUE interleavings,
 #                                        same output as btree, tests/isolation/schedule)
 #   hasis         tests/hasis.sh        (the hasis table AM: differential vs heap, pgbench TPC-B, kill -9
-#                                        recovery, hot standby, isolation specs vs heap)
+#                                        recovery, hot standby, isolation specs vs heap, ON CONFLICT
+#                                        races, pg_dump round trips, damaged pages and other bad input)
 #   corrupt       tests/corrupt.sh      (damaged index pages: clean XX002 ERROR, no crash, REINDEX repairs)
 #   arena         tests/arena.sh        (8MB pg_hybrid.shared_memory: merges under arena pressure,
 #                                        background merge on/off, restart rebuilds the dynamic stages)
