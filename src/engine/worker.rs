@@ -1,16 +1,12 @@
 //! The body of the merge worker that `workers::launch_merge_worker` starts.
 
-use pgrx::bgworkers::*;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 #[pg_guard]
 #[no_mangle]
 pub extern "C-unwind" fn pg_hybrid_merge_worker_main(arg: pg_sys::Datum) {
-    let index_oid = pg_sys::Oid::from(arg.value() as u32);
-    let db: u32 = BackgroundWorker::get_extra().parse().unwrap_or(0);
-    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
-    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
+    let index_oid = crate::workers::attach(arg);
     // A transaction of our own rather than BackgroundWorker::transaction,
     // which pushes a snapshot for the whole body (why none, below). An
     // ERROR ends the worker, and process exit aborts the transaction.

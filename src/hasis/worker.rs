@@ -4,11 +4,12 @@
 //! An insert that leaves its extent's delta part at `compact_trigger`
 //! blocks or more asks for a worker (`request`): at most once per
 //! relation per `REQUEST_INTERVAL` per backend, and only when no worker
-//! holds the relation's compaction lock. The worker is a dynamic background
-//! worker (workers/mod.rs) connected to the table's database. It takes
-//! the compaction lock (ShareUpdateExclusiveLock, conditionally: a second
-//! worker, a running VACUUM or DDL makes it leave; VACUUM compacts every
-//! extent itself) and passes over the extent headers, compacting each
+//! holds the table's worker lock (a session lock it keeps for its life, so
+//! a table has one worker). The worker is a dynamic background worker
+//! (workers/mod.rs) connected to the table's database. Each pass takes the
+//! compaction lock (ShareUpdateExclusiveLock, conditionally: a running
+//! VACUUM or DDL makes it leave; VACUUM compacts every extent itself) and
+//! passes over the extent headers, compacting each
 //! extent whose delta part has reached the trigger, each pass in a
 //! transaction of its own. An extent is compacted at most once per
 //! `EXTENT_INTERVAL`: a small, hot table (pgbench's branches) refills its
@@ -59,9 +60,37 @@ struct Pass {
     waiting: usize,
 }
 
-/// The lock that makes one worker per relation, and keeps workers out of
-/// VACUUM's and DDL's way.
+/// The lock a worker's pass takes, which keeps workers out of VACUUM's and
+/// DDL's way.
 const COMPACTION_LOCK: pg_sys::LOCKMODE = pg_sys::ShareUpdateExclusiveLock as pg_sys::LOCKMODE;
+
+/// The lock a worker holds for its whole life, so one table has one
+/// worker: an advisory lock tag of its own (field 4 tells it from the
+/// advisory locks of pg_advisory_lock, which use 1 and 2), taken as a
+/// session lock (the worker's passes commit in between).
+fn worker_tag(relid: pg_sys::Oid) -> pg_sys::LOCKTAG {
+    pg_sys::LOCKTAG {
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: relid.to_u32(),
+        locktag_field3: 0,
+        locktag_field4: 0x4843, // "HC": hasis compaction
+        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+        locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
+    }
+}
+
+/// Takes (`keep`) or only tests the table's worker lock, without waiting.
+unsafe fn worker_lock(relid: pg_sys::Oid, keep: bool) -> bool {
+    let tag = worker_tag(relid);
+    let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
+    if pg_sys::LockAcquire(&tag, mode, true, true) == pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL {
+        return false;
+    }
+    if !keep {
+        pg_sys::LockRelease(&tag, mode, true);
+    }
+    true
+}
 
 static mut LAST_REQUEST: Option<HashMap<pg_sys::Oid, Instant>> = None;
 
@@ -92,12 +121,10 @@ pub unsafe fn request(rel: pg_sys::Relation) {
         return;
     }
     last.insert(relid, now);
-    // A worker holds the compaction lock while it works (this backend's
-    // own locks on the relation do not conflict with the test).
-    if !pg_sys::ConditionalLockRelationOid(relid, COMPACTION_LOCK) {
+    // A running worker holds the table's worker lock for its whole life.
+    if !worker_lock(relid, false) {
         return;
     }
-    pg_sys::UnlockRelationOid(relid, COMPACTION_LOCK);
     crate::workers::launch("pg_hybrid hasis compaction", "pg_hybrid_hasis_compaction_main", pg_sys::MyDatabaseId, relid);
 }
 
@@ -161,10 +188,11 @@ unsafe fn pass(relid: pg_sys::Oid, not_before: &mut HashMap<u32, (Instant, Durat
 #[pg_guard]
 #[no_mangle]
 pub extern "C-unwind" fn pg_hybrid_hasis_compaction_main(arg: pg_sys::Datum) {
-    let relid = pg_sys::Oid::from(arg.value() as u32);
-    let db: u32 = BackgroundWorker::get_extra().parse().unwrap_or(0);
-    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
-    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
+    let relid = crate::workers::attach(arg);
+    // A second worker for the table leaves at once (requests race).
+    if unsafe { !worker_lock(relid, true) } {
+        return;
+    }
     let mut not_before = HashMap::new();
     let mut idle = 0;
     let mut total = 0usize;

@@ -10,18 +10,7 @@ use pgrx::pg_sys;
 /// Starts a merge worker for `index_oid` in database `db`. Returns false
 /// when no worker slot is free (max_worker_processes).
 pub unsafe fn launch_merge_worker(db: pg_sys::Oid, index_oid: pg_sys::Oid) -> bool {
-    let db = db.to_u32();
-    let r = BackgroundWorkerBuilder::new("pg_hybrid merge")
-        .set_type("pg_hybrid merge")
-        .set_library("pg_hybrid")
-        .set_function("pg_hybrid_merge_worker_main")
-        .set_argument(Some(pg_sys::Datum::from(index_oid.to_u32() as i64)))
-        .set_extra(&db.to_string())
-        .enable_spi_access()
-        .set_start_time(BgWorkerStartTime::RecoveryFinished)
-        .set_restart_time(None)
-        .load_dynamic();
-    r.is_ok()
+    launch("pg_hybrid merge", "pg_hybrid_merge_worker_main", db, index_oid)
 }
 
 /// Starts the dynamic background worker `function` (an exported symbol of
@@ -39,4 +28,14 @@ pub unsafe fn launch(name: &str, function: &str, db: pg_sys::Oid, relid: pg_sys:
         .set_restart_time(None)
         .load_dynamic()
         .is_ok()
+}
+
+/// The start of a worker `launch` started: signal handlers, the connection
+/// to its database; returns the relation it is for.
+pub fn attach(arg: pg_sys::Datum) -> pg_sys::Oid {
+    let relid = pg_sys::Oid::from(arg.value() as u32);
+    let db: u32 = BackgroundWorker::get_extra().parse().unwrap_or(0);
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
+    relid
 }
