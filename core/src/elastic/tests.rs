@@ -329,27 +329,82 @@ fn bad_input_rejected() {
     assert!(ElasticTree::create(MemPool::new(512), tiny).is_err());
 }
 
-static EVENTS: std::sync::Mutex<Events> = std::sync::Mutex::new(Events {
-    leaf_splits: 0, inner_splits: 0, compactions: 0, expansions: 0, capacity_doublings: 0, capacity_halvings: 0, leaf_merges: 0,
-});
-
-fn record(e: Events) {
-    let mut g = EVENTS.lock().unwrap();
-    g.leaf_splits += e.leaf_splits;
-    g.inner_splits += e.inner_splits;
-    g.compactions += e.compactions;
-    g.expansions += e.expansions;
-    g.capacity_doublings += e.capacity_doublings;
-    g.capacity_halvings += e.capacity_halvings;
-    g.leaf_merges += e.leaf_merges;
+/// Parameters of one random elastic workload (see `run_workload`).
+#[derive(Debug, Clone)]
+struct Workload {
+    ops: Vec<(u8, u64)>,
+    bound: u64,
+    short: bool,
+    max_compact: usize,
+    level: u8,
 }
 
-/// Every elasticity path ran somewhere in the random workloads (run after
-/// them in the same test so the order is fixed).
+fn workload_strategy() -> impl Strategy<Value = Workload> {
+    (proptest::collection::vec((0u8..11, any::<u64>()), 5..40), 8u64..40, any::<bool>(), prop_oneof![Just(0usize), 20usize..40], 0u8..5)
+        .prop_map(|(ops, bound, short, max_compact, level)| Workload { ops, bound, short, max_compact, level })
+}
+
+/// Random insert / delete / prune workloads crossing the bound both ways,
+/// checked against the oracle after every step; returns the elasticity
+/// events the workload caused before the final shrink.
+fn run_workload(wl: &Workload) -> std::result::Result<Events, TestCaseError> {
+    let body = 400;
+    let bound = wl.bound;
+    let short = wl.short;
+    let cfg = Config { max_compact: wl.max_compact, tree_level: wl.level, ..small_cfg(Some(bound), body) };
+    let mut w = World::new(body, cfg);
+    let keyf = move |x: u64| if short { vec![(x % 40) as u8, ((x >> 8) % 3) as u8] } else { int_key(x % 5000) };
+    let probes: Vec<Vec<u8>> = (0..20u64).map(|i| keyf(i.wrapping_mul(0x9e3779b97f4a7c15))).collect();
+    for &(op, seed) in &wl.ops {
+        let mut s = seed | 1;
+        match op {
+            0..=5 => { let ks = rand_keys(&mut s, 1 + (seed % 120) as usize, keyf); w.insert_keys(ks); }
+            6 | 7 => { let m = 2 + seed % 4; w.delete_where(|_, t| t.to_u64() % m == seed % m); }
+            8 => { let victims: Vec<Tid> = w.oracle.iter().map(|x| x.1).filter(|t| (t.to_u64() ^ seed) % 11 == 0).collect(); w.heap.pruned.extend(victims); }
+            _ if seed % 2 == 0 => { w.tree.expand_some(3, &mut w.heap).unwrap(); }
+            _ => { w.tree.shrink_some(3, 50, &mut w.heap).unwrap(); }
+        }
+        w.check(&probes);
+    }
+    let events = w.tree.stats().events;
+    // Shrink the data far below the bound: everything reverts.
+    let mut n = 0u64;
+    w.delete_where(|_, _| { n += 1; !n.is_multiple_of(10) });
+    w.check(&probes);
+    w.tree.expand_some(100_000, &mut w.heap).unwrap();
+    w.delete_where(|_, _| false);
+    w.check(&probes);
+    if w.tree.size_bytes() < bound * (body + PAGE_OVERHEAD) as u64 * 3 / 4 {
+        prop_assert_eq!(w.tree.stats().compact_leaves, 0);
+        prop_assert_eq!(w.tree.state(), State::Normal);
+    }
+    Ok(events)
+}
+
+/// Every elasticity path runs somewhere in a fixed set of random workloads.
+/// The seed is fixed so the coverage claim does not depend on luck (a random
+/// 24-case run once produced no expansion at all); the random property test
+/// below keeps exploring new cases.
 #[test]
 fn workloads_exercise_every_path() {
-    random_workload_matches_oracle();
-    let e = *EVENTS.lock().unwrap();
+    use proptest::test_runner::{Config as RunnerConfig, RngSeed, TestRunner};
+    let mut runner = TestRunner::new(RunnerConfig { cases: 48, rng_seed: RngSeed::Fixed(0x0e1a_571c), failure_persistence: None, ..RunnerConfig::default() });
+    let total = std::cell::RefCell::new(Events::default());
+    runner
+        .run(&workload_strategy(), |wl| {
+            let e = run_workload(&wl)?;
+            let mut t = total.borrow_mut();
+            t.leaf_splits += e.leaf_splits;
+            t.inner_splits += e.inner_splits;
+            t.compactions += e.compactions;
+            t.expansions += e.expansions;
+            t.capacity_doublings += e.capacity_doublings;
+            t.capacity_halvings += e.capacity_halvings;
+            t.leaf_merges += e.leaf_merges;
+            Ok(())
+        })
+        .unwrap();
+    let e = total.into_inner();
     assert!(e.leaf_splits > 0 && e.inner_splits > 0 && e.compactions > 0 && e.expansions > 0, "{e:?}");
     assert!(e.capacity_doublings > 0 && e.capacity_halvings > 0 && e.leaf_merges > 0, "{e:?}");
 }
@@ -359,35 +414,8 @@ proptest! {
 
     /// Random insert / delete / prune workloads crossing the bound both ways.
     #[test]
-    fn random_workload_matches_oracle(ops in proptest::collection::vec((0u8..11, any::<u64>()), 5..40), bound in 8u64..40, short in any::<bool>(), max_compact in prop_oneof![Just(0usize), 20usize..40], level in 0u8..5) {
-        let body = 400;
-        let cfg = Config { max_compact, tree_level: level, ..small_cfg(Some(bound), body) };
-        let mut w = World::new(body, cfg);
-        let keyf = move |x: u64| if short { vec![(x % 40) as u8, ((x >> 8) % 3) as u8] } else { int_key(x % 5000) };
-        let probes: Vec<Vec<u8>> = (0..20u64).map(|i| keyf(i.wrapping_mul(0x9e3779b97f4a7c15))).collect();
-        for (op, seed) in ops {
-            let mut s = seed | 1;
-            match op {
-                0..=5 => { let ks = rand_keys(&mut s, 1 + (seed % 120) as usize, keyf); w.insert_keys(ks); }
-                6 | 7 => { let m = 2 + seed % 4; w.delete_where(|_, t| t.to_u64() % m == seed % m); }
-                8 => { let victims: Vec<Tid> = w.oracle.iter().map(|x| x.1).filter(|t| (t.to_u64() ^ seed) % 11 == 0).collect(); w.heap.pruned.extend(victims); }
-                _ if seed % 2 == 0 => { w.tree.expand_some(3, &mut w.heap).unwrap(); }
-                _ => { w.tree.shrink_some(3, 50, &mut w.heap).unwrap(); }
-            }
-            w.check(&probes);
-        }
-        record(w.tree.stats().events);
-        // Shrink the data far below the bound: everything reverts.
-        let mut n = 0u64;
-        w.delete_where(|_, _| { n += 1; !n.is_multiple_of(10) });
-        w.check(&probes);
-        w.tree.expand_some(100_000, &mut w.heap).unwrap();
-        w.delete_where(|_, _| false);
-        w.check(&probes);
-        if w.tree.size_bytes() < bound * (body + PAGE_OVERHEAD) as u64 * 3 / 4 {
-            prop_assert_eq!(w.tree.stats().compact_leaves, 0);
-            prop_assert_eq!(w.tree.state(), State::Normal);
-        }
+    fn random_workload_matches_oracle(wl in workload_strategy()) {
+        run_workload(&wl)?;
     }
 }
 
