@@ -24,15 +24,18 @@
 use super::column::{self, ColumnRow};
 use super::delta::{self, DeltaView, ITEM_HDR};
 use super::header::{DirEntry, ExtentHeader, DIR_ENTRY};
+use super::hot::{ChainLink, Chains};
 use super::layout::{rd16, rd32, wr16, wr32, BlockKind, BlockTrailer, Geometry, Params, BLCKSZ, UNITS_PER_BLOCK};
 use super::row::{decode_payload, encode_payload, ColumnDesc, Mvcc, RowHeader, Schema, DESC_LEN, MVCC_OFF, ROW_HEADER};
 use super::{corrupt, Error, HybridPage, Result};
+use std::collections::BTreeSet;
 
 /// What the oracle decides for one version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
     /// Dead to every snapshot (heap's HEAPTUPLE_DEAD after pruning): drop
-    /// the version; its slot becomes `Dead` until VACUUM frees it.
+    /// the version. Its slot becomes `Dead` until VACUUM frees it, or, in
+    /// a HOT chain, a redirect or `Unused` (see `hot.rs`).
     Remove,
     /// Keep it where it is (a delta version some snapshot may still need to
     /// see change: inserted or deleted by a transaction that is in progress
@@ -42,12 +45,20 @@ pub enum Placement {
     Column,
 }
 
+/// A version that is in no HOT chain.
+pub const NO_CHAIN: ChainLink = ChainLink { heap_only: false, next: None, xmin: 0, updater: 0 };
+
 /// The visibility oracle: called once per version, column rows first (in
 /// row order), then delta items (block by block, in append order). It may
 /// rewrite the MVCC fields (set hint bits, freeze), and the record carries
 /// the rewritten fields.
 pub trait Oracle {
     fn decide(&mut self, slot: u16, mvcc: &mut Mvcc) -> Placement;
+    /// The version's place in a HOT chain, read from its (rewritten) MVCC
+    /// fields; called right after `decide`.
+    fn link(&mut self, _slot: u16, _mvcc: &Mvcc) -> ChainLink {
+        NO_CHAIN
+    }
 }
 
 impl<F: FnMut(u16, &mut Mvcc) -> Placement> Oracle for F {
@@ -70,8 +81,24 @@ pub struct CompactionRecord {
     pub column_rows: Vec<ColumnRow>,
     /// Delta items that stay, as encoded items, in their old order.
     pub delta_items: Vec<Vec<u8>>,
-    /// Slots whose versions were removed, ascending.
-    pub removed: Vec<u16>,
+    /// Slots that become `Dead` (removed versions index entries may name),
+    /// ascending.
+    pub dead: Vec<u16>,
+    /// Slots that become `Unused` (removed heap-only versions), ascending.
+    pub unused: Vec<u16>,
+    /// HOT chain roots that become (or stay, with a new target) redirects,
+    /// ascending by root slot.
+    pub redirects: Vec<(u16, u16)>,
+}
+
+impl CompactionRecord {
+    /// Directory entries the compaction changed to `Dead`, `Unused` or a
+    /// redirect: every removed version's slot, plus redirects that moved
+    /// or died (so an upper bound on the versions removed; zero exactly
+    /// when nothing was removed).
+    pub fn entries_released(&self) -> usize {
+        self.dead.len() + self.unused.len() + self.redirects.len()
+    }
 }
 
 /// Runs the oracle over `page` and chooses the new layout. `schema` is the
@@ -81,7 +108,40 @@ pub fn plan(page: &HybridPage, schema: &Schema, oracle: &mut dyn Oracle) -> Resu
     let old_version = page.header().version;
     let new_version = old_version.checked_add(1).ok_or(Error::BadInput("page version wrapped"))?;
 
-    let mut removed = Vec::new();
+    // Every version's decision and chain link first: which slots go
+    // depends on whole HOT chains (hot.rs).
+    let mut chains = Chains::new();
+    for s in 0..page.header().slot_hwm {
+        if let DirEntry::Redirect { slot } = page.entry(s) {
+            chains.add_redirect(s, slot);
+        }
+    }
+    let mut removed_set = BTreeSet::new();
+    let mut column_decided: Vec<(ColumnRow, Placement)> = Vec::new();
+    for cr in page.column_rows() {
+        let mut cr = cr.clone();
+        let p = oracle.decide(cr.header.slot, &mut cr.header.mvcc);
+        chains.add_version(cr.header.slot, oracle.link(cr.header.slot, &cr.header.mvcc));
+        if p == Placement::Remove {
+            removed_set.insert(cr.header.slot);
+        }
+        column_decided.push((cr, p));
+    }
+    let mut delta_decided: Vec<(RowHeader, Vec<u8>, Placement)> = Vec::new();
+    for item in page.delta_items() {
+        let mut header = item.header;
+        let p = oracle.decide(header.slot, &mut header.mvcc);
+        chains.add_version(header.slot, oracle.link(header.slot, &header.mvcc));
+        let mut bytes = item.bytes.clone();
+        header.mvcc.encode(&mut bytes[2 + MVCC_OFF..ITEM_HDR]);
+        if p == Placement::Remove {
+            removed_set.insert(header.slot);
+        }
+        delta_decided.push((header, bytes, p));
+    }
+    let resolution = chains.resolve(&removed_set);
+    let goes = |slot: u16, p: Placement| p == Placement::Remove && resolution.kept.binary_search(&slot).is_err();
+
     // Column part rows that stay, and delta versions offered to it.
     let mut kept_column: Vec<ColumnRow> = Vec::new();
     struct DeltaVersion {
@@ -89,29 +149,21 @@ pub fn plan(page: &HybridPage, schema: &Schema, oracle: &mut dyn Oracle) -> Resu
         to_column: Option<ColumnRow>,
     }
     let mut deltas: Vec<DeltaVersion> = Vec::new();
-
-    for cr in page.column_rows() {
-        let mut cr = cr.clone();
-        match oracle.decide(cr.header.slot, &mut cr.header.mvcc) {
-            Placement::Remove => removed.push(cr.header.slot),
-            Placement::Stay | Placement::Column => kept_column.push(cr),
+    for (cr, p) in column_decided {
+        if !goes(cr.header.slot, p) {
+            kept_column.push(cr);
         }
     }
-    for item in page.delta_items() {
-        let mut header = item.header;
-        let placement = oracle.decide(header.slot, &mut header.mvcc);
-        let mut bytes = item.bytes.clone();
-        header.mvcc.encode(&mut bytes[2 + MVCC_OFF..ITEM_HDR]);
-        match placement {
-            Placement::Remove => removed.push(header.slot),
-            Placement::Stay => deltas.push(DeltaVersion { bytes, to_column: None }),
+    for (header, bytes, p) in delta_decided {
+        match p {
+            _ if goes(header.slot, p) => {}
+            Placement::Remove | Placement::Stay => deltas.push(DeltaVersion { bytes, to_column: None }),
             Placement::Column => {
                 let row = decode_payload(schema, header.natts as usize, &bytes[ITEM_HDR..])?;
                 deltas.push(DeltaVersion { bytes, to_column: Some(ColumnRow { header, row }) });
             }
         }
     }
-    removed.sort_unstable();
 
     // Offered delta versions by descending slot: the first `k` of them are
     // turned back if the column part would not fit. Fewer rows never need
@@ -161,7 +213,9 @@ pub fn plan(page: &HybridPage, schema: &Schema, oracle: &mut dyn Oracle) -> Resu
         columns: schema.columns[..ncols].to_vec(),
         column_rows,
         delta_items,
-        removed,
+        dead: resolution.dead,
+        unused: resolution.unused,
+        redirects: resolution.redirects,
     })
 }
 
@@ -176,8 +230,9 @@ pub struct CompactionOutput {
     pub column_blocks: Vec<Vec<u8>>,
     /// All delta blocks; those past `delta_used` are zero.
     pub delta_blocks: Vec<Vec<u8>>,
-    /// New directory entries, ascending slot: every version's new place and
-    /// `Dead` for every removed one. Other slots keep their entries.
+    /// New directory entries, ascending slot: every version's new place, and
+    /// `Dead`, `Unused` or a redirect for every removed one and every
+    /// redirect that changed. Other slots keep their entries.
     pub directory: Vec<(u16, DirEntry)>,
 }
 
@@ -224,8 +279,17 @@ pub fn apply(g: &Geometry, rec: &CompactionRecord) -> Result<CompactionOutput> {
         };
         directory.push((slot, DirEntry::Delta { block: (used - 1) as u8, offset }));
     }
-    for &s in &rec.removed {
+    for &s in &rec.dead {
         directory.push((s, DirEntry::Dead));
+    }
+    for &s in &rec.unused {
+        directory.push((s, DirEntry::Unused));
+    }
+    for &(s, t) in &rec.redirects {
+        if t as usize >= g.max_slots() {
+            return corrupt("redirect beyond max_slots in a compaction record");
+        }
+        directory.push((s, DirEntry::Redirect { slot: t }));
     }
     directory.sort_by_key(|&(s, _)| s);
     if directory.windows(2).any(|w| w[0].0 == w[1].0) {
@@ -302,6 +366,10 @@ impl CompactionOutput {
 /// "HSCR", first bytes of a compaction record.
 pub const RECORD_MAGIC: u32 = 0x5243_5348;
 const RF_LZ4: u8 = 0x01;
+/// Record format 2 adds the HOT lists (unused slots, redirects); format 1
+/// records (only the removed = dead slots) still replay.
+pub const RECORD_FORMAT: u8 = 2;
+const RECORD_FORMAT_NO_HOT: u8 = 1;
 const RECORD_HDR: usize = 32;
 
 impl CompactionRecord {
@@ -333,9 +401,16 @@ impl CompactionRecord {
         for it in &self.delta_items {
             body.extend_from_slice(it);
         }
-        body.extend_from_slice(&count(self.removed.len())?);
-        for s in &self.removed {
+        for list in [&self.dead, &self.unused] {
+            body.extend_from_slice(&count(list.len())?);
+            for s in list.iter() {
+                body.extend_from_slice(&s.to_le_bytes());
+            }
+        }
+        body.extend_from_slice(&count(self.redirects.len())?);
+        for (s, t) in &self.redirects {
             body.extend_from_slice(&s.to_le_bytes());
+            body.extend_from_slice(&t.to_le_bytes());
         }
         let body_len = u32::try_from(body.len()).map_err(|_| Error::BadInput("record too large"))?;
         let (flags, stored) = match compress {
@@ -351,7 +426,7 @@ impl CompactionRecord {
         };
         let mut out = vec![0u8; RECORD_HDR];
         wr32(&mut out, 0, RECORD_MAGIC);
-        out[4] = super::layout::FORMAT_VERSION;
+        out[4] = RECORD_FORMAT;
         out[5] = flags;
         wr32(&mut out, 8, self.old_version);
         wr32(&mut out, 12, self.new_version);
@@ -373,8 +448,9 @@ impl CompactionRecord {
         if rd32(b, 0) != RECORD_MAGIC {
             return Err(Error::BadMagic);
         }
-        if b[4] != super::layout::FORMAT_VERSION {
-            return Err(Error::BadFormatVersion(b[4]));
+        let format = b[4];
+        if format != RECORD_FORMAT && format != RECORD_FORMAT_NO_HOT {
+            return Err(Error::BadFormatVersion(format));
         }
         let flags = b[5];
         if flags & !RF_LZ4 != 0 || rd16(b, 6) != 0 {
@@ -422,11 +498,19 @@ impl CompactionRecord {
             }
             delta_items.push(r.take(len)?.to_vec());
         }
-        let nremoved = r.u16()? as usize;
-        let mut removed = Vec::with_capacity(nremoved);
-        for _ in 0..nremoved {
-            removed.push(r.u16()?);
-        }
+        let slot_list = |r: &mut Reader| -> Result<Vec<u16>> {
+            let n = r.u16()? as usize;
+            (0..n).map(|_| r.u16()).collect()
+        };
+        let dead = slot_list(&mut r)?;
+        let (unused, redirects) = if format == RECORD_FORMAT_NO_HOT {
+            (Vec::new(), Vec::new())
+        } else {
+            let unused = slot_list(&mut r)?;
+            let n = r.u16()? as usize;
+            let redirects = (0..n).map(|_| Ok((r.u16()?, r.u16()?))).collect::<Result<Vec<_>>>()?;
+            (unused, redirects)
+        };
         if r.pos != body.len() {
             return corrupt("trailing bytes in compaction record");
         }
@@ -442,7 +526,9 @@ impl CompactionRecord {
             columns,
             column_rows,
             delta_items,
-            removed,
+            dead,
+            unused,
+            redirects,
         })
     }
 }

@@ -118,10 +118,10 @@ impl Extent {
         let g = self.geometry;
         let h = self.header()?;
         match self.entry(slot)? {
-            DirEntry::Unused | DirEntry::Dead => Err(Error::BadInput("slot has no version")),
+            DirEntry::Unused | DirEntry::Dead | DirEntry::Redirect { .. } => Err(Error::BadInput("slot has no version")),
             DirEntry::Delta { block, offset } => {
                 let b = &mut self.blocks[g.delta_block(block as usize)];
-                let view = DeltaView::parse(b, &g, block as usize, Some(h.version))?;
+                let view = DeltaView::open(b, &g, block as usize, Some(h.version))?;
                 if view.item(offset)?.header.slot != slot {
                     return corrupt("delta item does not carry its slot");
                 }

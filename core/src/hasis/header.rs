@@ -29,6 +29,10 @@ pub enum DirEntry {
     /// The item at byte `offset` of delta block `block` (0-based in the
     /// delta part).
     Delta { block: u8, offset: u16 },
+    /// The root of a HOT chain whose root version compaction removed:
+    /// index entries name this slot, and the chain goes on at `slot`
+    /// (heap's LP_REDIRECT). See `hot.rs`.
+    Redirect { slot: u16 },
 }
 
 impl DirEntry {
@@ -38,6 +42,7 @@ impl DirEntry {
             DirEntry::Dead => (1, 0, 0),
             DirEntry::Column { row } => (2, 0, row),
             DirEntry::Delta { block, offset } => (3, block, offset),
+            DirEntry::Redirect { slot } => (4, 0, slot),
         };
         let v = v.to_le_bytes();
         [tag, aux, v[0], v[1]]
@@ -50,6 +55,7 @@ impl DirEntry {
             (1, 0) if v == 0 => Ok(DirEntry::Dead),
             (2, 0) => Ok(DirEntry::Column { row: v }),
             (3, block) => Ok(DirEntry::Delta { block, offset: v }),
+            (4, 0) => Ok(DirEntry::Redirect { slot: v }),
             _ => corrupt("bad slot directory entry"),
         }
     }
@@ -192,11 +198,12 @@ mod tests {
             DirEntry::Column { row: 0 },
             DirEntry::Column { row: 4069 },
             DirEntry::Delta { block: 7, offset: 8000 },
+            DirEntry::Redirect { slot: 4069 },
         ] {
             assert_eq!(DirEntry::decode(&e.encode()).unwrap(), e);
         }
         assert_eq!(DirEntry::Unused.encode(), [0; 4]);
-        for bad in [[0, 1, 0, 0], [0, 0, 1, 0], [1, 0, 0, 1], [2, 1, 0, 0], [4, 0, 0, 0], [0xff; 4]] {
+        for bad in [[0, 1, 0, 0], [0, 0, 1, 0], [1, 0, 0, 1], [2, 1, 0, 0], [4, 1, 0, 0], [5, 0, 0, 0], [0xff; 4]] {
             assert!(DirEntry::decode(&bad).is_err(), "{bad:?}");
         }
     }

@@ -33,6 +33,7 @@ pub mod compact;
 pub mod delta;
 pub mod extent;
 pub mod header;
+pub mod hot;
 pub mod layout;
 pub mod row;
 
@@ -122,6 +123,8 @@ pub struct RowVersion {
 pub enum SlotContent {
     Unused,
     Dead,
+    /// A HOT chain's root whose version is gone; the chain goes on here.
+    Redirect(u16),
     Version(RowVersion),
 }
 
@@ -204,6 +207,12 @@ impl HybridPage {
             let slot = match e {
                 DirEntry::Column { row } => self.column_rows.get(*row as usize).map(|r| r.header.slot),
                 DirEntry::Delta { block, offset } => self.find_delta(*block, *offset).map(|i| self.delta_items[i].header.slot),
+                DirEntry::Redirect { slot } => {
+                    if *slot as usize >= self.directory.len() || !self.directory[*slot as usize].is_used() {
+                        return corrupt("redirect to a slot without a version");
+                    }
+                    continue;
+                }
                 DirEntry::Unused | DirEntry::Dead => continue,
             };
             if slot != Some(s as u16) {
@@ -253,6 +262,7 @@ impl HybridPage {
         let (header, row) = match e {
             DirEntry::Unused => return Ok(SlotContent::Unused),
             DirEntry::Dead => return Ok(SlotContent::Dead),
+            DirEntry::Redirect { slot } => return Ok(SlotContent::Redirect(slot)),
             DirEntry::Column { row } => {
                 let cr = &self.column_rows[row as usize];
                 (cr.header, cr.row.clone())

@@ -1,0 +1,273 @@
+//! HOT chains inside a hybrid page (heap's heap-only tuples, README "HOT").
+//!
+//! An UPDATE that changes no indexed column and finds room in the old
+//! version's extent makes the new version *heap-only*: it gets no index
+//! entries, and the old version is marked HOT-updated with a link (`ctid`)
+//! to it. Index entries point at the chain's **root** slot; a fetch walks
+//! the chain from there. When compaction removes the root while later
+//! members live, the root's slot becomes a `Redirect` to the first live
+//! member, so index entries keep leading to the row; removed heap-only
+//! members have no index entries and become `Unused` at once.
+//!
+//! The core does not interpret MVCC fields: the glue describes each
+//! version by a [`ChainLink`] (from heap's infomask bits and xids) and
+//! this module does the chain algebra: [`Chains::roots`] for index builds
+//! (heap_get_root_tuples) and [`Chains::resolve`] for compaction
+//! (heap_prune_chain's redirect / unused / dead decisions).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What the glue reads from one version's MVCC fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainLink {
+    /// No index entry points at this version's slot (HEAP_ONLY_TUPLE).
+    pub heap_only: bool,
+    /// The slot of the next chain member if this version was HOT-updated
+    /// (HEAP_HOT_UPDATED with a valid updater, successor in this extent).
+    pub next: Option<u16>,
+    /// The inserting transaction.
+    pub xmin: u32,
+    /// The transaction that updated this version (valid when `next` is).
+    pub updater: u32,
+}
+
+/// The chains of one page version: every version's link and every
+/// redirect entry.
+#[derive(Clone, Debug, Default)]
+pub struct Chains {
+    links: BTreeMap<u16, ChainLink>,
+    redirects: BTreeMap<u16, u16>,
+}
+
+/// What compaction does to the slots of chains whose members it removes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resolution {
+    /// Removed roots whose whole chain is gone (and redirects left with no
+    /// live member): `Dead` until VACUUM has removed their index entries.
+    pub dead: Vec<u16>,
+    /// Removed heap-only versions: no index entry names them, so their
+    /// slots are free at once.
+    pub unused: Vec<u16>,
+    /// Root slots (removed roots, or redirects whose target went) that now
+    /// lead to the first live member of their chain.
+    pub redirects: Vec<(u16, u16)>,
+    /// Versions the oracle would remove but that must stay: an earlier
+    /// member of their chain stays, and a walk must still reach them.
+    pub kept: Vec<u16>,
+}
+
+/// Chains longer than this are corrupt (a cycle): a page has fewer slots.
+const MAX_CHAIN: usize = 1 << 16;
+
+impl Chains {
+    pub fn new() -> Chains {
+        Chains::default()
+    }
+    pub fn add_version(&mut self, slot: u16, link: ChainLink) {
+        self.links.insert(slot, link);
+    }
+    pub fn add_redirect(&mut self, slot: u16, target: u16) {
+        self.redirects.insert(slot, target);
+    }
+
+    /// The members of the chain starting at `start` (a root version or a
+    /// redirect), in chain order. A walk stops where the chain ends, where
+    /// the next slot holds no heap-only version, or where the next
+    /// version's xmin is not its predecessor's updater (the slot was
+    /// reused), as heap_hot_search_buffer stops.
+    pub fn walk(&self, start: u16) -> Vec<u16> {
+        let mut out = Vec::new();
+        let mut cur = match self.redirects.get(&start) {
+            Some(&t) => match self.links.get(&t) {
+                Some(l) if l.heap_only => t,
+                _ => return out,
+            },
+            None => match self.links.get(&start) {
+                Some(l) if !l.heap_only => start,
+                _ => return out,
+            },
+        };
+        let mut seen = BTreeSet::new();
+        loop {
+            if !seen.insert(cur) || out.len() >= MAX_CHAIN {
+                break;
+            }
+            out.push(cur);
+            let l = self.links[&cur];
+            let Some(n) = l.next else { break };
+            match self.links.get(&n) {
+                Some(nl) if nl.heap_only && nl.xmin == l.updater => cur = n,
+                _ => break,
+            }
+        }
+        out
+    }
+
+    /// Chain starts: every version that is not heap-only, every redirect.
+    fn starts(&self) -> impl Iterator<Item = u16> + '_ {
+        self.links.iter().filter(|(_, l)| !l.heap_only).map(|(&s, _)| s).chain(self.redirects.keys().copied())
+    }
+
+    /// The root slot of every version reachable from a chain start (a root
+    /// is its own root). Heap-only versions no chain reaches have none.
+    pub fn roots(&self) -> BTreeMap<u16, u16> {
+        let mut out = BTreeMap::new();
+        for s in self.starts() {
+            for m in self.walk(s) {
+                out.insert(m, s);
+            }
+        }
+        out
+    }
+
+    /// Compaction's decisions for the versions in `removed` (the oracle's
+    /// "dead to everyone"): only a prefix of a chain goes. Its root slot
+    /// becomes a redirect to the first member that stays, or `Dead` when
+    /// none does; its heap-only members become `Unused`. Later members the
+    /// oracle would remove stay, since a walk from the root must still
+    /// reach every member after a live one. Removed heap-only versions no
+    /// chain reaches become `Unused`; other removed versions `Dead`.
+    pub fn resolve(&self, removed: &BTreeSet<u16>) -> Resolution {
+        let mut r = Resolution::default();
+        let mut handled = BTreeSet::new();
+        for s in self.starts() {
+            let members = self.walk(s);
+            let is_redirect = self.redirects.contains_key(&s);
+            let first_live = members.iter().position(|m| !removed.contains(m));
+            let cut = first_live.unwrap_or(members.len());
+            for (i, &m) in members.iter().enumerate() {
+                handled.insert(m);
+                if i < cut {
+                    if m != s {
+                        r.unused.push(m);
+                    }
+                } else if removed.contains(&m) {
+                    r.kept.push(m);
+                }
+            }
+            match (first_live, is_redirect) {
+                // The root itself stays, or the redirect still names the
+                // first live member.
+                (Some(0), _) => {}
+                (Some(i), _) => r.redirects.push((s, members[i])),
+                (None, true) => r.dead.push(s),
+                (None, false) => {
+                    if removed.contains(&s) {
+                        r.dead.push(s);
+                    }
+                }
+            }
+            // A removed root version with an empty walk cannot happen (a
+            // root's walk holds at least itself).
+        }
+        for &m in removed {
+            if handled.contains(&m) {
+                continue;
+            }
+            match self.links.get(&m) {
+                Some(l) if l.heap_only => r.unused.push(m),
+                _ => r.dead.push(m),
+            }
+        }
+        r.dead.sort_unstable();
+        r.unused.sort_unstable();
+        r.redirects.sort_unstable();
+        r.kept.sort_unstable();
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root(next: Option<u16>, xmin: u32, updater: u32) -> ChainLink {
+        ChainLink { heap_only: false, next, xmin, updater }
+    }
+    fn only(next: Option<u16>, xmin: u32, updater: u32) -> ChainLink {
+        ChainLink { heap_only: true, next, xmin, updater }
+    }
+    fn set(v: &[u16]) -> BTreeSet<u16> {
+        v.iter().copied().collect()
+    }
+
+    /// 0 -> 3 -> 5 (xids 10 -> 11 -> 12), plus an unrelated root 1.
+    fn chain() -> Chains {
+        let mut c = Chains::new();
+        c.add_version(0, root(Some(3), 10, 11));
+        c.add_version(3, only(Some(5), 11, 12));
+        c.add_version(5, only(None, 12, 0));
+        c.add_version(1, root(None, 7, 0));
+        c
+    }
+
+    #[test]
+    fn walks_and_roots() {
+        let c = chain();
+        assert_eq!(c.walk(0), vec![0, 3, 5]);
+        assert_eq!(c.walk(3), Vec::<u16>::new(), "a heap-only version starts no chain");
+        let r = c.roots();
+        assert_eq!(r.get(&5), Some(&0));
+        assert_eq!(r.get(&1), Some(&1));
+    }
+
+    #[test]
+    fn reused_slot_ends_the_chain() {
+        let mut c = chain();
+        // Slot 5 now holds an unrelated heap-only version (xmin 99).
+        c.add_version(5, only(None, 99, 0));
+        assert_eq!(c.walk(0), vec![0, 3]);
+        assert!(!c.roots().contains_key(&5));
+    }
+
+    #[test]
+    fn removing_a_prefix_redirects_the_root() {
+        let c = chain();
+        let r = c.resolve(&set(&[0, 3]));
+        assert_eq!(r, Resolution { dead: vec![], unused: vec![3], redirects: vec![(0, 5)], kept: vec![] });
+        // Later: the redirect's target goes too.
+        let mut c2 = Chains::new();
+        c2.add_redirect(0, 5);
+        c2.add_version(5, only(Some(7), 12, 13));
+        c2.add_version(7, only(None, 13, 0));
+        assert_eq!(c2.resolve(&set(&[5])).redirects, vec![(0, 7)]);
+        assert_eq!(c2.resolve(&set(&[5])).unused, vec![5]);
+        let all = c2.resolve(&set(&[5, 7]));
+        assert_eq!((all.dead, all.unused, all.redirects), (vec![0], vec![5, 7], vec![]));
+        // A redirect whose target is still there is left alone.
+        assert_eq!(c2.resolve(&set(&[])), Resolution::default());
+    }
+
+    #[test]
+    fn whole_chain_dead_and_members_after_a_live_one() {
+        let c = chain();
+        let r = c.resolve(&set(&[0, 3, 5]));
+        assert_eq!((r.dead, r.unused), (vec![0], vec![3, 5]));
+        // The root stays (say its updater aborted... or a snapshot needs
+        // it): a removed member after it must stay reachable.
+        let r = c.resolve(&set(&[3]));
+        assert_eq!(r.kept, vec![3]);
+        assert!(r.unused.is_empty() && r.dead.is_empty() && r.redirects.is_empty());
+    }
+
+    #[test]
+    fn orphans() {
+        let mut c = chain();
+        // An aborted HOT update's new version: its predecessor's link was
+        // never set (or the xmin does not match).
+        c.add_version(9, only(None, 50, 0));
+        c.add_version(2, root(None, 8, 0));
+        let r = c.resolve(&set(&[9, 2]));
+        assert_eq!((r.dead, r.unused), (vec![2], vec![9]));
+    }
+
+    #[test]
+    fn cycles_terminate() {
+        let mut c = Chains::new();
+        c.add_version(0, root(Some(1), 1, 2));
+        c.add_version(1, only(Some(2), 2, 2));
+        c.add_version(2, only(Some(1), 2, 2));
+        assert_eq!(c.walk(0), vec![0, 1, 2]);
+        let _ = c.resolve(&set(&[0, 1, 2]));
+    }
+}
