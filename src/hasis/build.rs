@@ -3,6 +3,8 @@
 
 use pgrx::pg_sys;
 
+use pg_hybrid_core::hasis::hot::Chains;
+use pg_hybrid_core::hasis::layout::Geometry;
 use pg_hybrid_core::hasis::row::Mvcc;
 use pg_hybrid_core::tid::Tid;
 
@@ -17,6 +19,55 @@ struct Indexed {
     natts: u16,
     payload: Vec<u8>,
     alive: bool,
+}
+
+/// The HOT chains of one extent, gathered during a visit of its versions:
+/// index entries name a chain's root, so every version indexed gets its
+/// root's TID (heap_get_root_tuples).
+struct ExtentChains {
+    first: u32,
+    chains: Chains,
+}
+
+impl ExtentChains {
+    fn new(first: u32) -> Self {
+        ExtentChains { first, chains: Chains::new() }
+    }
+    fn add(&mut self, g: &Geometry, tid: Tid, m: &Mvcc) {
+        if let Ok(slot) = g.slot(self.first, tid) {
+            self.chains.add_version(slot, chain_link(g, self.first, m));
+        }
+    }
+    /// Adds the extent's redirects and returns each version's root TID.
+    /// Read after the visit, under a new header lock: a compaction in
+    /// between (CREATE INDEX CONCURRENTLY lets writers in) only turns
+    /// removed roots into redirects to later members, and a member's root
+    /// slot never changes, so every version visited still finds its root.
+    unsafe fn roots(mut self, rel: pg_sys::Relation, meta: &relation::Meta, g: &Geometry) -> std::collections::BTreeMap<Tid, Tid> {
+        for (slot, target) in relation::redirects(rel, meta, self.first) {
+            self.chains.add_redirect(slot, target);
+        }
+        self.chains
+            .roots()
+            .into_iter()
+            .filter_map(|(m, r)| Some((g.tid(self.first, m).ok()?, g.tid(self.first, r).ok()?)))
+            .collect()
+    }
+}
+
+/// The root TID of an indexed version: itself unless heap-only.
+unsafe fn root_of(rel: pg_sys::Relation, roots: &std::collections::BTreeMap<Tid, Tid>, e: &Indexed) -> Tid {
+    if !is_heap_only(&e.mvcc) {
+        return e.tid;
+    }
+    match roots.get(&e.tid) {
+        Some(&r) => r,
+        None => crate::raise(
+            pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            format!("failed to find parent tuple for heap-only tuple at ({},{}) in table \"{}\"", e.tid.block, e.tid.offset, crate::storage::page::rel_name(rel)),
+            "Run pg_hybrid.verify_table() on the table; a HOT chain is broken.",
+        ),
+    }
 }
 
 /// ExecQual (an inline function in PostgreSQL's headers).
@@ -73,15 +124,16 @@ pub unsafe fn index_build_range_scan(
     let mut reltuples = 0f64;
     let mut batch: Vec<Indexed> = Vec::new();
     let mut slot_schema = tuple::SlotSchema::default();
+    let mut broken_chain = false;
     while let Some(k) = scan::next_extent(scan) {
         let st = scan::state(scan);
         let meta = st.meta.expect("extent of a non-empty table");
+        let g = meta.geometry;
         batch.clear();
+        let mut chains = ExtentChains::new(meta.extent_first(k));
         relation::visit_extent(table, &meta, k, Select::All, std::ptr::null_mut(), &mut |v| {
-            if range.as_ref().is_some_and(|r| !r.contains(&v.tid.block)) {
-                return;
-            }
             let m = v.header.mvcc;
+            chains.add(&g, v.tid, &m);
             if mvcc {
                 let (vis, hint) = visible(table, snapshot, &m, v.tid, v.buffer);
                 if let Some(h) = hint {
@@ -97,18 +149,35 @@ pub unsafe fn index_build_range_scan(
                 v.set_hint(h);
             }
             use pg_sys::HTSV_Result::*;
+            let own_delete = || pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmax));
             let alive = match r {
                 HEAPTUPLE_DEAD => return,
+                // A HOT-updated version that some snapshot may still see:
+                // only the chain's live end gets an entry, so the index is
+                // not safe for older snapshots (indcheckxmin), as on heap.
+                HEAPTUPLE_RECENTLY_DEAD if is_hot_updated(&m) => {
+                    broken_chain = true;
+                    return;
+                }
                 HEAPTUPLE_RECENTLY_DEAD => false,
                 // CREATE INDEX holds a lock that excludes other writers, so
                 // an in-progress change is this transaction's own (or a
                 // prepared transaction's): index it.
-                HEAPTUPLE_DELETE_IN_PROGRESS => anyvisible || !pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmax)),
+                HEAPTUPLE_DELETE_IN_PROGRESS if !anyvisible && own_delete() && is_hot_updated(&m) => {
+                    broken_chain = true;
+                    return;
+                }
+                HEAPTUPLE_DELETE_IN_PROGRESS => anyvisible || !own_delete(),
                 _ => true,
             };
             batch.push(Indexed { tid: v.tid, mvcc: m, natts: v.header.natts, payload: v.payload.to_vec(), alive });
         });
+        let roots = chains.roots(table, &meta, &g);
         for e in &batch {
+            let root = root_of(table, &roots, e);
+            if range.as_ref().is_some_and(|r| !r.contains(&root.block)) {
+                continue;
+            }
             pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
             tuple::store(table, slot, &mut slot_schema, e.natts, &e.payload, &e.mvcc, e.tid);
             if e.alive {
@@ -118,9 +187,12 @@ pub unsafe fn index_build_range_scan(
                 continue;
             }
             pg_sys::FormIndexDatum(info, slot, estate, values.as_mut_ptr(), isnull.as_mut_ptr());
-            let mut ip = to_item_pointer(e.tid);
+            let mut ip = to_item_pointer(root);
             callback(index, &mut ip, values.as_mut_ptr(), isnull.as_mut_ptr(), e.alive, callback_state);
         }
+    }
+    if broken_chain {
+        (*info).ii_BrokenHotChain = true;
     }
     scan::end(scan);
     pg_sys::ExecDropSingleTupleTableSlot(slot);
@@ -136,9 +208,9 @@ fn decode_tid(d: i64) -> Tid {
     Tid::new((d >> 16) as u32, (d & 0xffff) as u16)
 }
 
-/// CREATE INDEX CONCURRENTLY's last table pass (heapam_index_validate_scan
-/// without HOT chains: every hasis version has its own index entries).
-/// Every version `snapshot` sees whose TID the index lacks is inserted;
+/// CREATE INDEX CONCURRENTLY's last table pass (heapam_index_validate_scan).
+/// Every version `snapshot` sees whose HOT chain root the index lacks is
+/// inserted under the root's TID;
 /// `state.tuplesort` holds the index's TIDs in order, and each extent's
 /// visible versions are merged against it in TID order (extents cover
 /// ascending, disjoint block ranges).
@@ -169,9 +241,12 @@ pub unsafe fn index_validate_scan(
     let mut batch: Vec<Indexed> = Vec::new();
     while let Some(k) = scan::next_extent(scan) {
         let meta = scan::state(scan).meta.expect("extent of a non-empty table");
+        let g = meta.geometry;
         batch.clear();
+        let mut chains = ExtentChains::new(meta.extent_first(k));
         relation::visit_extent(table, &meta, k, Select::All, std::ptr::null_mut(), &mut |v| {
             let m = v.header.mvcc;
+            chains.add(&g, v.tid, &m);
             let (vis, hint) = visible(table, snapshot, &m, v.tid, v.buffer);
             if let Some(h) = hint {
                 v.set_hint(h);
@@ -180,14 +255,16 @@ pub unsafe fn index_validate_scan(
                 batch.push(Indexed { tid: v.tid, mvcc: m, natts: v.header.natts, payload: v.payload.to_vec(), alive: true });
             }
         });
-        batch.sort_by_key(|e| e.tid);
-        for e in &batch {
+        let roots = chains.roots(table, &meta, &g);
+        let mut rooted: Vec<(Tid, &Indexed)> = batch.iter().map(|e| (root_of(table, &roots, e), e)).collect();
+        rooted.sort_by_key(|(root, _)| *root);
+        for (root, e) in rooted {
             pgrx::check_for_interrupts!();
             (*state).htups += 1.0;
-            while cursor.is_some_and(|c| c < e.tid) {
+            while cursor.is_some_and(|c| c < root) {
                 cursor = next_indexed(state);
             }
-            if cursor == Some(e.tid) {
+            if cursor == Some(root) {
                 continue;
             }
             pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
@@ -196,7 +273,7 @@ pub unsafe fn index_validate_scan(
                 continue;
             }
             pg_sys::FormIndexDatum(info, slot, estate, values.as_mut_ptr(), isnull.as_mut_ptr());
-            let mut ip = to_item_pointer(e.tid);
+            let mut ip = to_item_pointer(root);
             pg_sys::index_insert(index, values.as_mut_ptr(), isnull.as_mut_ptr(), &mut ip, table, unique, false, info);
             (*state).tups_inserted += 1.0;
         }

@@ -25,7 +25,8 @@ use crate::storage::buffer::Buf;
 /// What a compaction did.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Compacted {
-    /// Versions removed (dead to every snapshot).
+    /// Directory entries released: removed versions' slots, and HOT
+    /// redirects that moved or died.
     pub removed: usize,
     /// Versions moved from the delta part into the column part.
     pub moved: usize,
@@ -118,6 +119,40 @@ pub enum Goal {
 /// worker asks this before trying an extent whose delta part holds
 /// versions that must stay.
 pub unsafe fn may_free_delta_block(rel: pg_sys::Relation, meta: &Meta, first: u32, h: &ExtentHeader) -> bool {
+    // Asked at every insert that meets a full delta part, which for an
+    // extent full of versions that must stay (a bulk-loaded extent whose
+    // rows are updated elsewhere) is every update of one of its rows that
+    // tries HOT: remember a "no" for the page version for a while (the
+    // horizon moves on, so the answer may change without a compaction).
+    let key = ((*rel).rd_node.relNode, first);
+    let now = std::time::Instant::now();
+    let cached_no = NO_GAIN.with(|c| c.borrow().get(&key).is_some_and(|&(v, at)| v == h.version && now.duration_since(at) < NO_GAIN_FOR));
+    if cached_no {
+        return false;
+    }
+    let gain = scan_for_gain(rel, meta, first, h);
+    NO_GAIN.with(|c| {
+        let mut c = c.borrow_mut();
+        if gain {
+            c.remove(&key);
+        } else {
+            if c.len() >= 65536 {
+                c.clear();
+            }
+            c.insert(key, (h.version, now));
+        }
+    });
+    gain
+}
+
+thread_local! {
+    /// Extents (relfilenode, first block) found unable to free a delta
+    /// block, with the page version and when.
+    static NO_GAIN: std::cell::RefCell<std::collections::HashMap<(pg_sys::Oid, u32), (u32, std::time::Instant)>> = std::cell::RefCell::new(std::collections::HashMap::new());
+}
+const NO_GAIN_FOR: std::time::Duration = std::time::Duration::from_millis(500);
+
+unsafe fn scan_for_gain(rel: pg_sys::Relation, meta: &Meta, first: u32, h: &ExtentHeader) -> bool {
     let g = meta.geometry;
     let column_full = h.column_units as usize >= g.column_units();
     let horizon = pg_sys::GetOldestNonRemovableTransactionId(rel);
@@ -127,7 +162,7 @@ pub unsafe fn may_free_delta_block(rel: pg_sys::Relation, meta: &Meta, first: u3
     for i in 0..h.delta_used as usize {
         let blk = first + g.delta_block(i) as u32;
         let b = Buf::read(rel, blk, crate::storage::buffer::Lock::Share);
-        let Ok(view) = delta::DeltaView::parse(bytes(b.page()), &g, i, Some(h.version)) else { return true };
+        let Ok(view) = delta::DeltaView::open(bytes(b.page()), &g, i, Some(h.version)) else { return true };
         for it in view.items() {
             let Ok(it) = it else { return true };
             let m = it.header.mvcc;
@@ -149,6 +184,23 @@ pub unsafe fn may_free_delta_block(rel: pg_sys::Relation, meta: &Meta, first: u3
         }
     }
     false
+}
+
+/// The compaction oracle: heap's vacuum rules decide each version's fate,
+/// and its HOT bits place it in a chain.
+struct HeapRules<'a, F: FnMut(u16, &mut Mvcc) -> Placement> {
+    decide: &'a mut F,
+    g: &'a pg_hybrid_core::hasis::layout::Geometry,
+    first: u32,
+}
+
+impl<F: FnMut(u16, &mut Mvcc) -> Placement> compact::Oracle for HeapRules<'_, F> {
+    fn decide(&mut self, slot: u16, mvcc: &mut Mvcc) -> Placement {
+        (self.decide)(slot, mvcc)
+    }
+    fn link(&mut self, _slot: u16, mvcc: &Mvcc) -> pg_hybrid_core::hasis::hot::ChainLink {
+        chain_link(self.g, self.first, mvcc)
+    }
 }
 
 /// Compacts extent `k`, whose header block the caller holds exclusively in
@@ -211,10 +263,11 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
             _ => Placement::Stay,
         }
     };
-    let rec = compact::plan(&page, &schema, &mut oracle).unwrap_or_else(|e| super::format_error(rel, first, e));
+    let mut rules = HeapRules { decide: &mut oracle, g: &g, first };
+    let rec = compact::plan(&page, &schema, &mut rules).unwrap_or_else(|e| super::format_error(rel, first, e));
     let out = compact::apply(&g, &rec).unwrap_or_else(|e| super::format_error(rel, first, e));
     let moved = (out.column_rows as usize).saturating_sub(h.column_rows as usize);
-    if rec.removed.is_empty() && moved == 0 && out.delta_used >= h.delta_used && frozen == 0 {
+    if rec.entries_released() == 0 && moved == 0 && out.delta_used >= h.delta_used && frozen == 0 {
         return None;
     }
     if matches!(goal, Goal::Room) && out.delta_used >= h.delta_used {
@@ -245,5 +298,5 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     super::wal::log_compact(rel, latest_removed, &written, dirs.len(), ncol, ndelta, &body);
     pg_sys::CritSectionCount -= 1;
 
-    Some(Compacted { removed: rec.removed.len(), moved, delta_used: out.delta_used, frozen })
+    Some(Compacted { removed: rec.entries_released(), moved, delta_used: out.delta_used, frozen })
 }

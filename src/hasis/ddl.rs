@@ -7,7 +7,7 @@ use pg_hybrid_core::hasis::delta::ITEM_HDR;
 use pg_hybrid_core::hasis::row::{Mvcc, Row};
 use pg_hybrid_core::tid::Tid;
 
-use super::relation::{self, Lookup, Select};
+use super::relation::{self, Select};
 use super::tuple;
 use super::visibility::*;
 use crate::storage::buffer::{nblocks, Lock};
@@ -95,6 +95,9 @@ unsafe fn classify(m: &Mvcc, r: pg_sys::HTSV_Result::Type, freeze_xid: pg_sys::T
         m.infomask |= HEAP_XMAX_INVALID;
         m.infomask2 &= !HEAP_KEYS_UPDATED;
     }
+    // Every version the copy keeps gets its own slot and index entries in
+    // the new relation: no HOT chains there.
+    m.infomask2 &= !(HEAP_HOT_UPDATED | HEAP_ONLY_TUPLE);
     Some(m)
 }
 
@@ -148,20 +151,26 @@ pub unsafe fn copy_for_cluster(
                 if ip.is_null() {
                     break;
                 }
+                // The entry names a HOT chain's root: every member of the
+                // chain is a version to copy (SnapshotAny's call_again).
                 let tid = from_item_pointer(&*ip);
-                let kept = match relation::locate(old, &meta, tid, Lock::Share) {
-                    Lookup::Found(loc) => {
-                        let (r, hint, _) = vacuum_state(&loc.header.mvcc, tid, relid, oldest_xmin, loc.buf.buffer());
-                        if let Some(h) = hint {
-                            loc.set_hint(h);
-                        }
-                        classify(&loc.header.mvcc, r, freeze_xid, &mut counts)
-                            .map(|m| Kept { tid, mvcc: m, row: tuple::decode(old, &schema, loc.header.natts, loc.payload(), tid.block) })
+                let Some(ext) = relation::ExtentRead::of(old, &meta, tid) else { continue };
+                let Some(root) = ext.slot(tid) else { continue };
+                let mut chain: Vec<Kept> = Vec::new();
+                super::scan::walk_chain(&ext, root, true, &mut |loc| {
+                    let (r, hint, _) = vacuum_state(&loc.header.mvcc, loc.tid, relid, oldest_xmin, loc.buf.buffer());
+                    if let Some(h) = hint {
+                        loc.set_hint(h);
+                        loc.header.mvcc.infomask = h;
                     }
-                    _ => None,
-                };
-                if let Some(k) = kept {
-                    copy_kept(new, old, &k);
+                    if let Some(m) = classify(&loc.header.mvcc, r, freeze_xid, &mut counts) {
+                        chain.push(Kept { tid: loc.tid, mvcc: m, row: tuple::decode(old, &schema, loc.header.natts, loc.payload(), loc.tid.block) });
+                    }
+                    super::scan::Walk::Next
+                });
+                drop(ext);
+                for k in &chain {
+                    copy_kept(new, old, k);
                 }
             }
             pg_sys::index_endscan(iscan);

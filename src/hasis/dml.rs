@@ -331,8 +331,38 @@ unsafe fn stamp_removed(rel: pg_sys::Relation, loc: &Located, cid: pg_sys::Comma
         m.infomask |= HEAP_COMBOCID;
     }
     m.infomask2 |= HEAP_KEYS_UPDATED;
+    // Set again by a HOT update; a stale bit from an aborted one goes.
+    m.infomask2 &= !HEAP_HOT_UPDATED;
     m.ctid = successor;
     m
+}
+
+/// Whether an UPDATE from `old` to `new` leaves every indexed column as it
+/// was, byte for byte (heap_update's HOT test: the same datum, TOAST
+/// pointers included). Whole-row and system-column references in index
+/// expressions or predicates count as changed.
+unsafe fn indexed_columns_unchanged(rel: pg_sys::Relation, old: &pg_hybrid_core::hasis::row::Row, new: &pg_hybrid_core::hasis::row::Row) -> bool {
+    let attrs = pg_sys::RelationGetIndexAttrBitmap(rel, pg_sys::IndexAttrBitmapKind::INDEX_ATTR_BITMAP_ALL);
+    let mut x = -1;
+    let mut same = true;
+    loop {
+        x = pg_sys::bms_next_member(attrs, x);
+        if x < 0 {
+            break;
+        }
+        let attno = x + pg_sys::FirstLowInvalidHeapAttributeNumber;
+        if attno <= 0 {
+            same = false;
+            break;
+        }
+        let i = attno as usize - 1;
+        if old.values.get(i) != new.values.get(i) {
+            same = false;
+            break;
+        }
+    }
+    pg_sys::bms_free(attrs);
+    same
 }
 
 unsafe fn meta_or_invisible(rel: pg_sys::Relation, tid: Tid, what: &str) -> Meta {
@@ -445,6 +475,10 @@ pub unsafe fn update(
 
     let new = tuple::prepare(rel, slot, old_tuple, 0);
     let mut new_mvcc = new_version(xid, cid, true);
+    // HOT (heap-only) when no indexed column changes and the old version's
+    // extent has room: the new version gets no index entries, and index
+    // entries of the chain's root lead to it (scan.rs walk_chain).
+    let hot_candidate = indexed_columns_unchanged(rel, &old_row, &tuple::decode(rel, &schema, new.natts, &new.payload, otid.block));
     // As heap_update: a row lock this transaction held on the old version
     // (ON CONFLICT DO UPDATE takes one first) carries over to the new one
     // as a key-share lock, so `RETURNING (xmax = 0) AS inserted` reads as
@@ -453,7 +487,14 @@ pub unsafe fn update(
         new_mvcc.xmax = xid;
         new_mvcc.infomask = (new_mvcc.infomask & !HEAP_XMAX_INVALID) | HEAP_XMAX_KEYSHR_LOCK | HEAP_XMAX_LOCK_ONLY;
     }
-    let ntid = relation::insert(rel, new.natts, new_mvcc, &new.payload);
+    let hot_tid = if hot_candidate { relation::insert_in_extent_of(rel, otid, new.natts, Mvcc { infomask2: new_mvcc.infomask2 | HEAP_ONLY_TUPLE, ..new_mvcc }, &new.payload) } else { None };
+    let hot = hot_tid.is_some();
+    if hot {
+        new_mvcc.infomask2 |= HEAP_ONLY_TUPLE;
+    }
+    let ntid = hot_tid.unwrap_or_else(|| relation::insert(rel, new.natts, new_mvcc, &new.payload));
+    *update_indexes = !hot;
+    let hot_bit = if hot { HEAP_HOT_UPDATED } else { 0 };
 
     let meta = relation::meta_covering(rel, otid).expect("metapage exists");
     if !optimistic {
@@ -461,6 +502,7 @@ pub unsafe fn update(
             Lookup::Found(mut loc) if loc.header.mvcc.xmax == xid => {
                 let mut m = loc.header.mvcc;
                 m.ctid = ntid;
+                m.infomask2 |= hot_bit;
                 loc.stamp(rel, &m);
             }
             _ => super::format_error(rel, otid.block, pg_hybrid_core::hasis::Error::Corrupt("updated version vanished before its successor was linked")),
@@ -468,7 +510,7 @@ pub unsafe fn update(
         (*slot).tts_tid = to_item_pointer(ntid);
         (*slot).tts_tableOid = (*rel).rd_id;
         tuple::stamp_slot(slot, &Mvcc { ctid: ntid, ..new_mvcc }, ntid);
-        pg_sys::pgstat_count_heap_update(rel, false);
+        pg_sys::pgstat_count_heap_update(rel, hot);
         return TM_Ok;
     }
     let kill = || {
@@ -486,7 +528,8 @@ pub unsafe fn update(
                 kill();
                 return result;
             }
-            let m = stamp_removed(rel, &loc, cid, ntid);
+            let mut m = stamp_removed(rel, &loc, cid, ntid);
+            m.infomask2 |= hot_bit;
             loc.stamp(rel, &m);
         }
         Found::Gone => {
@@ -501,7 +544,7 @@ pub unsafe fn update(
     (*slot).tts_tid = to_item_pointer(ntid);
     (*slot).tts_tableOid = (*rel).rd_id;
     tuple::stamp_slot(slot, &Mvcc { ctid: ntid, ..new_mvcc }, ntid);
-    pg_sys::pgstat_count_heap_update(rel, false);
+    pg_sys::pgstat_count_heap_update(rel, hot);
     TM_Ok
 }
 

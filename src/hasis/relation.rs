@@ -511,6 +511,38 @@ pub unsafe fn insert(rel: pg_sys::Relation, natts: u16, mvcc: Mvcc, payload: &[u
     }
 }
 
+/// Inserts a row version into the extent that holds `tid` (a HOT update's
+/// new version goes next to its predecessor); None if that extent has no
+/// room even after a compaction for room.
+pub unsafe fn insert_in_extent_of(rel: pg_sys::Relation, tid: Tid, natts: u16, mvcc: Mvcc, payload: &[u8]) -> Option<Tid> {
+    let meta = meta_covering(rel, tid)?;
+    let k = meta.extent_of(tid.block)?;
+    match insert_into_extent(rel, &meta, k, natts, mvcc, payload) {
+        Placed::At { tid, compaction_due } => {
+            if compaction_due {
+                super::worker::request(rel);
+            }
+            Some(tid)
+        }
+        Placed::Full => None,
+    }
+}
+
+/// The HOT redirects of the extent starting at block `first` (root slot,
+/// target slot), read under the header block's share lock.
+pub unsafe fn redirects(rel: pg_sys::Relation, meta: &Meta, first: u32) -> Vec<(u16, u16)> {
+    let g = meta.geometry;
+    let hbuf = Buf::read(rel, first, Lock::Share);
+    let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
+    let mut dir = DirectoryReader::new(rel, &g, first, &hbuf, std::ptr::null_mut());
+    (0..h.slot_hwm)
+        .filter_map(|s| match dir.entry(s) {
+            DirEntry::Redirect { slot } => Some((s, slot)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The slots of extent `k` whose versions compaction removed (`Dead`),
 /// read under the header block the caller holds.
 pub unsafe fn dead_slots(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &Buf) -> Vec<u16> {
@@ -650,8 +682,8 @@ enum Payload {
 /// One row version found by TID, its blocks locked.
 pub struct Located {
     /// The extent's header block, share-locked: no compaction can move the
-    /// version while this is held.
-    _header: Buf,
+    /// version while this is held. None when an `ExtentRead` holds it.
+    _header: Option<Buf>,
     /// The block holding the version's MVCC fields (share or exclusive):
     /// a delta block, or the column block with its row header.
     pub buf: Buf,
@@ -664,8 +696,8 @@ pub struct Located {
 
 /// What a TID names.
 pub enum Lookup {
-    /// Nothing: no such extent or slot, or a slot never used or made
-    /// unused by VACUUM.
+    /// Nothing: no such extent or slot, a slot never used or made unused
+    /// by VACUUM, or a HOT chain's redirect (no version of its own).
     Missing,
     /// A slot whose version compaction removed (dead to every snapshot).
     Dead,
@@ -702,58 +734,111 @@ pub unsafe fn set_hint(page: pg_sys::Page, mvcc_at: usize, infomask: u16) {
     bytes(page)[at..at + 2].copy_from_slice(&infomask.to_le_bytes());
 }
 
-/// Finds the version a TID names and locks its block with `lock`.
-pub unsafe fn locate(rel: pg_sys::Relation, meta: &Meta, tid: Tid, lock: Lock) -> Lookup {
-    let Some(k) = meta.extent_of(tid.block) else { return Lookup::Missing };
-    let g = meta.geometry;
-    let first = meta.extent_first(k);
-    let Ok(slot) = g.slot(first, tid) else { return Lookup::Missing };
-    let hbuf = Buf::read(rel, first, Lock::Share);
-    let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
-    if slot >= h.slot_hwm {
-        return Lookup::Missing;
+/// An extent whose header block is share-locked for several lookups: no
+/// compaction can run until it is dropped, so a HOT chain walk sees one
+/// page version from its root to its end (heap holds the buffer lock for
+/// the same reason).
+pub struct ExtentRead {
+    rel: pg_sys::Relation,
+    pub g: Geometry,
+    pub first: u32,
+    hbuf: Buf,
+    pub h: ExtentHeader,
+}
+
+impl ExtentRead {
+    /// The extent holding `tid`'s block, if the metapage knows it.
+    pub unsafe fn of(rel: pg_sys::Relation, meta: &Meta, tid: Tid) -> Option<ExtentRead> {
+        let k = meta.extent_of(tid.block)?;
+        let g = meta.geometry;
+        let first = meta.extent_first(k);
+        let hbuf = Buf::read(rel, first, Lock::Share);
+        let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
+        Some(ExtentRead { rel, g, first, hbuf, h })
     }
-    let (bi, _) = g.directory_entry(slot);
-    let entry = if bi == 0 {
-        check(rel, first, header::read_entry(bytes(hbuf.page()), &g, slot))
-    } else {
-        let d = Buf::read(rel, first + bi as u32, Lock::Share);
-        check(rel, first + bi as u32, header::read_entry(bytes(d.page()), &g, slot))
-    };
+
+    /// The slot a TID names in this extent (None: not a valid slot).
+    pub fn slot(&self, tid: Tid) -> Option<u16> {
+        self.g.slot(self.first, tid).ok()
+    }
+
+    /// The TID of a slot of this extent.
+    pub fn tid(&self, slot: u16) -> Tid {
+        check(self.rel, self.first, self.g.tid(self.first, slot))
+    }
+
+    /// The directory entry of `slot` (Unused above the high-water mark).
+    pub unsafe fn entry(&self, slot: u16) -> DirEntry {
+        if slot >= self.h.slot_hwm {
+            return DirEntry::Unused;
+        }
+        let (bi, _) = self.g.directory_entry(slot);
+        if bi == 0 {
+            check(self.rel, self.first, header::read_entry(bytes(self.hbuf.page()), &self.g, slot))
+        } else {
+            let d = Buf::read(self.rel, self.first + bi as u32, Lock::Share);
+            check(self.rel, self.first + bi as u32, header::read_entry(bytes(d.page()), &self.g, slot))
+        }
+    }
+
+    /// The version at `slot` (whose entry is `entry`), its block locked
+    /// with `lock`; None for a slot without a version.
+    pub unsafe fn version(&self, slot: u16, entry: DirEntry, lock: Lock) -> Option<Located> {
+        let (rel, g, first, h) = (self.rel, self.g, self.first, &self.h);
+        let tid = self.tid(slot);
+        match entry {
+            DirEntry::Unused | DirEntry::Dead | DirEntry::Redirect { .. } => None,
+            DirEntry::Column { row } => {
+                let cblk = first + g.column_block(0) as u32;
+                let (hb, off, header, payload) = {
+                    let cols = LazyColumns::new(rel, &g, first, h, std::ptr::null_mut());
+                    let part = check(rel, cblk, ColumnPart::parse_lazy(&g, &cols, h.column_units as usize, h.column_rows as usize));
+                    let (header, payload) = column_payload(rel, cblk, &part, row as usize);
+                    let (hb, off) = check(rel, cblk, part.header_location(row as usize));
+                    (hb, off, header, payload)
+                };
+                if header.slot != slot {
+                    format_error(rel, cblk, FormatError::Corrupt("column row does not carry its slot"));
+                }
+                // The header share lock keeps the layout; the row header's own
+                // block is locked again in the mode asked for.
+                let buf = Buf::read(rel, first + g.column_block(hb) as u32, lock);
+                let header = RowHeader::decode(&bytes(buf.page())[off..off + ROW_HEADER]);
+                Some(Located { _header: None, buf, tid, mvcc_at: off + MVCC_OFF, payload: Payload::Owned(payload), header })
+            }
+            DirEntry::Delta { block, offset } => {
+                let blk = first + g.delta_block(block as usize) as u32;
+                let buf = Buf::read(rel, blk, lock);
+                let view = check(rel, blk, DeltaView::open(bytes(buf.page()), &g, block as usize, Some(h.version)));
+                let it = check(rel, blk, view.item(offset));
+                if it.header.slot != slot {
+                    format_error(rel, blk, FormatError::Corrupt("delta item does not carry its slot"));
+                }
+                let (header, len) = (it.header, it.bytes.len());
+                let start = offset as usize + ITEM_HDR;
+                let payload = Payload::InPage { start, end: offset as usize + len };
+                Some(Located { _header: None, buf, tid, mvcc_at: offset as usize + 2 + MVCC_OFF, payload, header })
+            }
+        }
+    }
+}
+
+/// Finds the version a TID names and locks its block with `lock`. The
+/// TID's own slot only: HOT chains are walked by index fetches.
+pub unsafe fn locate(rel: pg_sys::Relation, meta: &Meta, tid: Tid, lock: Lock) -> Lookup {
+    let Some(ext) = ExtentRead::of(rel, meta, tid) else { return Lookup::Missing };
+    let Some(slot) = ext.slot(tid) else { return Lookup::Missing };
+    let entry = ext.entry(slot);
     match entry {
-        DirEntry::Unused => Lookup::Missing,
+        DirEntry::Unused | DirEntry::Redirect { .. } => Lookup::Missing,
         DirEntry::Dead => Lookup::Dead,
-        DirEntry::Column { row } => {
-            let cblk = first + g.column_block(0) as u32;
-            let (hb, off, header, payload) = {
-                let cols = LazyColumns::new(rel, &g, first, &h, std::ptr::null_mut());
-                let part = check(rel, cblk, ColumnPart::parse_lazy(&g, &cols, h.column_units as usize, h.column_rows as usize));
-                let (header, payload) = column_payload(rel, cblk, &part, row as usize);
-                let (hb, off) = check(rel, cblk, part.header_location(row as usize));
-                (hb, off, header, payload)
-            };
-            if header.slot != slot {
-                format_error(rel, cblk, FormatError::Corrupt("column row does not carry its slot"));
+        _ => match ext.version(slot, entry, lock) {
+            Some(mut loc) => {
+                loc._header = Some(ext.hbuf);
+                Lookup::Found(loc)
             }
-            // The header share lock keeps the layout; the row header's own
-            // block is locked again in the mode asked for.
-            let buf = Buf::read(rel, first + g.column_block(hb) as u32, lock);
-            let header = RowHeader::decode(&bytes(buf.page())[off..off + ROW_HEADER]);
-            Lookup::Found(Located { _header: hbuf, buf, tid, mvcc_at: off + MVCC_OFF, payload: Payload::Owned(payload), header })
-        }
-        DirEntry::Delta { block, offset } => {
-            let blk = first + g.delta_block(block as usize) as u32;
-            let buf = Buf::read(rel, blk, lock);
-            let view = check(rel, blk, DeltaView::parse(bytes(buf.page()), &g, block as usize, Some(h.version)));
-            let it = check(rel, blk, view.item(offset));
-            if it.header.slot != slot {
-                format_error(rel, blk, FormatError::Corrupt("delta item does not carry its slot"));
-            }
-            let (header, len) = (it.header, it.bytes.len());
-            let start = offset as usize + ITEM_HDR;
-            let payload = Payload::InPage { start, end: offset as usize + len };
-            Lookup::Found(Located { _header: hbuf, buf, tid, mvcc_at: offset as usize + 2 + MVCC_OFF, payload, header })
-        }
+            None => Lookup::Missing,
+        },
     }
 }
 
@@ -814,7 +899,7 @@ pub unsafe fn visit_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, select: S
                 }
                 DirEntry::Delta { .. } => format_error(rel, first, FormatError::Corrupt("directory entry names a delta block not in use")),
                 DirEntry::Column { row } => rows.push(row),
-                DirEntry::Unused | DirEntry::Dead => {}
+                DirEntry::Unused | DirEntry::Dead | DirEntry::Redirect { .. } => {}
             }
         }
         wanted_rows = Some(rows);
@@ -858,7 +943,7 @@ pub unsafe fn visit_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, select: S
         let blk = first + g.delta_block(i) as u32;
         let buf = Buf::read_with(rel, blk, Lock::Share, strategy);
         let page = buf.page();
-        let view = check(rel, blk, DeltaView::parse(bytes(page), &g, i, Some(h.version)));
+        let view = check(rel, blk, DeltaView::open(bytes(page), &g, i, Some(h.version)));
         let mut visit = |it: pg_hybrid_core::hasis::delta::DeltaItem| {
             let tid = check(rel, blk, g.tid(first, it.header.slot));
             let v = Visited { tid, header: it.header, payload: &it.bytes[ITEM_HDR..], buffer: buf.buffer(), page, mvcc_at: it.offset as usize + 2 + MVCC_OFF };

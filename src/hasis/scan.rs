@@ -294,19 +294,38 @@ pub unsafe fn getnextslot_tidrange(scan: pg_sys::TableScanDesc, dir: pg_sys::Sca
     serial_next(scan, dir == pg_sys::ScanDirection::BackwardScanDirection, slot)
 }
 
+/// One TID block of a bitmap heap scan. Index entries name HOT chain roots,
+/// so each TID is a chain walk (its visible member may lie in another TID
+/// block of the extent); a lossy block means every chain rooted in it.
 pub unsafe fn bitmap_next_block(scan: pg_sys::TableScanDesc, tbmres: *mut pg_sys::TBMIterateResult) -> bool {
     let rel = (*scan).rs_rd;
+    let snapshot = (*scan).rs_snapshot;
     let st = state(scan);
     st.pending.clear();
     st.pos = 0;
     let blk = (*tbmres).blockno;
     let Some(meta) = st.meta else { return false };
-    let Some(k) = meta.extent_of(blk) else { return false };
-    load_visible(rel, st, k, Select::TidBlock(blk), (*scan).rs_snapshot, true);
-    if (*tbmres).ntuples >= 0 {
-        // Exact page: only the offsets the bitmap holds.
-        let offs = (*tbmres).offsets.as_slice((*tbmres).ntuples as usize);
-        st.pending.retain(|p| offs.contains(&p.tid.offset));
+    let Some(ext) = relation::ExtentRead::of(rel, &meta, Tid::new(blk, 1)) else { return false };
+    let offsets: Vec<u16> = if (*tbmres).ntuples >= 0 {
+        (*tbmres).offsets.as_slice((*tbmres).ntuples as usize).to_vec()
+    } else {
+        (1..=pg_hybrid_core::hasis::layout::MAX_OFFSET as u16).collect()
+    };
+    let pending = &mut st.pending;
+    for off in offsets {
+        let Some(root) = ext.slot(Tid::new(blk, off)) else { continue };
+        if root >= ext.h.slot_hwm {
+            continue;
+        }
+        walk_chain(&ext, root, true, &mut |loc| {
+            if check_visible(rel, snapshot, loc) {
+                let mut ip = to_item_pointer(loc.tid);
+                PredicateLockTID(rel, &mut ip, snapshot, pg_sys::TransactionId::from(loc.header.mvcc.xmin));
+                pending.push(Pending { tid: loc.tid, mvcc: loc.header.mvcc, natts: loc.header.natts, payload: loc.payload().to_vec() });
+                return Walk::Stop;
+            }
+            Walk::Next
+        });
     }
     !st.pending.is_empty()
 }
@@ -462,9 +481,9 @@ unsafe fn meta_covering(rel: pg_sys::Relation, meta: &mut Option<Meta>, tid: Tid
     *meta
 }
 
-/// Fetches the version at `tid` into `slot` if `snapshot` sees it. Also
-/// says whether the TID is dead to everyone (`all_dead`, for index AMs'
-/// killed-item hints).
+/// Fetches the version at exactly `tid` (no HOT chain walk) into `slot` if
+/// `snapshot` sees it. Also says whether the TID is dead to everyone
+/// (`all_dead`).
 pub unsafe fn fetch_version(
     rel: pg_sys::Relation,
     meta: &mut Option<Meta>,
@@ -502,6 +521,121 @@ pub unsafe fn fetch_version(
     false
 }
 
+/// What a HOT chain walk's visitor says next.
+pub enum Walk {
+    Stop,
+    Next,
+}
+
+/// Walks the HOT chain at `slot` of `ext` with heap_hot_search_buffer's
+/// rules, calling `visit` for each member (its block share-locked) until it
+/// says `Stop`. From a chain start (`at_chain_start`), a redirect leads to
+/// the chain's first live member and a heap-only version is no chain at
+/// all (an index entry never names one). The walk ends where a version is
+/// not HOT-updated, and where the next slot's version was not inserted by
+/// its predecessor's updater (the slot was freed and reused). The header
+/// lock `ext` holds keeps compaction out for the whole walk.
+pub unsafe fn walk_chain(ext: &relation::ExtentRead, mut slot: u16, mut at_chain_start: bool, visit: &mut dyn FnMut(&mut relation::Located) -> Walk) {
+    let mut prev_xmax: Option<u32> = None;
+    for _ in 0..=ext.g.max_slots() {
+        let entry = ext.entry(slot);
+        if let pg_hybrid_core::hasis::header::DirEntry::Redirect { slot: target } = entry {
+            if !at_chain_start {
+                return;
+            }
+            slot = target;
+            at_chain_start = false;
+            continue;
+        }
+        let Some(mut loc) = ext.version(slot, entry, Lock::Share) else { return };
+        let m = loc.header.mvcc;
+        if (at_chain_start && is_heap_only(&m)) || prev_xmax.is_some_and(|x| x != m.xmin) {
+            return;
+        }
+        if let Walk::Stop = visit(&mut loc) {
+            return;
+        }
+        // Hints the visitor set (an aborted updater) may end the chain.
+        let m = loc.header.mvcc;
+        match is_hot_updated(&m).then(|| ext.slot(m.ctid)).flatten() {
+            Some(next) => {
+                slot = next;
+                prev_xmax = Some(m.xmax);
+                at_chain_start = false;
+            }
+            None => return,
+        }
+    }
+}
+
+/// Checks a located version against `snapshot`, writing hint bits back
+/// (into the page and into `loc`'s copy of the header).
+unsafe fn check_visible(rel: pg_sys::Relation, snapshot: pg_sys::Snapshot, loc: &mut relation::Located) -> bool {
+    let (vis, hint) = visible(rel, snapshot, &loc.header.mvcc, loc.tid, loc.buf.buffer());
+    if let Some(h) = hint {
+        loc.set_hint(h);
+        loc.header.mvcc.infomask = h;
+    }
+    vis
+}
+
+/// heap_hot_search_buffer: the member of the HOT chain `tid` names that
+/// `snapshot` sees, stored into `slot`, its TID written back to `tid`.
+/// `first_call` false continues after the member returned last (non-MVCC
+/// snapshots may see several members). `all_dead` says whether every
+/// member examined is dead to everyone (for killed-item hints).
+unsafe fn hot_search(
+    rel: pg_sys::Relation,
+    ext: &relation::ExtentRead,
+    slot_schema: &mut tuple::SlotSchema,
+    tid: &mut Tid,
+    snapshot: pg_sys::Snapshot,
+    slot: *mut pg_sys::TupleTableSlot,
+    first_call: bool,
+    all_dead: &mut bool,
+) -> bool {
+    *all_dead = first_call;
+    let Some(start) = ext.slot(*tid) else { return false };
+    let mut skip = !first_call;
+    let mut found: Option<Tid> = None;
+    let mut vistest: *mut pg_sys::GlobalVisState = std::ptr::null_mut();
+    walk_chain(ext, start, first_call, &mut |loc| {
+        if !skip && check_visible(rel, snapshot, loc) {
+            let mut ip = to_item_pointer(loc.tid);
+            PredicateLockTID(rel, &mut ip, snapshot, pg_sys::TransactionId::from(loc.header.mvcc.xmin));
+            tuple::store(rel, slot, slot_schema, loc.header.natts, loc.payload(), &loc.header.mvcc, loc.tid);
+            found = Some(loc.tid);
+            return Walk::Stop;
+        }
+        skip = false;
+        if *all_dead {
+            if vistest.is_null() {
+                vistest = pg_sys::GlobalVisTestFor(rel);
+            }
+            let mut ht = HeaderTuple::new(&loc.header.mvcc, loc.tid, (*rel).rd_id);
+            if !pg_sys::HeapTupleIsSurelyDead(ht.ptr(), vistest) {
+                *all_dead = false;
+            }
+        }
+        Walk::Next
+    });
+    match found {
+        Some(t) => {
+            *tid = t;
+            *all_dead = false;
+            true
+        }
+        None => false,
+    }
+}
+
+fn is_mvcc_snapshot(snapshot: pg_sys::Snapshot) -> bool {
+    unsafe { matches!((*snapshot).snapshot_type, pg_sys::SnapshotType::SNAPSHOT_MVCC | pg_sys::SnapshotType::SNAPSHOT_HISTORIC_MVCC) }
+}
+
+/// An index scan's fetch: the visible member of the HOT chain whose root
+/// the index entry names; with a non-MVCC snapshot, `call_again` asks for
+/// the chain's next visible member (heapam_index_fetch_tuple).
 pub unsafe fn index_fetch_tuple(
     scan: *mut pg_sys::IndexFetchTableData,
     tid: pg_sys::ItemPointer,
@@ -511,9 +645,19 @@ pub unsafe fn index_fetch_tuple(
     all_dead: *mut bool,
 ) -> bool {
     let f = &mut *(scan as *mut HasisFetch);
+    let rel = f.base.rel;
+    let first_call = !*call_again;
     *call_again = false;
-    let mut dead = false;
-    let found = fetch_version(f.base.rel, &mut f.meta, &mut f.slot_schema, from_item_pointer(&*tid), snapshot, slot, Some(&mut dead));
+    let mut t = from_item_pointer(&*tid);
+    let mut dead = true;
+    let found = match meta_covering(rel, &mut f.meta, t).and_then(|m| relation::ExtentRead::of(rel, &m, t)) {
+        Some(ext) => hot_search(rel, &ext, &mut f.slot_schema, &mut t, snapshot, slot, first_call, &mut dead),
+        None => false,
+    };
+    if found {
+        *tid = to_item_pointer(t);
+        *call_again = !is_mvcc_snapshot(snapshot);
+    }
     if !all_dead.is_null() {
         *all_dead = dead;
     }
@@ -577,30 +721,41 @@ pub unsafe fn get_latest_tid(scan: pg_sys::TableScanDesc, tid: pg_sys::ItemPoint
     }
 }
 
-/// Which index entries may go (btree's simple and bottom-up deletion):
-/// TIDs whose slot is gone or whose version is dead to everyone. Returns
-/// the newest xid whose removal a hot standby must wait out.
+/// Which index entries may go (btree's simple and bottom-up deletion): a
+/// TID whose slot is gone, or whose HOT chain holds only versions dead to
+/// everyone. Returns the newest xid whose removal a hot standby must wait
+/// out.
 pub unsafe fn index_delete_tuples(rel: pg_sys::Relation, delstate: *mut pg_sys::TM_IndexDeleteOp) -> pg_sys::TransactionId {
     let mut latest: pg_sys::TransactionId = pg_sys::InvalidTransactionId;
     let oldest = pg_sys::GetOldestNonRemovableTransactionId(rel);
     let n = (*delstate).ndeltids as usize;
     let deltids = std::slice::from_raw_parts((*delstate).deltids, n);
+    let mut meta: Option<Meta> = None;
     for d in deltids {
         let status = &mut *(*delstate).status.add(d.id as usize);
         let tid = from_item_pointer(&d.tid);
-        let Some(meta) = relation::meta_covering(rel, tid) else { continue };
-        match relation::locate(rel, &meta, tid, Lock::Share) {
-            Lookup::Missing | Lookup::Dead => status.knowndeletable = true,
-            Lookup::Found(loc) => {
-                let m = loc.header.mvcc;
-                let (r, hint, mut ht) = vacuum_state(&m, tid, (*rel).rd_id, oldest, loc.buf.buffer());
-                if let Some(h) = hint {
-                    loc.set_hint(h);
-                }
-                if status.knowndeletable || r == pg_sys::HTSV_Result::HEAPTUPLE_DEAD {
-                    status.knowndeletable = true;
-                    HeapTupleHeaderAdvanceLatestRemovedXid(ht.header(), &mut latest);
-                }
+        let Some(m) = meta_covering(rel, &mut meta, tid) else { continue };
+        let Some(ext) = relation::ExtentRead::of(rel, &m, tid) else { continue };
+        let Some(root) = ext.slot(tid) else { continue };
+        let mut all_dead = true;
+        let mut chain_latest = pg_sys::InvalidTransactionId;
+        walk_chain(&ext, root, true, &mut |loc| {
+            let (r, hint, mut ht) = vacuum_state(&loc.header.mvcc, loc.tid, (*rel).rd_id, oldest, loc.buf.buffer());
+            if let Some(h) = hint {
+                loc.set_hint(h);
+                loc.header.mvcc.infomask = h;
+            }
+            if r != pg_sys::HTSV_Result::HEAPTUPLE_DEAD {
+                all_dead = false;
+                return Walk::Stop;
+            }
+            HeapTupleHeaderAdvanceLatestRemovedXid(ht.header(), &mut chain_latest);
+            Walk::Next
+        });
+        if all_dead {
+            status.knowndeletable = true;
+            if chain_latest != pg_sys::InvalidTransactionId && (latest == pg_sys::InvalidTransactionId || pg_sys::TransactionIdFollows(chain_latest, latest)) {
+                latest = chain_latest;
             }
         }
     }

@@ -23,9 +23,9 @@ pub unsafe fn open_table(oid: pg_sys::Oid, lock: pg_sys::LOCKMODE) -> pg_sys::Re
 CREATE FUNCTION pg_hybrid.table_stats(tbl regclass) RETURNS TABLE (
     extents bigint, page_versions bigint, column_rows bigint, column_units bigint,
     delta_versions bigint, delta_blocks bigint, dead_slots bigint, unused_slots bigint,
-    relation_bytes bigint)
+    redirect_slots bigint, relation_bytes bigint)
     LANGUAGE c STRICT VOLATILE AS 'MODULE_PATHNAME', 'table_stats_wrapper';
-COMMENT ON FUNCTION pg_hybrid.table_stats(regclass) IS 'hybrid pages of a hasis table: extents, compactions (page versions past the first), rows in column parts and delta parts, slots waiting for VACUUM';
+COMMENT ON FUNCTION pg_hybrid.table_stats(regclass) IS 'hybrid pages of a hasis table: extents, compactions (page versions past the first), rows in column parts and delta parts, slots waiting for VACUUM, HOT chain roots whose root version is gone (redirects)';
 ")]
 fn table_stats(
     tbl: pg_sys::Oid,
@@ -40,12 +40,13 @@ fn table_stats(
         name!(delta_blocks, i64),
         name!(dead_slots, i64),
         name!(unused_slots, i64),
+        name!(redirect_slots, i64),
         name!(relation_bytes, i64),
     ),
 > {
     unsafe {
         let rel = open_table(tbl, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        let mut t = (0i64, 0i64, 0i64, 0i64, 0i64, 0i64, 0i64, 0i64, 0i64);
+        let mut t = (0i64, 0i64, 0i64, 0i64, 0i64, 0i64, 0i64, 0i64, 0i64, 0i64);
         if let Some(meta) = relation::refresh_meta(rel) {
             let g = meta.geometry;
             t.0 = meta.nextents as i64;
@@ -63,12 +64,13 @@ fn table_stats(
                         DirEntry::Delta { .. } => t.4 += 1,
                         DirEntry::Dead => t.6 += 1,
                         DirEntry::Unused => t.7 += 1,
+                        DirEntry::Redirect { .. } => t.8 += 1,
                         DirEntry::Column { .. } => {}
                     }
                 }
             }
         }
-        t.8 = (crate::storage::buffer::nblocks(rel) as i64) * pg_sys::BLCKSZ as i64;
+        t.9 = (crate::storage::buffer::nblocks(rel) as i64) * pg_sys::BLCKSZ as i64;
         pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         TableIterator::once(t)
     }
@@ -110,9 +112,11 @@ fn verify_table(tbl: pg_sys::Oid) -> i64 {
     }
 }
 
-/// Every entry of every index names a slot that holds a version or whose
-/// version compaction removed (its entry waits for VACUUM); an entry naming
-/// an unused slot or no slot at all is corruption.
+/// Every entry of every index names a slot that holds a version that is not
+/// heap-only, a HOT chain's redirect, or a slot whose version compaction
+/// removed (its entry waits for VACUUM); an entry naming an unused slot, a
+/// heap-only version (reached only through its chain's root) or no slot at
+/// all is corruption.
 unsafe fn verify_indexes(rel: pg_sys::Relation, meta: &relation::Meta) {
     let mut nindexes = 0;
     let mut irel: *mut pg_sys::Relation = std::ptr::null_mut();
@@ -131,11 +135,22 @@ unsafe fn verify_indexes(rel: pg_sys::Relation, meta: &relation::Meta) {
                 break;
             }
             let tid = super::visibility::from_item_pointer(&*ip);
-            if let relation::Lookup::Missing = relation::locate(rel, meta, tid, Lock::Share) {
+            let problem = match relation::ExtentRead::of(rel, meta, tid) {
+                None => Some("names no version"),
+                Some(ext) => match ext.slot(tid).map(|s| (s, ext.entry(s))) {
+                    None | Some((_, DirEntry::Unused)) => Some("names no version"),
+                    Some((_, DirEntry::Dead | DirEntry::Redirect { .. })) => None,
+                    Some((s, e)) => match ext.version(s, e, Lock::Share) {
+                        Some(loc) if super::visibility::is_heap_only(&loc.header.mvcc) => Some("names a heap-only version"),
+                        _ => None,
+                    },
+                },
+            };
+            if let Some(what) = problem {
                 crate::raise(
                     PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
                     format!(
-                        "index \"{}\" of hasis table \"{}\" has an entry for ({},{}), which names no version",
+                        "index \"{}\" of hasis table \"{}\" has an entry for ({},{}), which {what}",
                         crate::storage::page::rel_name(index),
                         crate::storage::page::rel_name(rel),
                         tid.block,

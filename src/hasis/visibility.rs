@@ -35,6 +35,29 @@ pub const HEAP_UPDATED: u16 = 0x2000;
 pub const HEAP_XMAX_BITS: u16 = HEAP_XMAX_COMMITTED | HEAP_XMAX_INVALID | HEAP_XMAX_IS_MULTI | HEAP_LOCK_MASK | HEAP_XMAX_LOCK_ONLY;
 pub const HEAP_NATTS_MASK: u16 = 0x07FF;
 pub const HEAP_KEYS_UPDATED: u16 = 0x2000;
+/// infomask2: the version was updated in place of a HOT chain (its
+/// successor is heap-only, in the same extent).
+pub const HEAP_HOT_UPDATED: u16 = 0x4000;
+/// infomask2: a heap-only version, reached through its chain's root.
+pub const HEAP_ONLY_TUPLE: u16 = 0x8000;
+
+/// HeapTupleHeaderIsHotUpdated: the HOT link counts only while the
+/// updater may have committed and the version itself was ever valid.
+pub fn is_hot_updated(m: &Mvcc) -> bool {
+    m.infomask2 & HEAP_HOT_UPDATED != 0 && m.infomask & HEAP_XMAX_INVALID == 0 && m.infomask & HEAP_XMIN_FROZEN != HEAP_XMIN_INVALID
+}
+
+pub fn is_heap_only(m: &Mvcc) -> bool {
+    m.infomask2 & HEAP_ONLY_TUPLE != 0
+}
+
+/// A version's place in a HOT chain for the core's chain algebra
+/// (`pg_hybrid_core::hasis::hot`): the next member is the ctid's slot when
+/// the version is HOT-updated and the ctid lies in the same extent.
+pub fn chain_link(g: &pg_hybrid_core::hasis::layout::Geometry, first: u32, m: &Mvcc) -> pg_hybrid_core::hasis::hot::ChainLink {
+    let next = if is_hot_updated(m) { g.slot(first, m.ctid).ok() } else { None };
+    pg_hybrid_core::hasis::hot::ChainLink { heap_only: is_heap_only(m), next, xmin: m.xmin, updater: m.xmax }
+}
 
 /// The MVCC fields of a new version this transaction inserts (`updated`:
 /// as the new half of an UPDATE, heap's HEAP_UPDATED). ctid is set to the
