@@ -122,12 +122,25 @@ pub unsafe fn may_free_delta_block(rel: pg_sys::Relation, meta: &Meta, first: u3
     // Asked at every insert that meets a full delta part, which for an
     // extent full of versions that must stay (a bulk-loaded extent whose
     // rows are updated elsewhere) is every update of one of its rows that
-    // tries HOT: remember a "no" for the page version for a while (the
-    // horizon moves on, so the answer may change without a compaction).
+    // tries HOT. The answer depends only on the page version, the delta
+    // part's items (appends go to the last block in use) and the removal
+    // horizon, so a "no" is remembered for them.
+    let g = meta.geometry;
+    let horizon = pg_sys::GetOldestNonRemovableTransactionId(rel).into_inner();
+    let last_items = match h.delta_used.checked_sub(1) {
+        None => 0,
+        Some(i) => {
+            let blk = first + g.delta_block(i as usize) as u32;
+            let b = Buf::read(rel, blk, crate::storage::buffer::Lock::Share);
+            match delta::DeltaView::open(bytes(b.page()), &g, i as usize, Some(h.version)) {
+                Ok(v) => v.len(),
+                Err(_) => return true,
+            }
+        }
+    };
     let key = ((*rel).rd_node.relNode, first);
-    let now = std::time::Instant::now();
-    let cached_no = NO_GAIN.with(|c| c.borrow().get(&key).is_some_and(|&(v, at)| v == h.version && now.duration_since(at) < NO_GAIN_FOR));
-    if cached_no {
+    let state = NoGain { version: h.version, delta_used: h.delta_used, last_items, horizon };
+    if NO_GAIN.with(|c| c.borrow().get(&key) == Some(&state)) {
         return false;
     }
     let gain = scan_for_gain(rel, meta, first, h);
@@ -139,18 +152,26 @@ pub unsafe fn may_free_delta_block(rel: pg_sys::Relation, meta: &Meta, first: u3
             if c.len() >= 65536 {
                 c.clear();
             }
-            c.insert(key, (h.version, now));
+            c.insert(key, state);
         }
     });
     gain
 }
 
+/// What `may_free_delta_block`'s answer depends on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct NoGain {
+    version: u32,
+    delta_used: u16,
+    last_items: usize,
+    horizon: u32,
+}
+
 thread_local! {
     /// Extents (relfilenode, first block) found unable to free a delta
-    /// block, with the page version and when.
-    static NO_GAIN: std::cell::RefCell<std::collections::HashMap<(pg_sys::Oid, u32), (u32, std::time::Instant)>> = std::cell::RefCell::new(std::collections::HashMap::new());
+    /// block, and in what state.
+    static NO_GAIN: std::cell::RefCell<std::collections::HashMap<(pg_sys::Oid, u32), NoGain>> = std::cell::RefCell::new(std::collections::HashMap::new());
 }
-const NO_GAIN_FOR: std::time::Duration = std::time::Duration::from_millis(500);
 
 unsafe fn scan_for_gain(rel: pg_sys::Relation, meta: &Meta, first: u32, h: &ExtentHeader) -> bool {
     let g = meta.geometry;

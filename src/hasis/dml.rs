@@ -319,8 +319,13 @@ unsafe fn fill_failure(tmfd: *mut pg_sys::TM_FailureData, loc: &Located, result:
 /// The MVCC fields after this transaction deletes or updates the version
 /// (heap_delete / heap_update's stamp of the old tuple).
 unsafe fn stamp_removed(rel: pg_sys::Relation, loc: &Located, cid: pg_sys::CommandId, successor: Tid) -> Mvcc {
-    let mut m = loc.header.mvcc;
-    let mut ht = HeaderTuple::new(&m, loc.tid, (*rel).rd_id);
+    removed_mvcc(rel, &loc.header.mvcc, loc.tid, cid, successor)
+}
+
+/// `stamp_removed` for the version at `tid` whose fields are `m`.
+unsafe fn removed_mvcc(rel: pg_sys::Relation, m: &Mvcc, tid: Tid, cid: pg_sys::CommandId, successor: Tid) -> Mvcc {
+    let mut m = *m;
+    let mut ht = HeaderTuple::new(&m, tid, (*rel).rd_id);
     let mut cmax = cid;
     let mut iscombo = false;
     pg_sys::HeapTupleHeaderAdjustCmax(ht.header(), &mut cmax, &mut iscombo);
@@ -467,9 +472,11 @@ pub unsafe fn update(
     let old_tuple = tuple::form(rel, &old_row, &old_mvcc, otid);
     let optimistic = (*(*old_tuple).t_data).t_infomask & HEAP_HASEXTERNAL == 0;
     let mut loc = loc;
+    let mut marked: Option<Mvcc> = None;
     if !optimistic {
         let m = stamp_removed(rel, &loc, cid, otid);
         loc.stamp(rel, &m);
+        marked = Some(m);
     }
     drop(loc);
 
@@ -487,14 +494,37 @@ pub unsafe fn update(
         new_mvcc.xmax = xid;
         new_mvcc.infomask = (new_mvcc.infomask & !HEAP_XMAX_INVALID) | HEAP_XMAX_KEYSHR_LOCK | HEAP_XMAX_LOCK_ONLY;
     }
-    let hot_tid = if hot_candidate { relation::insert_in_extent_of(rel, otid, new.natts, Mvcc { infomask2: new_mvcc.infomask2 | HEAP_ONLY_TUPLE, ..new_mvcc }, &new.payload) } else { None };
-    let hot = hot_tid.is_some();
-    if hot {
+    // HOT: the new version goes into the old one's extent and the old one
+    // is stamped in the same critical section and WAL record, if it is
+    // still as checked above (else, or without room there, the update
+    // goes the general way below).
+    let old_slot = meta.geometry.slot(meta.extent_first(meta.extent_of(otid.block).expect("extent of the updated version")), otid).ok();
+    let hot_placed = match (hot_candidate, old_slot) {
+        (true, Some(slot)) => {
+            let expect = if optimistic { old_mvcc } else { marked.expect("marked old version") };
+            let stamp = |now: &Mvcc, ntid: Tid| {
+                let mut m = if optimistic { removed_mvcc(rel, now, otid, cid, ntid) } else { Mvcc { ctid: ntid, ..*now } };
+                m.infomask2 |= HEAP_HOT_UPDATED;
+                m
+            };
+            let old = relation::StampOld { slot, expect, stamp: &stamp };
+            match relation::hot_update(rel, otid, &old, new.natts, Mvcc { infomask2: new_mvcc.infomask2 | HEAP_ONLY_TUPLE, ..new_mvcc }, &new.payload) {
+                relation::Placed::At { tid, .. } => Some(tid),
+                relation::Placed::Full | relation::Placed::Changed => None,
+            }
+        }
+        _ => None,
+    };
+    if let Some(ntid) = hot_placed {
         new_mvcc.infomask2 |= HEAP_ONLY_TUPLE;
+        *update_indexes = false;
+        (*slot).tts_tid = to_item_pointer(ntid);
+        (*slot).tts_tableOid = (*rel).rd_id;
+        tuple::stamp_slot(slot, &Mvcc { ctid: ntid, ..new_mvcc }, ntid);
+        pg_sys::pgstat_count_heap_update(rel, true);
+        return TM_Ok;
     }
-    let ntid = hot_tid.unwrap_or_else(|| relation::insert(rel, new.natts, new_mvcc, &new.payload));
-    *update_indexes = !hot;
-    let hot_bit = if hot { HEAP_HOT_UPDATED } else { 0 };
+    let ntid = relation::insert(rel, new.natts, new_mvcc, &new.payload);
 
     let meta = relation::meta_covering(rel, otid).expect("metapage exists");
     if !optimistic {
@@ -502,7 +532,6 @@ pub unsafe fn update(
             Lookup::Found(mut loc) if loc.header.mvcc.xmax == xid => {
                 let mut m = loc.header.mvcc;
                 m.ctid = ntid;
-                m.infomask2 |= hot_bit;
                 loc.stamp(rel, &m);
             }
             _ => super::format_error(rel, otid.block, pg_hybrid_core::hasis::Error::Corrupt("updated version vanished before its successor was linked")),
@@ -510,7 +539,7 @@ pub unsafe fn update(
         (*slot).tts_tid = to_item_pointer(ntid);
         (*slot).tts_tableOid = (*rel).rd_id;
         tuple::stamp_slot(slot, &Mvcc { ctid: ntid, ..new_mvcc }, ntid);
-        pg_sys::pgstat_count_heap_update(rel, hot);
+        pg_sys::pgstat_count_heap_update(rel, false);
         return TM_Ok;
     }
     let kill = || {
@@ -528,8 +557,7 @@ pub unsafe fn update(
                 kill();
                 return result;
             }
-            let mut m = stamp_removed(rel, &loc, cid, ntid);
-            m.infomask2 |= hot_bit;
+            let m = stamp_removed(rel, &loc, cid, ntid);
             loc.stamp(rel, &m);
         }
         Found::Gone => {
@@ -544,7 +572,7 @@ pub unsafe fn update(
     (*slot).tts_tid = to_item_pointer(ntid);
     (*slot).tts_tableOid = (*rel).rd_id;
     tuple::stamp_slot(slot, &Mvcc { ctid: ntid, ..new_mvcc }, ntid);
-    pg_sys::pgstat_count_heap_update(rel, hot);
+    pg_sys::pgstat_count_heap_update(rel, false);
     TM_Ok
 }
 

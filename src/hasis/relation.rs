@@ -299,6 +299,9 @@ pub enum Placed {
     At { tid: Tid, compaction_due: bool },
     /// No free slot or delta space here.
     Full,
+    /// A HOT update's old version changed before it could be stamped
+    /// (`StampOld`): nothing was done.
+    Changed,
 }
 
 /// Inserts one encoded row version (payload in the core's row format) into
@@ -306,7 +309,47 @@ pub enum Placed {
 /// set to the new version's own TID, unless it carries a speculative
 /// insertion token (heap's convention: offset `SpecTokenOffsetNumber`),
 /// which stays until the insertion is completed or aborted.
-pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u16, mut mvcc: Mvcc, payload: &[u8]) -> Placed {
+pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u16, mvcc: Mvcc, payload: &[u8]) -> Placed {
+    insert_and_stamp(rel, meta, k, natts, mvcc, payload, None)
+}
+
+/// The old version of a HOT update, stamped in the same critical section
+/// and WAL record (UPDATE) as its new version's insert.
+pub struct StampOld<'a> {
+    pub slot: u16,
+    /// Its MVCC fields as the updater checked them. If they changed since
+    /// (the updater released the version to prepare the new one, and
+    /// somebody locked or changed it meanwhile), nothing is done:
+    /// `Placed::Changed`.
+    pub expect: Mvcc,
+    /// Its new MVCC fields, given its current ones and the new version's
+    /// TID.
+    pub stamp: &'a dyn Fn(&Mvcc, Tid) -> Mvcc,
+}
+
+/// Hint bits: set by any reader, they say nothing about whether somebody
+/// locked or changed a version.
+const HINT_BITS: u16 = 0x0100 | 0x0200 | 0x0400 | 0x0800;
+
+/// Whether a version's MVCC fields are what an updater checked, hint bits
+/// aside.
+fn unchanged(now: &Mvcc, expect: &Mvcc) -> bool {
+    Mvcc { infomask: now.infomask & !HINT_BITS, ..*now } == Mvcc { infomask: expect.infomask & !HINT_BITS, ..*expect }
+}
+
+/// Where the old version of a HOT update is: in the last delta block (the
+/// one appends go to, locked once for both) or in a block of its own; and
+/// the byte offset of its MVCC fields.
+enum OldAt {
+    InLast(usize, Mvcc),
+    Own(Buf, usize, Mvcc),
+}
+
+/// `insert_into_extent`, and with `old` also the HOT update's stamp of the
+/// old version, under the same header lock: the old version is found and
+/// checked after the header block is held exclusively, so nobody else is
+/// inside the extent and the other blocks may be locked in any order.
+unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u16, mut mvcc: Mvcc, payload: &[u8], old: Option<&StampOld>) -> Placed {
     let g = meta.geometry;
     let first = meta.extent_first(k);
     let hbuf = Buf::read(rel, first, Lock::Exclusive);
@@ -335,16 +378,26 @@ pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, nat
     }
     let item = check(rel, first, delta::encode_item(&RowHeader { slot, natts, mvcc }, payload));
 
-    // The delta block: the last one in use if the item fits, else the next.
-    let mut target: Option<(usize, Buf, bool)> = None;
     let (dir_index, _) = g.directory_entry(slot);
     let dir_buf = (dir_index != 0).then(|| Buf::read(rel, first + dir_index as u32, Lock::Exclusive));
-    if h.delta_used > 0 {
-        let i = h.delta_used as usize - 1;
+    let last = (h.delta_used as usize).checked_sub(1);
+    let mut last_buf = last.map(|i| Buf::read(rel, first + g.delta_block(i) as u32, Lock::Exclusive));
+
+    // The old version of a HOT update, checked unchanged.
+    let old_at = match old {
+        None => None,
+        Some(o) => match locate_for_stamp(rel, &g, first, &h, &hbuf, dir_buf.as_ref().filter(|_| g.directory_entry(o.slot).0 == dir_index), last.zip(last_buf.as_ref()), o) {
+            Some(at) => Some(at),
+            None => return Placed::Changed,
+        },
+    };
+
+    // The delta block: the last one in use if the item fits, else the next.
+    let mut target: Option<(usize, Buf, bool)> = None;
+    if let (Some(i), Some(b)) = (last, last_buf.as_ref()) {
         let blk = first + g.delta_block(i) as u32;
-        let b = Buf::read(rel, blk, Lock::Exclusive);
         if check(rel, blk, delta::free_space(bytes(b.page()))) >= item.len() {
-            target = Some((i, b, false));
+            target = Some((i, last_buf.take().unwrap(), false));
         }
     }
     if target.is_none() {
@@ -361,10 +414,22 @@ pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, nat
     }
     let (i, dbuf, fresh) = target.unwrap();
     let dblk = first + g.delta_block(i) as u32;
+    // The old version's block and MVCC offset; None when it is the target.
+    let old_page: Option<(Option<&Buf>, usize)> = match &old_at {
+        None => None,
+        Some(OldAt::InLast(at, _)) => Some((last_buf.as_ref(), *at)),
+        Some(OldAt::Own(b, at, _)) => Some((Some(b), *at)),
+    };
+    // Outside the critical section: a combo command id may be allocated.
+    let stamped = match (old, &old_at) {
+        (Some(o), Some(OldAt::InLast(_, now) | OldAt::Own(_, _, now))) => Some((o.stamp)(now, tid)),
+        _ => None,
+    };
 
     // Everything that could fail was checked above: the item fits the
-    // block, the slot is in range. The pages change in a critical section
-    // and one record of hasis's rmgr logs it (wal.rs).
+    // block, the slot is in range, the old version is as expected. The
+    // pages change in a critical section and one record of hasis's rmgr
+    // logs it (wal.rs).
     let offset = if fresh {
         delta::ITEMS_START as u16
     } else {
@@ -385,10 +450,74 @@ pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, nat
     if let Some(d) = &dir_buf {
         pg_sys::MarkBufferDirty(d.buffer());
     }
-    super::wal::log_insert(rel, hbuf.buffer(), dbuf.buffer(), dir_buf.as_ref().map(|b| b.buffer()), &r, &item);
+    match (old_page, &stamped) {
+        (Some((ob, at)), Some(m)) => {
+            let obuf = ob.map_or(dbuf.buffer(), |b| b.buffer());
+            super::wal::apply_stamp(pg_sys::BufferGetPage(obuf), at, m);
+            pg_sys::MarkBufferDirty(obuf);
+            let stamp = super::wal::StampPart { buffer: ob.map(|b| b.buffer()), at: at as u16, mvcc: *m };
+            super::wal::log_insert(rel, hbuf.buffer(), dbuf.buffer(), dir_buf.as_ref().map(|b| b.buffer()), &r, &item, Some(&stamp));
+        }
+        _ => super::wal::log_insert(rel, hbuf.buffer(), dbuf.buffer(), dir_buf.as_ref().map(|b| b.buffer()), &r, &item, None),
+    }
     pg_sys::CritSectionCount -= 1;
     let delta_used = if fresh { i as u16 + 1 } else { h.delta_used };
     Placed::At { tid, compaction_due: delta_used >= g.params.compact_trigger }
+}
+
+/// Finds a HOT update's old version under the header block held
+/// exclusively, locks its block exclusively (the last delta block is
+/// already locked: `last`), and checks that it still carries its slot and
+/// the MVCC fields the updater saw. None if anything changed.
+#[allow(clippy::too_many_arguments)]
+unsafe fn locate_for_stamp(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, hbuf: &Buf, locked_dir: Option<&Buf>, last: Option<(usize, &Buf)>, o: &StampOld) -> Option<OldAt> {
+    if o.slot >= h.slot_hwm {
+        return None;
+    }
+    let (bi, _) = g.directory_entry(o.slot);
+    let entry = if bi == 0 {
+        check(rel, first, header::read_entry(bytes(hbuf.page()), g, o.slot))
+    } else if let Some(d) = locked_dir {
+        check(rel, first + bi as u32, header::read_entry(bytes(d.page()), g, o.slot))
+    } else {
+        let d = Buf::read(rel, first + bi as u32, Lock::Share);
+        check(rel, first + bi as u32, header::read_entry(bytes(d.page()), g, o.slot))
+    };
+    let (at_block, at, own) = match entry {
+        DirEntry::Delta { block, offset } => {
+            let at = offset as usize + 2;
+            match last {
+                Some((i, b)) if i == block as usize => (b.page(), at, None),
+                _ => {
+                    let blk = first + g.delta_block(block as usize) as u32;
+                    let b = Buf::read(rel, blk, Lock::Exclusive);
+                    let view = check(rel, blk, DeltaView::open(bytes(b.page()), g, block as usize, Some(h.version)));
+                    check(rel, blk, view.item(offset));
+                    (b.page(), at, Some(b))
+                }
+            }
+        }
+        DirEntry::Column { row } => {
+            let cblk = first + g.column_block(0) as u32;
+            let (hb, off) = {
+                let cols = LazyColumns::new(rel, g, first, h, std::ptr::null_mut());
+                let part = check(rel, cblk, ColumnPart::parse_lazy(g, &cols, h.column_units as usize, h.column_rows as usize));
+                check(rel, cblk, part.header_location(row as usize))
+            };
+            let b = Buf::read(rel, first + g.column_block(hb) as u32, Lock::Exclusive);
+            (b.page(), off, Some(b))
+        }
+        DirEntry::Unused | DirEntry::Dead | DirEntry::Redirect { .. } => return None,
+    };
+    let header = RowHeader::decode(&bytes(at_block)[at..at + ROW_HEADER]);
+    if header.slot != o.slot || !unchanged(&header.mvcc, &o.expect) {
+        return None;
+    }
+    let at = at + MVCC_OFF;
+    Some(match own {
+        Some(b) => OldAt::Own(b, at, header.mvcc),
+        None => OldAt::InLast(at, header.mvcc),
+    })
 }
 
 /// heap's SpecTokenOffsetNumber: a ctid with this offset holds a
@@ -495,7 +624,7 @@ pub unsafe fn insert(rel: pg_sys::Relation, natts: u16, mvcc: Mvcc, payload: &[u
                 }
                 return tid;
             }
-            Placed::Full => {
+            Placed::Full | Placed::Changed => {
                 tried.push(k);
                 let first = meta.extent_first(k);
                 let offered = pg_sys::RecordAndGetPageWithFreeSpace(rel, first, 0, needed);
@@ -511,21 +640,19 @@ pub unsafe fn insert(rel: pg_sys::Relation, natts: u16, mvcc: Mvcc, payload: &[u
     }
 }
 
-/// Inserts a row version into the extent that holds `tid` (a HOT update's
-/// new version goes next to its predecessor); None if that extent has no
-/// room even after a compaction for room.
-pub unsafe fn insert_in_extent_of(rel: pg_sys::Relation, tid: Tid, natts: u16, mvcc: Mvcc, payload: &[u8]) -> Option<Tid> {
-    let meta = meta_covering(rel, tid)?;
-    let k = meta.extent_of(tid.block)?;
-    match insert_into_extent(rel, &meta, k, natts, mvcc, payload) {
-        Placed::At { tid, compaction_due } => {
-            if compaction_due {
-                super::worker::request(rel);
-            }
-            Some(tid)
-        }
-        Placed::Full => None,
+/// A HOT update's writes: the new version into the extent that holds the
+/// old one at `old_tid`, and the old version's stamp, in one critical
+/// section and one WAL record. `Placed::Full`: no room even after a
+/// compaction for room; `Placed::Changed`: the old version changed since
+/// the updater checked it. Either way nothing was written.
+pub unsafe fn hot_update(rel: pg_sys::Relation, old_tid: Tid, old: &StampOld, natts: u16, mvcc: Mvcc, payload: &[u8]) -> Placed {
+    let Some(meta) = meta_covering(rel, old_tid) else { return Placed::Full };
+    let Some(k) = meta.extent_of(old_tid.block) else { return Placed::Full };
+    let placed = insert_and_stamp(rel, &meta, k, natts, mvcc, payload, Some(old));
+    if let Placed::At { compaction_due: true, .. } = placed {
+        super::worker::request(rel);
     }
+    placed
 }
 
 /// The HOT redirects of the extent starting at block `first` (root slot,

@@ -4,9 +4,10 @@
 //!
 //! | record | blocks | main data | redo |
 //! |---|---|---|---|
-//! | INSERT | 0 header, 1 delta block (`WILL_INIT` when its first item), 2 directory block if the slot is not in the header | params, slot, delta block index, flags, offset, page version, the item | directory entry, header sizes, `delta::init_block` if new, `delta::append_at(offset)` |
+//! | INSERT | 0 header, 1 delta block (`WILL_INIT` when its first item), 2 directory block if the slot is not in the header | params, slot, delta block index, flags (new block, payload LZ4-packed), offset, page version, the item (`delta::pack_item`) | directory entry, header sizes, `delta::init_block` if new, `delta::append_at(offset)` |
 //! | COMPACT | 0 header, then the directory blocks, then the column and delta blocks written (`WILL_INIT`) | newest removed xid, block counts, the core's compaction record | standby conflict, the core's `apply`, header and directory patches, blocks copied |
 //! | STAMP | 0 the block with the version's MVCC fields (delta item or column row header) | byte offset, 22 MVCC bytes | the 22 bytes |
+//! | UPDATE (HOT) | INSERT's blocks, 3 the old version's block unless it is block 1 | the old version's byte offset and 22 MVCC bytes, then INSERT's data | INSERT's redo, then the 22 bytes |
 //!
 //! The primary applies the same core functions to the pages inside a
 //! critical section, so primary and standby produce the same bytes.
@@ -27,6 +28,7 @@ pub const RM_HASIS_ID: u8 = 197;
 const XLOG_HASIS_INSERT: u8 = 0x10;
 const XLOG_HASIS_STAMP: u8 = 0x20;
 const XLOG_HASIS_COMPACT: u8 = 0x30;
+const XLOG_HASIS_UPDATE: u8 = 0x40;
 
 static mut RMGR: pg_sys::RmgrData = pg_sys::RmgrData {
     rm_name: c"pg_hybrid_hasis".as_ptr(),
@@ -55,23 +57,29 @@ pub struct InsertRecord {
 }
 
 const INSERT_FIXED: usize = 8 + 2 + 1 + 1 + 2 + 4;
+/// INSERT flags byte: the delta block is new (its first item).
+const INSERT_FRESH: u8 = 0x01;
+/// INSERT flags byte: the item's payload is LZ4-compressed (`delta::pack_item`).
+const INSERT_PACKED: u8 = 0x02;
 
 impl InsertRecord {
     fn encode(&self, item: &[u8]) -> Vec<u8> {
+        let (packed, item) = delta::pack_item(item);
         let mut out = Vec::with_capacity(INSERT_FIXED + item.len());
         let p = self.params;
         for v in [p.column_blocks, p.delta_blocks, p.compact_trigger, p.max_slots, self.slot] {
             out.extend_from_slice(&v.to_le_bytes());
         }
         out.push(self.delta_index);
-        out.push(self.fresh as u8);
+        out.push(if self.fresh { INSERT_FRESH } else { 0 } | if packed { INSERT_PACKED } else { 0 });
         out.extend_from_slice(&self.offset.to_le_bytes());
         out.extend_from_slice(&self.version.to_le_bytes());
-        out.extend_from_slice(item);
+        out.extend_from_slice(&item);
         out
     }
 
-    fn decode(b: &[u8]) -> Option<(InsertRecord, &[u8])> {
+    /// The record and its item, unpacked (None: a short or malformed record).
+    fn decode(b: &[u8]) -> Option<(InsertRecord, Vec<u8>)> {
         if b.len() < INSERT_FIXED {
             return None;
         }
@@ -81,11 +89,15 @@ impl InsertRecord {
             params,
             slot: u(8),
             delta_index: b[10],
-            fresh: b[11] != 0,
+            fresh: b[11] & INSERT_FRESH != 0,
             offset: u(12),
             version: u32::from_le_bytes(b[14..18].try_into().unwrap()),
         };
-        Some((r, &b[INSERT_FIXED..]))
+        if b[11] & !(INSERT_FRESH | INSERT_PACKED) != 0 {
+            return None;
+        }
+        let item = delta::unpack_item(b[11] & INSERT_PACKED != 0, &b[INSERT_FIXED..]).ok()?;
+        Some((r, item))
     }
 }
 
@@ -115,13 +127,33 @@ pub unsafe fn apply_insert_delta(g: &Geometry, dpage: pg_sys::Page, r: &InsertRe
     Ok(())
 }
 
+/// The old version's half of a HOT update's UPDATE record: its new MVCC
+/// fields at byte `at` of its block (`buffer`; None: the delta block the
+/// new version went into).
+pub struct StampPart {
+    pub buffer: Option<pg_sys::Buffer>,
+    pub at: u16,
+    pub mvcc: Mvcc,
+}
+
+const STAMP_PART: usize = 2 + MVCC_LEN;
+
 /// Logs an insert whose pages the caller already changed inside its
-/// critical section; sets their LSNs.
-pub unsafe fn log_insert(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, dbuf: pg_sys::Buffer, dirbuf: Option<pg_sys::Buffer>, r: &InsertRecord, item: &[u8]) {
+/// critical section, and with `stamp` the old version's stamp of a HOT
+/// update (one UPDATE record instead of INSERT + STAMP: a record header and
+/// a block reference less per update); sets their LSNs.
+pub unsafe fn log_insert(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, dbuf: pg_sys::Buffer, dirbuf: Option<pg_sys::Buffer>, r: &InsertRecord, item: &[u8], stamp: Option<&StampPart>) {
     if !crate::storage::wal::relation_needs_wal(rel) {
         return;
     }
-    let mut data = r.encode(item);
+    let mut data = Vec::new();
+    if let Some(st) = stamp {
+        data.extend_from_slice(&st.at.to_le_bytes());
+        let mut m = [0u8; MVCC_LEN];
+        st.mvcc.encode(&mut m);
+        data.extend_from_slice(&m);
+    }
+    data.extend_from_slice(&r.encode(item));
     pg_sys::XLogBeginInsert();
     pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
     pg_sys::XLogRegisterBuffer(0, hbuf, pg_sys::REGBUF_STANDARD as u8);
@@ -130,11 +162,13 @@ pub unsafe fn log_insert(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, dbuf: pg_s
     if let Some(d) = dirbuf {
         pg_sys::XLogRegisterBuffer(2, d, pg_sys::REGBUF_STANDARD as u8);
     }
-    let lsn = pg_sys::XLogInsert(RM_HASIS_ID, XLOG_HASIS_INSERT);
-    crate::storage::wal::set_page_lsn(pg_sys::BufferGetPage(hbuf), lsn);
-    crate::storage::wal::set_page_lsn(pg_sys::BufferGetPage(dbuf), lsn);
-    if let Some(d) = dirbuf {
-        crate::storage::wal::set_page_lsn(pg_sys::BufferGetPage(d), lsn);
+    let old_buf = stamp.and_then(|s| s.buffer);
+    if let Some(b) = old_buf {
+        pg_sys::XLogRegisterBuffer(3, b, pg_sys::REGBUF_STANDARD as u8);
+    }
+    let lsn = pg_sys::XLogInsert(RM_HASIS_ID, if stamp.is_some() { XLOG_HASIS_UPDATE } else { XLOG_HASIS_INSERT });
+    for b in [Some(hbuf), Some(dbuf), dirbuf, old_buf].into_iter().flatten() {
+        crate::storage::wal::set_page_lsn(pg_sys::BufferGetPage(b), lsn);
     }
 }
 
@@ -274,8 +308,21 @@ fn redo_failed(what: &str) -> ! {
     pgrx::error!("hasis redo: {what}")
 }
 
-unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState) {
-    let Some((r, item)) = InsertRecord::decode(main_data(record)) else { redo_failed("short INSERT record") };
+/// INSERT, and UPDATE (an INSERT whose main data starts with the old
+/// version's stamp: at, MVCC fields; the old version's block is block 3,
+/// or the delta block 1 when it is the same).
+unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState, update: bool) {
+    let d = main_data(record);
+    let (stamp, d) = if update {
+        if d.len() < STAMP_PART {
+            redo_failed("short UPDATE record");
+        }
+        let at = u16::from_le_bytes([d[0], d[1]]) as usize;
+        (Some((at, Mvcc::decode(&d[2..STAMP_PART]))), &d[STAMP_PART..])
+    } else {
+        (None, d)
+    };
+    let Some((r, item)) = InsertRecord::decode(d) else { redo_failed("short INSERT record") };
     let g = Geometry::new(r.params).unwrap_or_else(|e| redo_failed(&e.to_string()));
     let has_dir = has_block_ref(record, 2);
     let lsn = (*record).EndRecPtr;
@@ -309,11 +356,23 @@ unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState) {
     };
     if action == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
         let p = pg_sys::BufferGetPage(dbuf);
-        apply_insert_delta(&g, p, &r, item).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        apply_insert_delta(&g, p, &r, &item).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        if let (Some((at, m)), false) = (&stamp, has_block_ref(record, 3)) {
+            apply_stamp(p, *at, m);
+        }
         crate::storage::wal::set_page_lsn(p, lsn);
         pg_sys::MarkBufferDirty(dbuf);
     }
-    for b in [dbuf, dirbuf, hbuf] {
+    let mut obuf: pg_sys::Buffer = 0;
+    if let (Some((at, m)), true) = (&stamp, has_block_ref(record, 3)) {
+        if pg_sys::XLogReadBufferForRedo(record, 3, &mut obuf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
+            let p = pg_sys::BufferGetPage(obuf);
+            apply_stamp(p, *at, m);
+            crate::storage::wal::set_page_lsn(p, lsn);
+            pg_sys::MarkBufferDirty(obuf);
+        }
+    }
+    for b in [obuf, dbuf, dirbuf, hbuf] {
         if b != 0 {
             pg_sys::UnlockReleaseBuffer(b);
         }
@@ -342,7 +401,8 @@ unsafe fn redo_stamp(record: *mut pg_sys::XLogReaderState) {
 #[pg_guard]
 unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
     match crate::storage::wal::record_info(record) {
-        XLOG_HASIS_INSERT => redo_insert(record),
+        XLOG_HASIS_INSERT => redo_insert(record, false),
+        XLOG_HASIS_UPDATE => redo_insert(record, true),
         XLOG_HASIS_STAMP => redo_stamp(record),
         XLOG_HASIS_COMPACT => redo_compact(record),
         other => redo_failed(&format!("unknown WAL record type {other:#x}")),
@@ -354,6 +414,10 @@ unsafe extern "C-unwind" fn desc(out: pg_sys::StringInfo, record: *mut pg_sys::X
     let text = match crate::storage::wal::record_info(record) {
         XLOG_HASIS_INSERT => match InsertRecord::decode(main_data(record)) {
             Some((r, item)) => format!("slot {} delta block {} offset {} item {} bytes{}", r.slot, r.delta_index, r.offset, item.len(), if r.fresh { " (new block)" } else { "" }),
+            None => "short record".into(),
+        },
+        XLOG_HASIS_UPDATE => match main_data(record).get(STAMP_PART..).and_then(InsertRecord::decode) {
+            Some((r, item)) => format!("HOT update: new version slot {} delta block {} offset {} item {} bytes{}; old version stamped", r.slot, r.delta_index, r.offset, item.len(), if r.fresh { " (new block)" } else { "" }),
             None => "short record".into(),
         },
         XLOG_HASIS_STAMP => "mvcc stamp".into(),
@@ -369,6 +433,7 @@ unsafe extern "C-unwind" fn identify(info: u8) -> *const std::os::raw::c_char {
     match info & !(pg_sys::XLR_INFO_MASK as u8) {
         XLOG_HASIS_INSERT => c"INSERT".as_ptr(),
         XLOG_HASIS_STAMP => c"STAMP".as_ptr(),
+        XLOG_HASIS_UPDATE => c"UPDATE".as_ptr(),
         XLOG_HASIS_COMPACT => c"COMPACT".as_ptr(),
         _ => std::ptr::null(),
     }
