@@ -126,7 +126,8 @@ pub unsafe fn may_free_delta_block(rel: pg_sys::Relation, meta: &Meta, first: u3
     // part's items (appends go to the last block in use) and the removal
     // horizon, so a "no" is remembered for them.
     let g = meta.geometry;
-    let horizon = pg_sys::GetOldestNonRemovableTransactionId(rel).into_inner();
+    let horizon_xid = pg_sys::GetOldestNonRemovableTransactionId(rel);
+    let horizon = horizon_xid.into_inner();
     let last_items = match h.delta_used.checked_sub(1) {
         None => 0,
         Some(i) => {
@@ -143,7 +144,7 @@ pub unsafe fn may_free_delta_block(rel: pg_sys::Relation, meta: &Meta, first: u3
     if NO_GAIN.with(|c| c.borrow().get(&key) == Some(&state)) {
         return false;
     }
-    let gain = scan_for_gain(rel, meta, first, h);
+    let gain = scan_for_gain(rel, meta, first, h, horizon_xid);
     NO_GAIN.with(|c| {
         let mut c = c.borrow_mut();
         if gain {
@@ -173,10 +174,9 @@ thread_local! {
     static NO_GAIN: std::cell::RefCell<std::collections::HashMap<(pg_sys::Oid, u32), NoGain>> = std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
-unsafe fn scan_for_gain(rel: pg_sys::Relation, meta: &Meta, first: u32, h: &ExtentHeader) -> bool {
+unsafe fn scan_for_gain(rel: pg_sys::Relation, meta: &Meta, first: u32, h: &ExtentHeader, horizon: pg_sys::TransactionId) -> bool {
     let g = meta.geometry;
     let column_full = h.column_units as usize >= g.column_units();
-    let horizon = pg_sys::GetOldestNonRemovableTransactionId(rel);
     let relid = (*rel).rd_id;
     let block_bytes = BODY_END - delta::ITEMS_START;
     let mut gain = 0usize;

@@ -482,27 +482,11 @@ unsafe fn meta_covering(rel: pg_sys::Relation, meta: &mut Option<Meta>, tid: Tid
 }
 
 /// Fetches the version at exactly `tid` (no HOT chain walk) into `slot` if
-/// `snapshot` sees it. Also says whether the TID is dead to everyone
-/// (`all_dead`).
-pub unsafe fn fetch_version(
-    rel: pg_sys::Relation,
-    meta: &mut Option<Meta>,
-    slot_schema: &mut tuple::SlotSchema,
-    tid: Tid,
-    snapshot: pg_sys::Snapshot,
-    slot: *mut pg_sys::TupleTableSlot,
-    all_dead: Option<&mut bool>,
-) -> bool {
-    let Some(m) = meta_covering(rel, meta, tid) else { return false };
-    let loc = match relation::locate(rel, &m, tid, Lock::Share) {
-        Lookup::Found(l) => l,
-        Lookup::Missing | Lookup::Dead => {
-            if let Some(d) = all_dead {
-                *d = true;
-            }
-            return false;
-        }
-    };
+/// `snapshot` sees it (`tuple_fetch_row_version`).
+pub unsafe fn fetch_row_version(rel: pg_sys::Relation, tid: pg_sys::ItemPointer, snapshot: pg_sys::Snapshot, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    let tid = from_item_pointer(&*tid);
+    let Some(m) = relation::meta_covering(rel, tid) else { return false };
+    let Lookup::Found(loc) = relation::locate(rel, &m, tid, Lock::Share) else { return false };
     let mv = loc.header.mvcc;
     let (vis, hint) = visible(rel, snapshot, &mv, tid, loc.buf.buffer());
     if let Some(h) = hint {
@@ -511,14 +495,9 @@ pub unsafe fn fetch_version(
     if vis {
         let mut ip = to_item_pointer(tid);
         PredicateLockTID(rel, &mut ip, snapshot, pg_sys::TransactionId::from(mv.xmin));
-        tuple::store(rel, slot, slot_schema, loc.header.natts, loc.payload(), &loc.header.mvcc, tid);
-        return true;
+        tuple::store(rel, slot, &mut tuple::SlotSchema::default(), loc.header.natts, loc.payload(), &loc.header.mvcc, tid);
     }
-    if let Some(d) = all_dead {
-        let mut ht = HeaderTuple::new(&loc.header.mvcc, tid, (*rel).rd_id);
-        *d = pg_sys::HeapTupleIsSurelyDead(ht.ptr(), pg_sys::GlobalVisTestFor(rel));
-    }
-    false
+    vis
 }
 
 /// What a HOT chain walk's visitor says next.
@@ -664,10 +643,6 @@ pub unsafe fn index_fetch_tuple(
     found
 }
 
-pub unsafe fn fetch_row_version(rel: pg_sys::Relation, tid: pg_sys::ItemPointer, snapshot: pg_sys::Snapshot, slot: *mut pg_sys::TupleTableSlot) -> bool {
-    let mut meta = None;
-    fetch_version(rel, &mut meta, &mut tuple::SlotSchema::default(), from_item_pointer(&*tid), snapshot, slot, None)
-}
 
 pub unsafe fn tid_valid(scan: pg_sys::TableScanDesc, tid: pg_sys::ItemPointer) -> bool {
     let t = from_item_pointer(&*tid);
