@@ -122,89 +122,132 @@ pub unsafe fn may_free_delta_block(rel: pg_sys::Relation, meta: &Meta, first: u3
     // Asked at every insert that meets a full delta part, which for an
     // extent full of versions that must stay (a bulk-loaded extent whose
     // rows are updated elsewhere) is every update of one of its rows that
-    // tries HOT. The answer depends only on the page version, the delta
-    // part's items (appends go to the last block in use) and the removal
-    // horizon, so a "no" is remembered for them.
+    // tries HOT. So each delta block's share of the answer is remembered
+    // (`BlockGain`) and only blocks that changed since, or whose versions
+    // the moving removal horizon may have freed, are read item by item.
     let g = meta.geometry;
-    let horizon_xid = pg_sys::GetOldestNonRemovableTransactionId(rel);
-    let horizon = horizon_xid.into_inner();
-    let last_items = match h.delta_used.checked_sub(1) {
-        None => 0,
-        Some(i) => {
-            let blk = first + g.delta_block(i as usize) as u32;
-            let b = Buf::read(rel, blk, crate::storage::buffer::Lock::Share);
-            match delta::DeltaView::open(bytes(b.page()), &g, i as usize, Some(h.version)) {
-                Ok(v) => v.len(),
-                Err(_) => return true,
-            }
-        }
-    };
-    let key = ((*rel).rd_node.relNode, first);
-    let state = NoGain { version: h.version, delta_used: h.delta_used, last_items, horizon };
-    if NO_GAIN.with(|c| c.borrow().get(&key) == Some(&state)) {
-        return false;
-    }
-    let gain = scan_for_gain(rel, meta, first, h, horizon_xid);
-    NO_GAIN.with(|c| {
-        let mut c = c.borrow_mut();
-        if gain {
-            c.remove(&key);
-        } else {
-            if c.len() >= 65536 {
-                c.clear();
-            }
-            c.insert(key, state);
-        }
-    });
-    gain
-}
-
-/// What `may_free_delta_block`'s answer depends on.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct NoGain {
-    version: u32,
-    delta_used: u16,
-    last_items: usize,
-    horizon: u32,
-}
-
-thread_local! {
-    /// Extents (relfilenode, first block) found unable to free a delta
-    /// block, and in what state.
-    static NO_GAIN: std::cell::RefCell<std::collections::HashMap<(pg_sys::Oid, u32), NoGain>> = std::cell::RefCell::new(std::collections::HashMap::new());
-}
-
-unsafe fn scan_for_gain(rel: pg_sys::Relation, meta: &Meta, first: u32, h: &ExtentHeader, horizon: pg_sys::TransactionId) -> bool {
-    let g = meta.geometry;
+    let horizon = pg_sys::GetOldestNonRemovableTransactionId(rel);
     let column_full = h.column_units as usize >= g.column_units();
-    let relid = (*rel).rd_id;
+    // Page LSNs tell a changed block only where every change is logged.
+    let memo = crate::storage::wal::relation_needs_wal(rel);
     let block_bytes = BODY_END - delta::ITEMS_START;
     let mut gain = 0usize;
     for i in 0..h.delta_used as usize {
         let blk = first + g.delta_block(i) as u32;
         let b = Buf::read(rel, blk, crate::storage::buffer::Lock::Share);
-        let Ok(view) = delta::DeltaView::open(bytes(b.page()), &g, i, Some(h.version)) else { return true };
-        for it in view.items() {
-            let Ok(it) = it else { return true };
-            let m = it.header.mvcc;
-            let tid = g.tid(first, it.header.slot).unwrap_or_default();
-            let (r, _, _) = vacuum_state(&m, tid, relid, horizon, b.buffer());
-            use pg_sys::HTSV_Result::*;
-            let frees = match r {
-                HEAPTUPLE_DEAD => true,
-                HEAPTUPLE_LIVE if !column_full => xmin_visible_to_all(&m, horizon),
-                HEAPTUPLE_INSERT_IN_PROGRESS if !column_full => m.xmax == 0 && pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmin)),
-                _ => false,
-            };
-            if frees {
-                gain += it.bytes.len();
-                if gain >= block_bytes {
-                    return true;
+        let key = ((*rel).rd_node.relNode, blk);
+        let lsn = crate::storage::wal::page_lsn(b.page());
+        let memo = memo && lsn != 0;
+        let known = memo
+            .then(|| BLOCK_GAIN.with(|c| c.borrow().get(&key).copied()))
+            .flatten()
+            .filter(|m| m.lsn == lsn && m.version == h.version && m.column_full == column_full && m.still_valid(horizon));
+        let block = match known {
+            Some(m) => m,
+            None => {
+                let Some(m) = block_gain(rel, &g, first, i, &b, h.version, column_full, horizon) else { return true };
+                let m = BlockGain { lsn, ..m };
+                if memo {
+                    BLOCK_GAIN.with(|c| {
+                        let mut c = c.borrow_mut();
+                        if c.len() >= 65536 {
+                            c.clear();
+                        }
+                        c.insert(key, m);
+                    });
                 }
+                m
             }
+        };
+        gain += block.bytes;
+        if gain >= block_bytes {
+            return true;
         }
     }
     false
+}
+
+/// What one delta block contributes to `may_free_delta_block`: the bytes
+/// of its versions that compaction would remove or move, as of page LSN
+/// `lsn` and page version `version`, and how long that holds.
+#[derive(Clone, Copy)]
+struct BlockGain {
+    lsn: pg_sys::XLogRecPtr,
+    version: u32,
+    column_full: bool,
+    bytes: usize,
+    /// The oldest transaction whose passing the removal horizon may free
+    /// more (an updater still too recent, an inserter not yet visible to
+    /// all); invalid when only a change to the block could.
+    until: pg_sys::TransactionId,
+}
+
+impl BlockGain {
+    /// Whether nothing more can be removable under removal horizon
+    /// `horizon` than when the block was read: versions become removable
+    /// only as the horizon passes `until`. An aborted inserter frees its
+    /// version before that; such a version waits for the horizon, as a
+    /// "no" waits for any other change.
+    unsafe fn still_valid(&self, horizon: pg_sys::TransactionId) -> bool {
+        self.until == pg_sys::InvalidTransactionId || !pg_sys::TransactionIdPrecedes(self.until, horizon)
+    }
+}
+
+thread_local! {
+    /// Delta blocks (relfilenode, block) read by `may_free_delta_block`.
+    static BLOCK_GAIN: std::cell::RefCell<std::collections::HashMap<(pg_sys::Oid, u32), BlockGain>> = std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// Reads delta block `i` (share-locked in `b`) item by item. None when it
+/// does not parse: compaction will report the corruption.
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_gain(rel: pg_sys::Relation, g: &pg_hybrid_core::hasis::layout::Geometry, first: u32, i: usize, b: &Buf, version: u32, column_full: bool, horizon: pg_sys::TransactionId) -> Option<BlockGain> {
+    let relid = (*rel).rd_id;
+    let view = delta::DeltaView::open(bytes(b.page()), g, i, Some(version)).ok()?;
+    let mut out = BlockGain { lsn: 0, version, column_full, bytes: 0, until: pg_sys::InvalidTransactionId };
+    let mut wait_for = |xid: pg_sys::TransactionId| {
+        if out.until == pg_sys::InvalidTransactionId || pg_sys::TransactionIdPrecedes(xid, out.until) {
+            out.until = xid;
+        }
+    };
+    for it in view.items() {
+        let it = it.ok()?;
+        let m = it.header.mvcc;
+        let tid = g.tid(first, it.header.slot).unwrap_or_default();
+        let (r, _, _) = vacuum_state(&m, tid, relid, horizon, b.buffer());
+        // The transaction that decides when a version that stays now may
+        // go: its updater (a multixact's is not read here: the horizon as
+        // it is), or for a movable version its inserter.
+        let updater = if m.infomask & HEAP_XMAX_IS_MULTI != 0 { horizon } else { pg_sys::TransactionId::from(m.xmax) };
+        use pg_sys::HTSV_Result::*;
+        let frees = match r {
+            HEAPTUPLE_DEAD => true,
+            HEAPTUPLE_LIVE if !column_full => {
+                let visible = xmin_visible_to_all(&m, horizon);
+                if !visible {
+                    wait_for(pg_sys::TransactionId::from(m.xmin));
+                }
+                visible
+            }
+            HEAPTUPLE_INSERT_IN_PROGRESS if !column_full => {
+                wait_for(pg_sys::TransactionId::from(m.xmin));
+                m.xmax == 0 && pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmin))
+            }
+            HEAPTUPLE_INSERT_IN_PROGRESS => {
+                wait_for(pg_sys::TransactionId::from(m.xmin));
+                false
+            }
+            HEAPTUPLE_RECENTLY_DEAD | HEAPTUPLE_DELETE_IN_PROGRESS => {
+                wait_for(updater);
+                false
+            }
+            _ => false,
+        };
+        if frees {
+            out.bytes += it.bytes.len();
+        }
+    }
+    Some(out)
 }
 
 /// The compaction oracle: heap's vacuum rules decide each version's fate,

@@ -367,7 +367,7 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
     let slot = if (h.slot_hwm as usize) < g.max_slots() {
         h.slot_hwm
     } else {
-        match lowest_unused_slot(rel, &g, first, &hbuf, h.slot_hwm) {
+        match lowest_unused_slot(rel, &g, first, &hbuf, &h) {
             Some(s) => s,
             None => return Placed::Full,
         }
@@ -596,9 +596,11 @@ pub unsafe fn smgr(rel: pg_sys::Relation) -> pg_sys::SMgrRelation {
     (*rel).rd_smgr
 }
 
-unsafe fn lowest_unused_slot(rel: pg_sys::Relation, g: &Geometry, first: u32, hbuf: &Buf, hwm: u16) -> Option<u16> {
+/// The lowest unused slot of the extent whose header `h` the caller holds
+/// exclusively; the header's free-slot hint says where to start looking.
+unsafe fn lowest_unused_slot(rel: pg_sys::Relation, g: &Geometry, first: u32, hbuf: &Buf, h: &ExtentHeader) -> Option<u16> {
     let mut dir = DirectoryReader::new(rel, g, first, hbuf, std::ptr::null_mut());
-    (0..hwm).find(|&s| dir.entry(s) == DirEntry::Unused)
+    (h.free_hint..h.slot_hwm).find(|&s| dir.entry(s) == DirEntry::Unused)
 }
 
 /// Inserts a row version somewhere in the relation and returns its TID:
@@ -700,11 +702,10 @@ pub unsafe fn set_unused(rel: pg_sys::Relation, meta: &Meta, k: u32, slots: &[u1
     for &s in slots {
         if s < h.slot_hwm && check(rel, first, header::read_entry(bytes(page_of(s)), &g, s)) == DirEntry::Dead {
             check(rel, first, header::write_entry(bytes(page_of(s)), &g, s, DirEntry::Unused));
+            h.after_unused(s);
         }
     }
-    while h.slot_hwm > 0 && check(rel, first, header::read_entry(bytes(page_of(h.slot_hwm - 1)), &g, h.slot_hwm - 1)) == DirEntry::Unused {
-        h.slot_hwm -= 1;
-    }
+    check(rel, first, h.trim_hwm(|s| Ok(header::read_entry(bytes(page_of(s)), &g, s)? == DirEntry::Unused)));
     h.write(bytes(hp), &g);
     rec.finish();
 }

@@ -110,7 +110,7 @@ pub unsafe fn apply_insert_entry(g: &Geometry, page: pg_sys::Page, r: &InsertRec
 /// Applies an insert to the header's sizes.
 pub unsafe fn apply_insert_sizes(g: &Geometry, hpage: pg_sys::Page, r: &InsertRecord) -> Result<(), pg_hybrid_core::hasis::Error> {
     let mut h = ExtentHeader::read(bytes(hpage), g)?;
-    h.slot_hwm = h.slot_hwm.max(r.slot + 1);
+    h.after_insert(r.slot);
     h.delta_used = h.delta_used.max(r.delta_index as u16 + 1);
     h.write(bytes(hpage), g);
     Ok(())

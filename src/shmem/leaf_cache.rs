@@ -82,8 +82,7 @@ pub fn stats() -> Option<&'static CacheHeader> {
 /// and locked), or None when the page must not be cached.
 pub unsafe fn key_of(rel: pg_sys::Relation, blk: u32, page: pg_sys::Page) -> Option<CacheKey> {
     enabled()?;
-    let hdr = page as *const pg_sys::PageHeaderData;
-    let lsn = ((*hdr).pd_lsn.xlogid as u64) << 32 | (*hdr).pd_lsn.xrecoff as u64;
+    let lsn = crate::storage::wal::page_lsn(page);
     if lsn == 0 || !crate::storage::wal::relation_needs_wal(rel) {
         return None;
     }

@@ -66,6 +66,12 @@ pub unsafe fn set_page_lsn(page: pg_sys::Page, lsn: pg_sys::XLogRecPtr) {
     (*hdr).pd_lsn.xrecoff = lsn as u32;
 }
 
+/// PageGetLSN (a macro in PostgreSQL's headers).
+pub unsafe fn page_lsn(page: pg_sys::Page) -> pg_sys::XLogRecPtr {
+    let hdr = page as *const pg_sys::PageHeaderData;
+    ((*hdr).pd_lsn.xlogid as u64) << 32 | (*hdr).pd_lsn.xrecoff as u64
+}
+
 /// XLogRecGetInfo without the bits PostgreSQL reserves: a resource
 /// manager's own record type.
 pub unsafe fn record_info(record: *mut pg_sys::XLogReaderState) -> u8 {

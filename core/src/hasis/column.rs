@@ -86,6 +86,18 @@ fn value<'r>(r: &'r ColumnRow, c: usize) -> Option<&'r [u8]> {
 /// `build` wants them by slot). Errors only on rows that do not match the
 /// schema.
 pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clone) -> Result<Plan> {
+    plan_with(schema, rows, true)
+}
+
+/// The rows and 4 KB units a column part holding `rows` needs: `plan`
+/// without the per-column min/max, which sizes do not depend on
+/// (compaction asks this repeatedly while it bisects what fits).
+pub fn units_needed<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clone) -> Result<(usize, usize)> {
+    let p = plan_with(schema, rows, false)?;
+    Ok((p.nrows, p.total_units))
+}
+
+fn plan_with<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clone, minmax_wanted: bool) -> Result<Plan> {
     let mut nrows = 0usize;
     let mut ncols = 0usize;
     for r in rows.clone() {
@@ -116,7 +128,7 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
                         }
                     }
                     bytes += v.len();
-                    if desc.has_minmax() {
+                    if minmax_wanted && desc.has_minmax() {
                         minmax = Some(match minmax {
                             None => (v, v),
                             Some((lo, hi)) => (

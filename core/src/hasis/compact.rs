@@ -172,8 +172,8 @@ pub fn plan(page: &HybridPage, schema: &Schema, oracle: &mut dyn Oracle) -> Resu
     offered.sort_by_key(|&i| std::cmp::Reverse(deltas[i].to_column.as_ref().map_or(0, |r| r.header.slot)));
     let fits = |k: usize| -> Result<bool> {
         let rows = kept_column.iter().chain(offered[k..].iter().filter_map(|&i| deltas[i].to_column.as_ref()));
-        let p = column::plan(schema, rows)?;
-        Ok(p.nrows == 0 || p.total_units <= g.column_units())
+        let (nrows, units) = column::units_needed(schema, rows)?;
+        Ok(nrows == 0 || units <= g.column_units())
     };
     let (mut lo, mut hi) = (0usize, offered.len());
     if !fits(hi)? {
@@ -333,6 +333,7 @@ impl CompactionOutput {
             column_rows: self.column_rows,
             column_units: self.column_units,
             delta_used: self.delta_used,
+            free_hint: self.directory.iter().filter(|(_, e)| *e == DirEntry::Unused).map(|&(s, _)| s).fold(old.free_hint, u16::min),
         };
         h.write(block, g);
         self.patch_entries(block, g, 0);

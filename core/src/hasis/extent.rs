@@ -63,7 +63,7 @@ impl Extent {
         let payload = encode_payload(schema, row)?;
         // Lowest unused slot, as heap reuses line pointers; else a new one.
         let mut slot = None;
-        for s in 0..h.slot_hwm {
+        for s in h.free_hint..h.slot_hwm {
             if self.entry(s)? == DirEntry::Unused {
                 slot = Some(s);
                 break;
@@ -103,7 +103,7 @@ impl Extent {
         }
         let (i, offset) = placed.unwrap_or_default();
         self.set_entry(slot, DirEntry::Delta { block: i as u8, offset })?;
-        h.slot_hwm = h.slot_hwm.max(slot + 1);
+        h.after_insert(slot);
         h.write(&mut self.blocks[0], &g);
         Ok(slot)
     }
@@ -185,10 +185,9 @@ impl Extent {
         }
         for &s in slots {
             self.set_entry(s, DirEntry::Unused)?;
+            h.after_unused(s);
         }
-        while h.slot_hwm > 0 && self.entry(h.slot_hwm - 1)? == DirEntry::Unused {
-            h.slot_hwm -= 1;
-        }
+        h.trim_hwm(|s| Ok(self.entry(s)? == DirEntry::Unused))?;
         h.write(&mut self.blocks[0], &g);
         Ok(())
     }

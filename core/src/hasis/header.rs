@@ -79,7 +79,9 @@ impl DirEntry {
 /// 36  2  column_rows   rows in the column part
 /// 38  2  column_units  4 KB units the column part uses (0: no column part)
 /// 40  2  delta_used    delta blocks in use; the last one takes appends
-/// 42  6  reserved, 0
+/// 42  2  free_hint     no unused slot lies below it (0 in extents written
+///                      before the hint existed: search from slot 0)
+/// 44  4  reserved, 0
 /// 48 ..  directory entries for slots 0..2032
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,12 +91,18 @@ pub struct ExtentHeader {
     pub column_rows: u16,
     pub column_units: u16,
     pub delta_used: u16,
+    /// Every slot below it holds a version or is dead or a redirect, so a
+    /// search for an unused slot starts here instead of at slot 0. A lower
+    /// bound only: the slot at the hint need not be unused. Inserts that
+    /// reuse a slot raise it past that slot (they take the lowest unused
+    /// one); whatever makes a slot unused lowers it.
+    pub free_hint: u16,
 }
 
 impl ExtentHeader {
     /// The header of a new, empty extent.
     pub fn empty() -> ExtentHeader {
-        ExtentHeader { version: FIRST_VERSION, slot_hwm: 0, column_rows: 0, column_units: 0, delta_used: 0 }
+        ExtentHeader { version: FIRST_VERSION, slot_hwm: 0, column_rows: 0, column_units: 0, delta_used: 0, free_hint: 0 }
     }
 
     /// Writes a fresh header block (directory all unused).
@@ -115,7 +123,8 @@ impl ExtentHeader {
         wr16(block, 36, self.column_rows);
         wr16(block, 38, self.column_units);
         wr16(block, 40, self.delta_used);
-        block[42..DIR_START].fill(0);
+        wr16(block, 42, self.free_hint);
+        block[44..DIR_START].fill(0);
         BlockTrailer { kind: BlockKind::Header, index: 0, version: self.version }.write(block);
     }
 
@@ -137,9 +146,13 @@ impl ExtentHeader {
             column_rows: rd16(block, 36),
             column_units: rd16(block, 38),
             delta_used: rd16(block, 40),
+            free_hint: rd16(block, 42),
         };
         if h.slot_hwm as usize > g.max_slots() {
             return corrupt("slot high-water mark beyond max_slots");
+        }
+        if h.free_hint > h.slot_hwm {
+            return corrupt("free-slot hint above the slot high-water mark");
         }
         if h.column_rows > h.slot_hwm {
             return corrupt("more column rows than slots ever used");
@@ -151,6 +164,32 @@ impl ExtentHeader {
             return corrupt("more delta blocks in use than exist");
         }
         Ok(h)
+    }
+
+    /// The free-slot hint after slot `slot` was taken by an insert: a
+    /// reused slot (below the high-water mark) is the lowest unused one,
+    /// so every slot up to it is now in use.
+    pub fn after_insert(&mut self, slot: u16) {
+        if slot < self.slot_hwm {
+            self.free_hint = slot + 1;
+        }
+        self.slot_hwm = self.slot_hwm.max(slot + 1);
+    }
+
+    /// The free-slot hint after `slot` became unused.
+    pub fn after_unused(&mut self, slot: u16) {
+        self.free_hint = self.free_hint.min(slot);
+    }
+
+    /// Lowers the high-water mark past trailing unused slots (`is_unused`
+    /// reads the directory), as PostgreSQL 15 truncates line pointer
+    /// arrays, keeping the hint at or below it.
+    pub fn trim_hwm(&mut self, mut is_unused: impl FnMut(u16) -> Result<bool>) -> Result<()> {
+        while self.slot_hwm > 0 && is_unused(self.slot_hwm - 1)? {
+            self.slot_hwm -= 1;
+        }
+        self.free_hint = self.free_hint.min(self.slot_hwm);
+        Ok(())
     }
 
     /// Whether the delta part has reached the compaction trigger.
@@ -214,7 +253,7 @@ mod tests {
         let mut b = vec![0u8; BLCKSZ];
         ExtentHeader::init_block(&mut b, &g);
         assert_eq!(ExtentHeader::read(&b, &g).unwrap(), ExtentHeader::empty());
-        let h = ExtentHeader { version: 9, slot_hwm: 100, column_rows: 60, column_units: 5, delta_used: 2 };
+        let h = ExtentHeader { version: 9, slot_hwm: 100, column_rows: 60, column_units: 5, delta_used: 2, free_hint: 17 };
         h.write(&mut b, &g);
         assert_eq!(ExtentHeader::read(&b, &g).unwrap(), h);
         assert!(h.compaction_due(&g));

@@ -164,6 +164,9 @@ impl HybridPage {
                     return corrupt("directory entry above the slot high-water mark");
                 }
             } else {
+                if e == DirEntry::Unused && s < header.free_hint {
+                    return corrupt("unused slot below the free-slot hint");
+                }
                 directory.push(e);
             }
         }
