@@ -456,9 +456,9 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
             super::wal::apply_stamp(pg_sys::BufferGetPage(obuf), at, m);
             pg_sys::MarkBufferDirty(obuf);
             let stamp = super::wal::StampPart { buffer: ob.map(|b| b.buffer()), at: at as u16, mvcc: *m };
-            super::wal::log_insert(rel, hbuf.buffer(), dbuf.buffer(), dir_buf.as_ref().map(|b| b.buffer()), &r, &item, Some(&stamp));
+            super::wal::log_insert(rel, hbuf.buffer(), dbuf.buffer(), dir_buf.as_ref().map(|b| b.buffer()), &r, tid, &item, Some(&stamp));
         }
-        _ => super::wal::log_insert(rel, hbuf.buffer(), dbuf.buffer(), dir_buf.as_ref().map(|b| b.buffer()), &r, &item, None),
+        _ => super::wal::log_insert(rel, hbuf.buffer(), dbuf.buffer(), dir_buf.as_ref().map(|b| b.buffer()), &r, tid, &item, None),
     }
     pg_sys::CritSectionCount -= 1;
     let delta_used = if fresh { i as u16 + 1 } else { h.delta_used };

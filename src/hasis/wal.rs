@@ -4,13 +4,19 @@
 //!
 //! | record | blocks | main data | redo |
 //! |---|---|---|---|
-//! | INSERT | 0 header, 1 delta block (`WILL_INIT` when its first item), 2 directory block if the slot is not in the header | params, slot, delta block index, flags (new block, payload LZ4-packed), offset, page version, the item (`delta::pack_item`) | directory entry, header sizes, `delta::init_block` if new, `delta::append_at(offset)` |
+//! | INSERT | 0 header, 1 delta block (`WILL_INIT` when its first item), 2 directory block if the slot is not in the header | the insert (`wire::encode_insert`: slot, delta block index, flags, offset, page version of a new block, the item with its MVCC fields implied, payload LZ4-packed when that saves bytes) | directory entry, header sizes, `delta::init_block` if new, `delta::append_at(offset)` |
 //! | COMPACT | 0 header, then the directory blocks, then the column and delta blocks written (`WILL_INIT`) | newest removed xid, block counts, the core's compaction record | standby conflict, the core's `apply`, header and directory patches, blocks copied |
-//! | STAMP | 0 the block with the version's MVCC fields (delta item or column row header) | byte offset, 22 MVCC bytes | the 22 bytes |
-//! | UPDATE (HOT) | INSERT's blocks, 3 the old version's block unless it is block 1 | the old version's byte offset and 22 MVCC bytes, then INSERT's data | INSERT's redo, then the 22 bytes |
+//! | STAMP | 0 the block with the version's MVCC fields (delta item or column row header) | `wire::Stamp` with the ctid: byte offset, xmax, infomask words, ctid | the stamp over the version's xmin |
+//! | UPDATE (HOT) | INSERT's blocks, 3 the old version's block unless it is block 1 | `wire::Stamp` (ctid: the new version), then INSERT's data | INSERT's redo, then the stamp |
 //!
-//! The primary applies the same core functions to the pages inside a
-//! critical section, so primary and standby produce the same bytes.
+//! These are format 2 (`core/src/hasis/wire.rs` says what it leaves out
+//! and why); an insert or stamp that format 2 cannot express (a version
+//! copied with another transaction's xmin, a speculative token) is logged
+//! in format 1, whose records (22 MVCC bytes, the extent's parameters in
+//! every insert) still replay. The primary applies the same functions to
+//! the pages inside a critical section as redo does, so primary and
+//! standby produce the same bytes, command ids aside (redo writes
+//! `FirstCommandId`, as heap's does).
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -19,6 +25,8 @@ use pg_hybrid_core::hasis::delta;
 use pg_hybrid_core::hasis::header::{self, DirEntry, ExtentHeader};
 use pg_hybrid_core::hasis::layout::{Geometry, Params};
 use pg_hybrid_core::hasis::row::{Mvcc, MVCC_LEN};
+use pg_hybrid_core::hasis::wire::{self, Implied, InsertPlace, Stamp};
+use pg_hybrid_core::tid::Tid;
 
 use super::relation::{bytes, init_page, set_lower};
 
@@ -29,6 +37,10 @@ const XLOG_HASIS_INSERT: u8 = 0x10;
 const XLOG_HASIS_STAMP: u8 = 0x20;
 const XLOG_HASIS_COMPACT: u8 = 0x30;
 const XLOG_HASIS_UPDATE: u8 = 0x40;
+/// Format 2 of INSERT, STAMP and UPDATE (`wire`).
+const XLOG_HASIS_INSERT2: u8 = 0x50;
+const XLOG_HASIS_STAMP2: u8 = 0x60;
+const XLOG_HASIS_UPDATE2: u8 = 0x70;
 
 static mut RMGR: pg_sys::RmgrData = pg_sys::RmgrData {
     rm_name: c"pg_hybrid_hasis".as_ptr(),
@@ -54,6 +66,12 @@ pub struct InsertRecord {
     pub fresh: bool,
     pub offset: u16,
     pub version: u32,
+}
+
+impl InsertRecord {
+    fn place(&self) -> InsertPlace {
+        InsertPlace { slot: self.slot, delta_index: self.delta_index, fresh: self.fresh, offset: self.offset, version: self.version }
+    }
 }
 
 const INSERT_FIXED: usize = 8 + 2 + 1 + 1 + 2 + 4;
@@ -142,18 +160,28 @@ const STAMP_PART: usize = 2 + MVCC_LEN;
 /// critical section, and with `stamp` the old version's stamp of a HOT
 /// update (one UPDATE record instead of INSERT + STAMP: a record header and
 /// a block reference less per update); sets their LSNs.
-pub unsafe fn log_insert(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, dbuf: pg_sys::Buffer, dirbuf: Option<pg_sys::Buffer>, r: &InsertRecord, item: &[u8], stamp: Option<&StampPart>) {
+pub unsafe fn log_insert(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, dbuf: pg_sys::Buffer, dirbuf: Option<pg_sys::Buffer>, r: &InsertRecord, own: Tid, item: &[u8], stamp: Option<&StampPart>) {
     if !crate::storage::wal::relation_needs_wal(rel) {
         return;
     }
-    let mut data = Vec::new();
-    if let Some(st) = stamp {
-        data.extend_from_slice(&st.at.to_le_bytes());
-        let mut m = [0u8; MVCC_LEN];
-        st.mvcc.encode(&mut m);
-        data.extend_from_slice(&m);
+    let implied = Implied { xid: pg_sys::GetCurrentTransactionIdIfAny().into_inner(), own };
+    // Format 2's UPDATE takes the new version's TID as the old one's ctid.
+    let v2 = stamp.is_none_or(|st| st.mvcc.ctid == own);
+    let mut data = Vec::with_capacity(32 + item.len());
+    if v2 {
+        if let Some(st) = stamp {
+            Stamp::of(st.at, &st.mvcc).encode(None, &mut data);
+        }
+        wire::encode_insert(&r.place(), item, &implied, &mut data);
+    } else {
+        if let Some(st) = stamp {
+            data.extend_from_slice(&st.at.to_le_bytes());
+            let mut m = [0u8; MVCC_LEN];
+            st.mvcc.encode(&mut m);
+            data.extend_from_slice(&m);
+        }
+        data.extend_from_slice(&r.encode(item));
     }
-    data.extend_from_slice(&r.encode(item));
     pg_sys::XLogBeginInsert();
     pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
     pg_sys::XLogRegisterBuffer(0, hbuf, pg_sys::REGBUF_STANDARD as u8);
@@ -166,7 +194,13 @@ pub unsafe fn log_insert(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, dbuf: pg_s
     if let Some(b) = old_buf {
         pg_sys::XLogRegisterBuffer(3, b, pg_sys::REGBUF_STANDARD as u8);
     }
-    let lsn = pg_sys::XLogInsert(RM_HASIS_ID, if stamp.is_some() { XLOG_HASIS_UPDATE } else { XLOG_HASIS_INSERT });
+    let info = match (stamp.is_some(), v2) {
+        (false, true) => XLOG_HASIS_INSERT2,
+        (true, true) => XLOG_HASIS_UPDATE2,
+        (false, false) => XLOG_HASIS_INSERT,
+        (true, false) => XLOG_HASIS_UPDATE,
+    };
+    let lsn = pg_sys::XLogInsert(RM_HASIS_ID, info);
     for b in [Some(hbuf), Some(dbuf), dirbuf, old_buf].into_iter().flatten() {
         crate::storage::wal::set_page_lsn(pg_sys::BufferGetPage(b), lsn);
     }
@@ -187,14 +221,43 @@ pub unsafe fn log_stamp(rel: pg_sys::Relation, buf: pg_sys::Buffer, at: u16, m: 
     if !crate::storage::wal::relation_needs_wal(rel) {
         return;
     }
-    let mut data = [0u8; 2 + MVCC_LEN];
-    data[0..2].copy_from_slice(&at.to_le_bytes());
-    m.encode(&mut data[2..]);
+    let mut data = Vec::with_capacity(wire::STAMP_WITH_CTID_LEN);
+    Stamp::of(at, m).encode(Some(m.ctid), &mut data);
     pg_sys::XLogBeginInsert();
     pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
     pg_sys::XLogRegisterBuffer(0, buf, pg_sys::REGBUF_STANDARD as u8);
-    let lsn = pg_sys::XLogInsert(RM_HASIS_ID, XLOG_HASIS_STAMP);
+    let lsn = pg_sys::XLogInsert(RM_HASIS_ID, XLOG_HASIS_STAMP2);
     crate::storage::wal::set_page_lsn(pg_sys::BufferGetPage(buf), lsn);
+}
+
+/// A stamp as redo applies it: format 1's whole MVCC fields, or format
+/// 2's over the version's own xmin.
+enum StampRedo {
+    Whole(Mvcc),
+    Compact(Stamp, Tid),
+}
+
+impl StampRedo {
+    fn at(&self, at1: usize) -> usize {
+        match self {
+            StampRedo::Whole(_) => at1,
+            StampRedo::Compact(s, _) => s.at as usize,
+        }
+    }
+
+    unsafe fn apply(&self, page: pg_sys::Page, at: usize) {
+        match self {
+            StampRedo::Whole(m) => apply_stamp(page, at, m),
+            StampRedo::Compact(s, ctid) => {
+                let b = bytes(page);
+                if at < pg_hybrid_core::hasis::layout::BODY_START || at + MVCC_LEN > pg_hybrid_core::hasis::layout::BODY_END {
+                    redo_failed(&format!("stamp at byte {at} is outside the page body"));
+                }
+                let old = Mvcc::decode(&b[at..at + MVCC_LEN]);
+                s.apply(&old, *ctid).encode(&mut b[at..at + MVCC_LEN]);
+            }
+        }
+    }
 }
 
 /// Makes room for a compaction's block references (outside the critical
@@ -308,22 +371,33 @@ fn redo_failed(what: &str) -> ! {
     pgrx::error!("hasis redo: {what}")
 }
 
+/// The parameters of the extent whose header block is `page` (format 2
+/// records leave them out: they never change in an extent's life).
+unsafe fn geometry_of_header(page: pg_sys::Page) -> Geometry {
+    header::stored_geometry(bytes(page)).unwrap_or_else(|e| redo_failed(&e.to_string()))
+}
+
 /// INSERT, and UPDATE (an INSERT whose main data starts with the old
-/// version's stamp: at, MVCC fields; the old version's block is block 3,
-/// or the delta block 1 when it is the same).
-unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState, update: bool) {
+/// version's stamp; the old version's block is block 3, or the delta block
+/// 1 when it is the same), in either format.
+unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState, update: bool, format2: bool) {
     let d = main_data(record);
-    let (stamp, d) = if update {
-        if d.len() < STAMP_PART {
-            redo_failed("short UPDATE record");
+    // The stamp's byte offset and fields; the rest of the main data.
+    let (stamp, d): (Option<(usize, StampRedo)>, &[u8]) = match (update, format2) {
+        (false, _) => (None, d),
+        (true, false) => {
+            if d.len() < STAMP_PART {
+                redo_failed("short UPDATE record");
+            }
+            let at = u16::from_le_bytes([d[0], d[1]]) as usize;
+            (Some((at, StampRedo::Whole(Mvcc::decode(&d[2..STAMP_PART])))), &d[STAMP_PART..])
         }
-        let at = u16::from_le_bytes([d[0], d[1]]) as usize;
-        (Some((at, Mvcc::decode(&d[2..STAMP_PART]))), &d[STAMP_PART..])
-    } else {
-        (None, d)
+        (true, true) => {
+            // The ctid is the new version's TID, known below.
+            let (s, _) = Stamp::decode(d, false).unwrap_or_else(|e| redo_failed(&e.to_string()));
+            (Some((s.at as usize, StampRedo::Compact(s, Tid::default()))), &d[wire::STAMP_LEN..])
+        }
     };
-    let Some((r, item)) = InsertRecord::decode(d) else { redo_failed("short INSERT record") };
-    let g = Geometry::new(r.params).unwrap_or_else(|e| redo_failed(&e.to_string()));
     let has_dir = has_block_ref(record, 2);
     let lsn = (*record).EndRecPtr;
     // The primary's lock order (header, directory block, delta block), and
@@ -331,6 +405,30 @@ unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState, update: bool) {
     // share lock sees the insert whole or not at all.
     let mut hbuf: pg_sys::Buffer = 0;
     let header_action = pg_sys::XLogReadBufferForRedo(record, 0, &mut hbuf);
+    let (r, item, stamp) = if format2 {
+        if hbuf == 0 {
+            // The extent is gone: a later truncation or drop of the
+            // relation follows in the WAL (PostgreSQL checks that).
+            return;
+        }
+        let g = geometry_of_header(pg_sys::BufferGetPage(hbuf));
+        let (place, _) = wire::decode_place(d).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        let mut first: pg_sys::BlockNumber = 0;
+        pg_sys::XLogRecGetBlockTag(record, 0, std::ptr::null_mut(), std::ptr::null_mut(), &mut first);
+        let own = g.tid(first, place.slot).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        let implied = Implied { xid: (*(*record).record).header.xl_xid.into_inner(), own };
+        let item = wire::decode_item(d, &place, &implied).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        let r = InsertRecord { params: g.params, slot: place.slot, delta_index: place.delta_index, fresh: place.fresh, offset: place.offset, version: place.version };
+        let stamp = stamp.map(|(at, s)| match s {
+            StampRedo::Compact(s, _) => (at, StampRedo::Compact(s, own)),
+            whole => (at, whole),
+        });
+        (r, item, stamp)
+    } else {
+        let Some((r, item)) = InsertRecord::decode(d) else { redo_failed("short INSERT record") };
+        (r, item, stamp)
+    };
+    let g = Geometry::new(r.params).unwrap_or_else(|e| redo_failed(&e.to_string()));
     let mut dirbuf: pg_sys::Buffer = 0;
     if has_dir && pg_sys::XLogReadBufferForRedo(record, 2, &mut dirbuf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
         let p = pg_sys::BufferGetPage(dirbuf);
@@ -357,17 +455,17 @@ unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState, update: bool) {
     if action == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
         let p = pg_sys::BufferGetPage(dbuf);
         apply_insert_delta(&g, p, &r, &item).unwrap_or_else(|e| redo_failed(&e.to_string()));
-        if let (Some((at, m)), false) = (&stamp, has_block_ref(record, 3)) {
-            apply_stamp(p, *at, m);
+        if let (Some((at, s)), false) = (&stamp, has_block_ref(record, 3)) {
+            s.apply(p, s.at(*at));
         }
         crate::storage::wal::set_page_lsn(p, lsn);
         pg_sys::MarkBufferDirty(dbuf);
     }
     let mut obuf: pg_sys::Buffer = 0;
-    if let (Some((at, m)), true) = (&stamp, has_block_ref(record, 3)) {
+    if let (Some((at, s)), true) = (&stamp, has_block_ref(record, 3)) {
         if pg_sys::XLogReadBufferForRedo(record, 3, &mut obuf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
             let p = pg_sys::BufferGetPage(obuf);
-            apply_stamp(p, *at, m);
+            s.apply(p, s.at(*at));
             crate::storage::wal::set_page_lsn(p, lsn);
             pg_sys::MarkBufferDirty(obuf);
         }
@@ -379,17 +477,21 @@ unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState, update: bool) {
     }
 }
 
-unsafe fn redo_stamp(record: *mut pg_sys::XLogReaderState) {
+unsafe fn redo_stamp(record: *mut pg_sys::XLogReaderState, format2: bool) {
     let d = main_data(record);
-    if d.len() < 2 + MVCC_LEN {
-        redo_failed("short STAMP record");
-    }
-    let at = u16::from_le_bytes([d[0], d[1]]) as usize;
-    let m = Mvcc::decode(&d[2..]);
+    let (at, s) = if format2 {
+        let (s, ctid) = Stamp::decode(d, true).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        (s.at as usize, StampRedo::Compact(s, ctid.unwrap_or_default()))
+    } else {
+        if d.len() < 2 + MVCC_LEN {
+            redo_failed("short STAMP record");
+        }
+        (u16::from_le_bytes([d[0], d[1]]) as usize, StampRedo::Whole(Mvcc::decode(&d[2..])))
+    };
     let mut buf: pg_sys::Buffer = 0;
     if pg_sys::XLogReadBufferForRedo(record, 0, &mut buf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
         let p = pg_sys::BufferGetPage(buf);
-        apply_stamp(p, at, &m);
+        s.apply(p, at);
         crate::storage::wal::set_page_lsn(p, (*record).EndRecPtr);
         pg_sys::MarkBufferDirty(buf);
     }
@@ -401,9 +503,12 @@ unsafe fn redo_stamp(record: *mut pg_sys::XLogReaderState) {
 #[pg_guard]
 unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
     match crate::storage::wal::record_info(record) {
-        XLOG_HASIS_INSERT => redo_insert(record, false),
-        XLOG_HASIS_UPDATE => redo_insert(record, true),
-        XLOG_HASIS_STAMP => redo_stamp(record),
+        XLOG_HASIS_INSERT => redo_insert(record, false, false),
+        XLOG_HASIS_UPDATE => redo_insert(record, true, false),
+        XLOG_HASIS_STAMP => redo_stamp(record, false),
+        XLOG_HASIS_INSERT2 => redo_insert(record, false, true),
+        XLOG_HASIS_UPDATE2 => redo_insert(record, true, true),
+        XLOG_HASIS_STAMP2 => redo_stamp(record, true),
         XLOG_HASIS_COMPACT => redo_compact(record),
         other => redo_failed(&format!("unknown WAL record type {other:#x}")),
     }
@@ -420,7 +525,15 @@ unsafe extern "C-unwind" fn desc(out: pg_sys::StringInfo, record: *mut pg_sys::X
             Some((r, item)) => format!("HOT update: new version slot {} delta block {} offset {} item {} bytes{}; old version stamped", r.slot, r.delta_index, r.offset, item.len(), if r.fresh { " (new block)" } else { "" }),
             None => "short record".into(),
         },
-        XLOG_HASIS_STAMP => "mvcc stamp".into(),
+        XLOG_HASIS_STAMP | XLOG_HASIS_STAMP2 => "mvcc stamp".into(),
+        XLOG_HASIS_INSERT2 => match wire::decode_place(main_data(record)) {
+            Ok((p, _)) => format!("slot {} delta block {} offset {}{}", p.slot, p.delta_index, p.offset, if p.fresh { " (new block)" } else { "" }),
+            Err(_) => "short record".into(),
+        },
+        XLOG_HASIS_UPDATE2 => match main_data(record).get(wire::STAMP_LEN..).map(wire::decode_place) {
+            Some(Ok((p, _))) => format!("HOT update: new version slot {} delta block {} offset {}{}; old version stamped", p.slot, p.delta_index, p.offset, if p.fresh { " (new block)" } else { "" }),
+            _ => "short record".into(),
+        },
         XLOG_HASIS_COMPACT => format!("compaction record of {} bytes", main_data(record).len()),
         _ => return,
     };
@@ -431,9 +544,12 @@ unsafe extern "C-unwind" fn desc(out: pg_sys::StringInfo, record: *mut pg_sys::X
 #[pg_guard]
 unsafe extern "C-unwind" fn identify(info: u8) -> *const std::os::raw::c_char {
     match info & !(pg_sys::XLR_INFO_MASK as u8) {
-        XLOG_HASIS_INSERT => c"INSERT".as_ptr(),
-        XLOG_HASIS_STAMP => c"STAMP".as_ptr(),
-        XLOG_HASIS_UPDATE => c"UPDATE".as_ptr(),
+        XLOG_HASIS_INSERT => c"INSERT_V1".as_ptr(),
+        XLOG_HASIS_STAMP => c"STAMP_V1".as_ptr(),
+        XLOG_HASIS_UPDATE => c"UPDATE_V1".as_ptr(),
+        XLOG_HASIS_INSERT2 => c"INSERT".as_ptr(),
+        XLOG_HASIS_STAMP2 => c"STAMP".as_ptr(),
+        XLOG_HASIS_UPDATE2 => c"UPDATE".as_ptr(),
         XLOG_HASIS_COMPACT => c"COMPACT".as_ptr(),
         _ => std::ptr::null(),
     }

@@ -198,6 +198,15 @@ impl ExtentHeader {
     }
 }
 
+/// The geometry an extent was made with, from its header block alone
+/// (WAL redo of records that leave the parameters out).
+pub fn stored_geometry(block: &[u8]) -> Result<Geometry> {
+    BlockTrailer::check(block, BlockKind::Header, 0, None)?;
+    let g = Geometry::new(Params { column_blocks: rd16(block, 24), delta_blocks: rd16(block, 26), compact_trigger: rd16(block, 32), max_slots: rd16(block, 30) })?;
+    ExtentHeader::read(block, &g)?;
+    Ok(g)
+}
+
 /// Initializes directory block `i` (all entries unused).
 pub fn init_directory_block(block: &mut [u8], g: &Geometry, i: usize, version: u32) {
     block[BODY_START..].fill(0);

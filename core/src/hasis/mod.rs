@@ -36,6 +36,7 @@ pub mod header;
 pub mod hot;
 pub mod layout;
 pub mod row;
+pub mod wire;
 
 #[cfg(test)]
 mod tests;
