@@ -25,9 +25,10 @@ use super::column::{self, ColumnRow};
 use super::delta::{self, DeltaView, ITEM_HDR};
 use super::header::{DirEntry, ExtentHeader, DIR_ENTRY};
 use super::hot::{ChainLink, Chains};
-use super::layout::{rd16, rd32, wr16, wr32, BlockKind, BlockTrailer, Geometry, Params, BLCKSZ, UNITS_PER_BLOCK};
-use super::row::{decode_payload, encode_payload, ColumnDesc, Mvcc, RowHeader, Schema, DESC_LEN, MVCC_OFF, ROW_HEADER};
+use super::layout::{rd16, rd32, wr16, wr32, BlockKind, BlockTrailer, Geometry, Params, BLCKSZ, MAX_OFFSET, UNITS_PER_BLOCK};
+use super::row::{decode_payload, ColumnDesc, Mvcc, Row, RowHeader, Schema, Width, DESC_LEN, MAX_COLUMNS, MVCC_OFF, ROW_HEADER};
 use super::{corrupt, Error, HybridPage, Result};
+use crate::tid::Tid;
 use std::collections::BTreeSet;
 
 /// What the oracle decides for one version.
@@ -67,7 +68,7 @@ impl<F: FnMut(u16, &mut Mvcc) -> Placement> Oracle for F {
     }
 }
 
-/// The compaction WAL record, decoded. See README "The compaction record"
+/// The compaction WAL record, decoded. See README "The compaction WAL record"
 /// for its byte layout.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CompactionRecord {
@@ -367,52 +368,59 @@ impl CompactionOutput {
 /// "HSCR", first bytes of a compaction record.
 pub const RECORD_MAGIC: u32 = 0x5243_5348;
 const RF_LZ4: u8 = 0x01;
-/// Record format 2 adds the HOT lists (unused slots, redirects); format 1
-/// records (only the removed = dead slots) still replay.
-pub const RECORD_FORMAT: u8 = 2;
-const RECORD_FORMAT_NO_HOT: u8 = 1;
+/// The format `encode` writes. Format 3 carries what format 2 does, laid
+/// out column-wise: one array per row-header field and per table column,
+/// each made of like values (see README "The compaction WAL record"). Row by
+/// row, the values that repeat on a page (equal xmins and infomask words,
+/// slots and keys that count up, blank padding) are a row's width apart,
+/// where LZ4 finds little; side by side they become runs.
+pub const RECORD_FORMAT: u8 = 3;
+/// Format 2: the body row by row (row header, payload, next row), with the
+/// HOT lists. Still replays.
+pub const RECORD_FORMAT_ROWS: u8 = 2;
+/// Format 1: format 2 without the HOT lists (only the dead slots), from
+/// before HOT. Still replays.
+pub const RECORD_FORMAT_NO_HOT: u8 = 1;
 const RECORD_HDR: usize = 32;
+/// Fixed-length values up to this width (integers, floats, timestamps,
+/// uuids) are stored as byte planes; wider ones (char(n) and the like)
+/// back to back, where LZ4 finds their repeated substrings whole.
+const PLANES_MAX_WIDTH: usize = 16;
+
+/// The body of a record, whatever its format: the record without the
+/// parameters and versions its fixed header carries.
+struct RecordBody {
+    columns: Vec<ColumnDesc>,
+    column_rows: Vec<ColumnRow>,
+    delta_items: Vec<Vec<u8>>,
+    dead: Vec<u16>,
+    unused: Vec<u16>,
+    redirects: Vec<(u16, u16)>,
+}
+
+/// A record count or length as its u16.
+fn count(n: usize) -> Result<[u8; 2]> {
+    u16::try_from(n).map(|v| v.to_le_bytes()).map_err(|_| Error::BadInput("too many entries for a record"))
+}
 
 impl CompactionRecord {
-    /// Encodes the record; with `compress` the body is LZ4-compressed when
-    /// that makes it smaller (column data usually compresses; the WAL has
-    /// no compression for non-image data of its own).
+    /// Encodes the record (format 3); with `compress` the body is
+    /// LZ4-compressed when that makes it smaller (column data usually
+    /// compresses; the WAL has no compression for non-image data of its
+    /// own).
     pub fn encode(&self, compress: bool) -> Result<Vec<u8>> {
-        let schema = Schema::new(self.columns.clone())?;
-        let mut body = Vec::new();
-        let count = |n: usize| -> Result<[u8; 2]> {
-            u16::try_from(n).map(|v| v.to_le_bytes()).map_err(|_| Error::BadInput("too many entries for a record"))
-        };
-        body.extend_from_slice(&count(self.columns.len())?);
-        for d in &self.columns {
-            let mut b = [0u8; DESC_LEN];
-            d.encode(&mut b);
-            body.extend_from_slice(&b);
-        }
-        body.extend_from_slice(&count(self.column_rows.len())?);
-        for cr in &self.column_rows {
-            let mut h = [0u8; ROW_HEADER];
-            cr.header.encode(&mut h);
-            body.extend_from_slice(&h);
-            let payload = encode_payload(&schema, &cr.row)?;
-            body.extend_from_slice(&count(payload.len())?);
-            body.extend_from_slice(&payload);
-        }
-        body.extend_from_slice(&count(self.delta_items.len())?);
-        for it in &self.delta_items {
-            body.extend_from_slice(it);
-        }
-        for list in [&self.dead, &self.unused] {
-            body.extend_from_slice(&count(list.len())?);
-            for s in list.iter() {
-                body.extend_from_slice(&s.to_le_bytes());
-            }
-        }
-        body.extend_from_slice(&count(self.redirects.len())?);
-        for (s, t) in &self.redirects {
-            body.extend_from_slice(&s.to_le_bytes());
-            body.extend_from_slice(&t.to_le_bytes());
-        }
+        self.frame(RECORD_FORMAT, self.columnar_body()?, compress)
+    }
+
+    /// Encodes the record in format 2, as `encode` did before format 3: for
+    /// tests that check old records still replay, and to compare sizes.
+    #[cfg(test)]
+    pub(crate) fn encode_format_2(&self, compress: bool) -> Result<Vec<u8>> {
+        self.frame(RECORD_FORMAT_ROWS, self.row_body()?, compress)
+    }
+
+    /// The fixed header and the (possibly compressed) body.
+    fn frame(&self, format: u8, body: Vec<u8>, compress: bool) -> Result<Vec<u8>> {
         let body_len = u32::try_from(body.len()).map_err(|_| Error::BadInput("record too large"))?;
         let (flags, stored) = match compress {
             true => {
@@ -427,7 +435,7 @@ impl CompactionRecord {
         };
         let mut out = vec![0u8; RECORD_HDR];
         wr32(&mut out, 0, RECORD_MAGIC);
-        out[4] = RECORD_FORMAT;
+        out[4] = format;
         out[5] = flags;
         wr32(&mut out, 8, self.old_version);
         wr32(&mut out, 12, self.new_version);
@@ -441,7 +449,96 @@ impl CompactionRecord {
         Ok(out)
     }
 
-    /// Decodes a record; anything malformed is `Error::Corrupt`.
+    /// Format 3's body: the column descriptions, the column rows' headers
+    /// (`put_headers`) and values (`put_column_values`, column by column),
+    /// the delta items' headers, payload lengths and payloads, the slot
+    /// lists.
+    fn columnar_body(&self) -> Result<Vec<u8>> {
+        Schema::new(self.columns.clone())?;
+        let mut body = Vec::new();
+        put_columns(&mut body, &self.columns)?;
+        body.extend_from_slice(&count(self.column_rows.len())?);
+        for cr in &self.column_rows {
+            // The header's natts is what decoding rebuilds the values from.
+            if cr.row.values.len() != cr.header.natts as usize {
+                return Err(Error::BadInput("column row's natts differs from its number of values"));
+            }
+            if cr.row.values.len() > self.columns.len() {
+                return Err(Error::BadInput("row has more values than the schema has columns"));
+            }
+        }
+        let headers: Vec<RowHeader> = self.column_rows.iter().map(|cr| cr.header).collect();
+        put_headers(&mut body, &headers);
+        for (c, d) in self.columns.iter().enumerate() {
+            put_column_values(&mut body, c, d, &self.column_rows)?;
+        }
+
+        // Delta items stay opaque payloads: they may have more columns
+        // than `columns` describes (those cover the column rows only).
+        body.extend_from_slice(&count(self.delta_items.len())?);
+        let mut item_headers = Vec::with_capacity(self.delta_items.len());
+        for it in &self.delta_items {
+            if it.len() < ITEM_HDR || rd16(it, 0) as usize != it.len() {
+                return Err(Error::BadInput("malformed delta item in a compaction record"));
+            }
+            item_headers.push(RowHeader::decode(&it[2..ITEM_HDR]));
+        }
+        put_headers(&mut body, &item_headers);
+        let payloads: Vec<&[u8]> = self.delta_items.iter().map(|it| &it[ITEM_HDR..]).collect();
+        put_u16s(&mut body, payloads.iter().map(|p| p.len() as u16));
+        let layout = PayloadLayout::choose(&payloads);
+        body.push(layout as u8);
+        let flat: Vec<u8> = payloads.concat();
+        match layout {
+            PayloadLayout::BackToBack => body.extend_from_slice(&flat),
+            PayloadLayout::Planes => put_planes(&mut body, &flat, payloads[0].len()),
+        }
+        self.put_slot_lists(&mut body)?;
+        Ok(body)
+    }
+
+    /// Format 2's body: per column row its header, payload length and
+    /// row-format payload; the delta items verbatim; the slot lists.
+    #[cfg(test)]
+    fn row_body(&self) -> Result<Vec<u8>> {
+        let schema = Schema::new(self.columns.clone())?;
+        let mut body = Vec::new();
+        put_columns(&mut body, &self.columns)?;
+        body.extend_from_slice(&count(self.column_rows.len())?);
+        for cr in &self.column_rows {
+            let mut h = [0u8; ROW_HEADER];
+            cr.header.encode(&mut h);
+            body.extend_from_slice(&h);
+            let payload = super::row::encode_payload(&schema, &cr.row)?;
+            body.extend_from_slice(&count(payload.len())?);
+            body.extend_from_slice(&payload);
+        }
+        body.extend_from_slice(&count(self.delta_items.len())?);
+        for it in &self.delta_items {
+            body.extend_from_slice(it);
+        }
+        self.put_slot_lists(&mut body)?;
+        Ok(body)
+    }
+
+    /// Dead and unused slots, then the redirects (formats 2 and 3).
+    fn put_slot_lists(&self, body: &mut Vec<u8>) -> Result<()> {
+        for list in [&self.dead, &self.unused] {
+            body.extend_from_slice(&count(list.len())?);
+            for s in list.iter() {
+                body.extend_from_slice(&s.to_le_bytes());
+            }
+        }
+        body.extend_from_slice(&count(self.redirects.len())?);
+        for (s, t) in &self.redirects {
+            body.extend_from_slice(&s.to_le_bytes());
+            body.extend_from_slice(&t.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    /// Decodes a record of format 1, 2 or 3; anything malformed is
+    /// `Error::Corrupt`.
     pub fn decode(b: &[u8]) -> Result<CompactionRecord> {
         if b.len() < RECORD_HDR {
             return corrupt("compaction record too short");
@@ -450,7 +547,7 @@ impl CompactionRecord {
             return Err(Error::BadMagic);
         }
         let format = b[4];
-        if format != RECORD_FORMAT && format != RECORD_FORMAT_NO_HOT {
+        if ![RECORD_FORMAT, RECORD_FORMAT_ROWS, RECORD_FORMAT_NO_HOT].contains(&format) {
             return Err(Error::BadFormatVersion(format));
         }
         let flags = b[5];
@@ -476,41 +573,9 @@ impl CompactionRecord {
             return corrupt("compaction record body length mismatch");
         }
         let mut r = Reader { b: &body, pos: 0 };
-        let ncols = r.u16()? as usize;
-        let mut columns = Vec::with_capacity(ncols.min(1600));
-        for _ in 0..ncols {
-            columns.push(ColumnDesc::decode(r.take(DESC_LEN)?)?);
-        }
-        let schema = Schema::new(columns.clone()).map_err(|_| Error::Corrupt("bad columns in compaction record"))?;
-        let nrows = r.u16()? as usize;
-        let mut column_rows = Vec::with_capacity(nrows);
-        for _ in 0..nrows {
-            let header = RowHeader::decode(r.take(ROW_HEADER)?);
-            let plen = r.u16()? as usize;
-            let row = decode_payload(&schema, header.natts as usize, r.take(plen)?)?;
-            column_rows.push(ColumnRow { header, row });
-        }
-        let nitems = r.u16()? as usize;
-        let mut delta_items = Vec::with_capacity(nitems.min(4096));
-        for _ in 0..nitems {
-            let len = rd16(r.peek(2)?, 0) as usize;
-            if len < ITEM_HDR {
-                return corrupt("bad delta item in compaction record");
-            }
-            delta_items.push(r.take(len)?.to_vec());
-        }
-        let slot_list = |r: &mut Reader| -> Result<Vec<u16>> {
-            let n = r.u16()? as usize;
-            (0..n).map(|_| r.u16()).collect()
-        };
-        let dead = slot_list(&mut r)?;
-        let (unused, redirects) = if format == RECORD_FORMAT_NO_HOT {
-            (Vec::new(), Vec::new())
-        } else {
-            let unused = slot_list(&mut r)?;
-            let n = r.u16()? as usize;
-            let redirects = (0..n).map(|_| Ok((r.u16()?, r.u16()?))).collect::<Result<Vec<_>>>()?;
-            (unused, redirects)
+        let parts = match format {
+            RECORD_FORMAT => take_columnar_body(&mut r)?,
+            _ => take_row_body(&mut r, format)?,
         };
         if r.pos != body.len() {
             return corrupt("trailing bytes in compaction record");
@@ -524,14 +589,440 @@ impl CompactionRecord {
             },
             old_version: rd32(b, 8),
             new_version: rd32(b, 12),
-            columns,
-            column_rows,
-            delta_items,
-            dead,
-            unused,
-            redirects,
+            columns: parts.columns,
+            column_rows: parts.column_rows,
+            delta_items: parts.delta_items,
+            dead: parts.dead,
+            unused: parts.unused,
+            redirects: parts.redirects,
         })
     }
+}
+
+fn put_columns(body: &mut Vec<u8>, columns: &[ColumnDesc]) -> Result<()> {
+    body.extend_from_slice(&count(columns.len())?);
+    for d in columns {
+        let mut b = [0u8; DESC_LEN];
+        d.encode(&mut b);
+        body.extend_from_slice(&b);
+    }
+    Ok(())
+}
+
+fn take_columns(r: &mut Reader) -> Result<Vec<ColumnDesc>> {
+    let ncols = r.u16()? as usize;
+    let mut columns = Vec::with_capacity(ncols.min(MAX_COLUMNS));
+    for _ in 0..ncols {
+        columns.push(ColumnDesc::decode(r.take(DESC_LEN)?)?);
+    }
+    Schema::new(columns).map(|s| s.columns).map_err(|_| Error::Corrupt("bad columns in compaction record"))
+}
+
+fn take_slot_list(r: &mut Reader) -> Result<Vec<u16>> {
+    let n = r.u16()? as usize;
+    (0..n).map(|_| r.u16()).collect()
+}
+
+fn take_redirects(r: &mut Reader) -> Result<Vec<(u16, u16)>> {
+    let n = r.u16()? as usize;
+    (0..n).map(|_| Ok((r.u16()?, r.u16()?))).collect()
+}
+
+/// The body of formats 1 and 2: rows one after another.
+fn take_row_body(r: &mut Reader, format: u8) -> Result<RecordBody> {
+    let columns = take_columns(r)?;
+    let schema = Schema { columns };
+    let nrows = r.u16()? as usize;
+    let mut column_rows = Vec::with_capacity(nrows);
+    for _ in 0..nrows {
+        let header = RowHeader::decode(r.take(ROW_HEADER)?);
+        let plen = r.u16()? as usize;
+        let row = decode_payload(&schema, header.natts as usize, r.take(plen)?)?;
+        column_rows.push(ColumnRow { header, row });
+    }
+    let nitems = r.u16()? as usize;
+    let mut delta_items = Vec::with_capacity(nitems);
+    for _ in 0..nitems {
+        let len = rd16(r.peek(2)?, 0) as usize;
+        if len < ITEM_HDR {
+            return corrupt("bad delta item in compaction record");
+        }
+        delta_items.push(r.take(len)?.to_vec());
+    }
+    let dead = take_slot_list(r)?;
+    let (unused, redirects) = match format {
+        RECORD_FORMAT_NO_HOT => (Vec::new(), Vec::new()),
+        _ => (take_slot_list(r)?, take_redirects(r)?),
+    };
+    Ok(RecordBody { columns: schema.columns, column_rows, delta_items, dead, unused, redirects })
+}
+
+/// The body of format 3 (`CompactionRecord::columnar_body`).
+fn take_columnar_body(r: &mut Reader) -> Result<RecordBody> {
+    let columns = take_columns(r)?;
+    let nrows = r.u16()? as usize;
+    let mut column_rows = Vec::with_capacity(nrows);
+    for header in take_headers(r, nrows)? {
+        if header.natts as usize > columns.len() {
+            return corrupt("row version has more columns than the compaction record describes");
+        }
+        column_rows.push(ColumnRow { header, row: Row { values: Vec::with_capacity(header.natts as usize) } });
+    }
+    // Rows that have column c (natts > c): fewer with every column.
+    let mut having: Vec<usize> = (0..nrows).collect();
+    for (c, d) in columns.iter().enumerate() {
+        having.retain(|&i| column_rows[i].header.natts as usize > c);
+        take_column_values(r, d, &having, &mut column_rows)?;
+    }
+
+    let nitems = r.u16()? as usize;
+    let item_headers = take_headers(r, nitems)?;
+    let payload_lens = take_u16s(r, nitems)?;
+    let planes = match r.take(1)?[0] {
+        0 => None,
+        1 => match payload_lens.first() {
+            Some(&len) if len > 0 && payload_lens.iter().all(|&l| l == len) => Some(take_planes(r, nitems, len as usize)?),
+            _ => return corrupt("delta payloads as planes without one length in a compaction record"),
+        },
+        _ => return corrupt("unknown delta payload layout in a compaction record"),
+    };
+    let mut delta_items = Vec::with_capacity(nitems);
+    let mut at = 0usize;
+    for (header, plen) in item_headers.iter().zip(payload_lens) {
+        let len = ITEM_HDR + plen as usize;
+        if len > u16::MAX as usize {
+            return corrupt("delta item in compaction record too long");
+        }
+        let payload = match &planes {
+            Some(flat) => {
+                let p = flat.get(at..at + plen as usize).ok_or(Error::Corrupt("delta payloads truncated"))?;
+                at += plen as usize;
+                p
+            }
+            None => r.take(plen as usize)?,
+        };
+        let mut item = vec![0u8; len];
+        wr16(&mut item, 0, len as u16);
+        header.encode(&mut item[2..ITEM_HDR]);
+        item[ITEM_HDR..].copy_from_slice(payload);
+        delta_items.push(item);
+    }
+    let dead = take_slot_list(r)?;
+    let unused = take_slot_list(r)?;
+    let redirects = take_redirects(r)?;
+    Ok(RecordBody { columns, column_rows, delta_items, dead, unused, redirects })
+}
+
+// Format 3's arrays.
+
+/// How format 3 stores the delta items' payloads (row format, opaque to
+/// the record: they may have more columns than `columns` describes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PayloadLayout {
+    /// One after another.
+    BackToBack = 0,
+    /// All of one length (a table of fixed-length columns and equal
+    /// varlenas, like pgbench_accounts): byte planes of that width, so
+    /// each byte position of the rows (a key's low byte, padding) is its
+    /// own run instead of a few bytes between two long matches.
+    Planes = 1,
+}
+
+impl PayloadLayout {
+    fn choose(payloads: &[&[u8]]) -> PayloadLayout {
+        match payloads.first() {
+            Some(p) if payloads.len() > 1 && !p.is_empty() && payloads.iter().all(|q| q.len() == p.len()) => PayloadLayout::Planes,
+            _ => PayloadLayout::BackToBack,
+        }
+    }
+}
+
+/// Appends `flat`, a sequence of `width`-byte words, as byte planes: the
+/// first byte of every word, then the second byte of every word, and so
+/// on. The high bytes of small or equal numbers, and the bytes at one
+/// position of similar values, then form runs, which LZ4 needs (it
+/// matches 4 bytes or more).
+fn put_planes(out: &mut Vec<u8>, flat: &[u8], width: usize) {
+    if width == 0 {
+        return;
+    }
+    let n = flat.len() / width;
+    out.reserve(flat.len());
+    for k in 0..width {
+        out.extend((0..n).map(|i| flat[i * width + k]));
+    }
+}
+
+/// Reads `n` words of `width` bytes that `put_planes` wrote; returns them
+/// back to back.
+fn take_planes(r: &mut Reader, n: usize, width: usize) -> Result<Vec<u8>> {
+    let len = n.checked_mul(width).ok_or(Error::Corrupt("compaction record array too long"))?;
+    let planes = r.take(len)?;
+    let mut flat = vec![0u8; len];
+    for k in 0..width {
+        for i in 0..n {
+            flat[i * width + k] = planes[k * n + i];
+        }
+    }
+    Ok(flat)
+}
+
+/// How a word array is stored: its first byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WordCoding {
+    /// The words themselves: best for values that are mostly equal with
+    /// exceptions (xmin of a loaded table, a balance, infomask words).
+    Plain = 0,
+    /// Each word minus the one before (the first minus 0), wrapping in
+    /// the word's width: best for values that count up (slots, keys, the
+    /// xids of successive updates), which become a run of small numbers.
+    Differences = 1,
+}
+
+/// Mask of a `width`-byte word (1 to 8 bytes) in a u64.
+fn word_mask(width: usize) -> u64 {
+    u64::MAX >> (64 - 8 * width)
+}
+
+/// How many words differ from the word before: what LZ4 pays for, about.
+fn changes(words: impl Iterator<Item = u64>) -> usize {
+    let mut prev = None;
+    words.filter(|&w| prev.replace(w).is_some_and(|p| p != w)).count()
+}
+
+/// Appends `words` (each `width` bytes, 1 to 8) as their coding byte and
+/// byte planes, in the coding with fewer changes between neighbours
+/// (plain on a tie).
+fn put_words(out: &mut Vec<u8>, words: &[u64], width: usize) {
+    let mask = word_mask(width);
+    let differences = |ws: &[u64]| -> Vec<u64> {
+        let mut prev = 0u64;
+        ws.iter()
+            .map(|&w| {
+                let d = w.wrapping_sub(prev) & mask;
+                prev = w;
+                d
+            })
+            .collect()
+    };
+    let diffs = differences(words);
+    let (coding, stored) = match changes(diffs.iter().copied()) < changes(words.iter().copied()) {
+        true => (WordCoding::Differences, diffs),
+        false => (WordCoding::Plain, words.to_vec()),
+    };
+    out.push(coding as u8);
+    let flat: Vec<u8> = stored.iter().flat_map(|w| w.to_le_bytes()[..width].to_vec()).collect();
+    put_planes(out, &flat, width);
+}
+
+/// Reads `n` words of `width` bytes that `put_words` wrote.
+fn take_words(r: &mut Reader, n: usize, width: usize) -> Result<Vec<u64>> {
+    let coding = match r.take(1)?[0] {
+        0 => WordCoding::Plain,
+        1 => WordCoding::Differences,
+        _ => return corrupt("unknown array coding in a compaction record"),
+    };
+    let flat = take_planes(r, n, width)?;
+    let mut words: Vec<u64> = flat
+        .chunks_exact(width)
+        .map(|w| {
+            let mut buf = [0u8; 8];
+            buf[..width].copy_from_slice(w);
+            u64::from_le_bytes(buf)
+        })
+        .collect();
+    if coding == WordCoding::Differences {
+        let mut prev = 0u64;
+        for w in &mut words {
+            prev = prev.wrapping_add(*w) & word_mask(width);
+            *w = prev;
+        }
+    }
+    Ok(words)
+}
+
+fn put_u16s(out: &mut Vec<u8>, words: impl Iterator<Item = u16>) {
+    put_words(out, &words.map(u64::from).collect::<Vec<_>>(), 2);
+}
+
+fn put_u32s(out: &mut Vec<u8>, words: impl Iterator<Item = u32>) {
+    put_words(out, &words.map(u64::from).collect::<Vec<_>>(), 4);
+}
+
+fn take_u16s(r: &mut Reader, n: usize) -> Result<Vec<u16>> {
+    Ok(take_words(r, n, 2)?.into_iter().map(|w| w as u16).collect())
+}
+
+fn take_u32s(r: &mut Reader, n: usize) -> Result<Vec<u32>> {
+    Ok(take_words(r, n, 4)?.into_iter().map(|w| w as u32).collect())
+}
+
+/// A ctid relative to the version's own TID, as far as the record can
+/// know that TID: block minus `slot / 291`, offset minus `slot % 291 + 1`
+/// (wrapping, so any ctid survives). The record does not know the extent's
+/// first block, but for a version whose ctid is its own TID (every version
+/// not updated) this makes the block that first block on every row and
+/// the offset 0: two runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RelativeCtid {
+    block: u32,
+    offset: u16,
+}
+
+impl RelativeCtid {
+    fn of(h: &RowHeader) -> RelativeCtid {
+        RelativeCtid {
+            block: h.mvcc.ctid.block.wrapping_sub((h.slot / MAX_OFFSET) as u32),
+            offset: h.mvcc.ctid.offset.wrapping_sub(h.slot % MAX_OFFSET + 1),
+        }
+    }
+    fn resolve(self, slot: u16) -> Tid {
+        Tid::new(self.block.wrapping_add((slot / MAX_OFFSET) as u32), self.offset.wrapping_add(slot % MAX_OFFSET + 1))
+    }
+}
+
+/// Row headers, one word array per field: slot, natts, xmin, xmax, cid,
+/// ctid block and offset (`RelativeCtid`), infomask, infomask2.
+fn put_headers(out: &mut Vec<u8>, headers: &[RowHeader]) {
+    put_u16s(out, headers.iter().map(|h| h.slot));
+    put_u16s(out, headers.iter().map(|h| h.natts));
+    put_u32s(out, headers.iter().map(|h| h.mvcc.xmin));
+    put_u32s(out, headers.iter().map(|h| h.mvcc.xmax));
+    put_u32s(out, headers.iter().map(|h| h.mvcc.cid));
+    put_u32s(out, headers.iter().map(|h| RelativeCtid::of(h).block));
+    put_u16s(out, headers.iter().map(|h| RelativeCtid::of(h).offset));
+    put_u16s(out, headers.iter().map(|h| h.mvcc.infomask));
+    put_u16s(out, headers.iter().map(|h| h.mvcc.infomask2));
+}
+
+fn take_headers(r: &mut Reader, n: usize) -> Result<Vec<RowHeader>> {
+    let slots = take_u16s(r, n)?;
+    let natts = take_u16s(r, n)?;
+    let xmins = take_u32s(r, n)?;
+    let xmaxs = take_u32s(r, n)?;
+    let cids = take_u32s(r, n)?;
+    let ctid_blocks = take_u32s(r, n)?;
+    let ctid_offsets = take_u16s(r, n)?;
+    let infomasks = take_u16s(r, n)?;
+    let infomasks2 = take_u16s(r, n)?;
+    let mut headers = Vec::with_capacity(n);
+    for i in 0..n {
+        let slot = slots[i];
+        let ctid = RelativeCtid { block: ctid_blocks[i], offset: ctid_offsets[i] }.resolve(slot);
+        headers.push(RowHeader {
+            slot,
+            natts: natts[i],
+            mvcc: Mvcc { xmin: xmins[i], xmax: xmaxs[i], cid: cids[i], ctid, infomask: infomasks[i], infomask2: infomasks2[i] },
+        });
+    }
+    Ok(headers)
+}
+
+/// How a fixed-length column's values are stored, by width: up to 8
+/// bytes (integers, floats, timestamps) as words (`put_words`: plain or
+/// differences, in byte planes); up to `PLANES_MAX_WIDTH` (uuids) as byte
+/// planes; wider ones (char(n) and the like) back to back, where LZ4 finds
+/// their repeated substrings whole. Widths are at least 1: `Schema::new`
+/// (encode) and `ColumnDesc::decode` (decode) refuse `Fixed(0)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FixedLayout {
+    Words,
+    Planes,
+    BackToBack,
+}
+
+impl FixedLayout {
+    fn of(width: usize) -> FixedLayout {
+        match width {
+            ..=8 => FixedLayout::Words,
+            _ if width <= PLANES_MAX_WIDTH => FixedLayout::Planes,
+            _ => FixedLayout::BackToBack,
+        }
+    }
+}
+
+/// Column `c` of every row that has it (natts > c), in row order: a null
+/// bitmap over those rows (bit set = NULL), then the non-null values:
+/// fixed-length ones as one array (`FixedLayout`), varlena ones as a
+/// length array (u16 words), then the bytes back to back.
+fn put_column_values(out: &mut Vec<u8>, c: usize, d: &ColumnDesc, rows: &[ColumnRow]) -> Result<()> {
+    let values: Vec<Option<&[u8]>> = rows.iter().filter_map(|r| r.row.values.get(c)).map(|v| v.as_deref()).collect();
+    let mut bitmap = vec![0u8; values.len().div_ceil(8)];
+    for (i, v) in values.iter().enumerate() {
+        if v.is_none() {
+            bitmap[i / 8] |= 1 << (i % 8);
+        }
+    }
+    out.extend_from_slice(&bitmap);
+    let present = values.iter().flatten();
+    match d.width {
+        Width::Fixed(n) => {
+            let n = n as usize;
+            if present.clone().any(|v| v.len() != n) {
+                return Err(Error::BadInput("fixed-length value of the wrong length"));
+            }
+            match FixedLayout::of(n) {
+                FixedLayout::Words => {
+                    let words: Vec<u64> = present
+                        .map(|v| {
+                            let mut buf = [0u8; 8];
+                            buf[..n].copy_from_slice(v);
+                            u64::from_le_bytes(buf)
+                        })
+                        .collect();
+                    put_words(out, &words, n);
+                }
+                FixedLayout::Planes => put_planes(out, &present.flat_map(|v| v.iter().copied()).collect::<Vec<_>>(), n),
+                FixedLayout::BackToBack => present.for_each(|v| out.extend_from_slice(v)),
+            }
+        }
+        Width::Varlena => {
+            if let Some(v) = present.clone().find(|v| v.len() > delta::MAX_PAYLOAD) {
+                return Err(Error::RowTooWide { len: v.len(), max: delta::MAX_PAYLOAD });
+            }
+            put_u16s(out, present.clone().map(|v| v.len() as u16));
+            present.for_each(|v| out.extend_from_slice(v));
+        }
+    }
+    Ok(())
+}
+
+/// Reads what `put_column_values` wrote for a column and appends its
+/// value to each row of `having`, the rows that have the column (they
+/// have all earlier columns already).
+fn take_column_values(r: &mut Reader, d: &ColumnDesc, having: &[usize], rows: &mut [ColumnRow]) -> Result<()> {
+    let bitmap = r.take(having.len().div_ceil(8))?;
+    if !having.len().is_multiple_of(8) && bitmap.last().is_some_and(|&b| b >> (having.len() % 8) != 0) {
+        return corrupt("null bitmap has bits past its rows in a compaction record");
+    }
+    let nulls: Vec<bool> = (0..having.len()).map(|k| bitmap[k / 8] & (1 << (k % 8)) != 0).collect();
+    let nonnull = nulls.iter().filter(|&&null| !null).count();
+    let values: Vec<Vec<u8>> = match d.width {
+        Width::Fixed(n) => {
+            let n = n as usize;
+            match FixedLayout::of(n) {
+                FixedLayout::Words => take_words(r, nonnull, n)?.iter().map(|w| w.to_le_bytes()[..n].to_vec()).collect(),
+                FixedLayout::Planes => take_planes(r, nonnull, n)?.chunks_exact(n).map(<[u8]>::to_vec).collect(),
+                FixedLayout::BackToBack => {
+                    let len = nonnull.checked_mul(n).ok_or(Error::Corrupt("compaction record array too long"))?;
+                    r.take(len)?.chunks_exact(n).map(<[u8]>::to_vec).collect()
+                }
+            }
+        }
+        Width::Varlena => {
+            let lens = take_u16s(r, nonnull)?;
+            lens.iter().map(|&len| r.take(len as usize).map(<[u8]>::to_vec)).collect::<Result<_>>()?
+        }
+    };
+    let mut values = values.into_iter();
+    for (&i, &null) in having.iter().zip(&nulls) {
+        let v = match null {
+            true => None,
+            false => Some(values.next().ok_or(Error::Corrupt("compaction record column short of values"))?),
+        };
+        rows[i].row.values.push(v);
+    }
+    Ok(())
 }
 
 struct Reader<'a> {
@@ -541,7 +1032,8 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn peek(&self, n: usize) -> Result<&'a [u8]> {
-        self.b.get(self.pos..self.pos + n).ok_or(Error::Corrupt("compaction record truncated"))
+        let end = self.pos.checked_add(n).ok_or(Error::Corrupt("compaction record truncated"))?;
+        self.b.get(self.pos..end).ok_or(Error::Corrupt("compaction record truncated"))
     }
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let s = self.peek(n)?;
@@ -560,4 +1052,74 @@ pub fn check_output(g: &Geometry, out: &CompactionOutput) -> Result<()> {
         DeltaView::parse(&out.delta_blocks[i], g, i, Some(out.version))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip_words(words: &[u64], width: usize) -> WordCoding {
+        let mut out = Vec::new();
+        put_words(&mut out, words, width);
+        assert_eq!(out.len(), 1 + words.len() * width);
+        let mut r = Reader { b: &out, pos: 0 };
+        assert_eq!(take_words(&mut r, words.len(), width).unwrap(), words);
+        assert_eq!(r.pos, out.len());
+        if out[0] == WordCoding::Plain as u8 {
+            WordCoding::Plain
+        } else {
+            WordCoding::Differences
+        }
+    }
+
+    /// Both codings in every width, with values at the ends of the range
+    /// (differences wrap), and the choice between them.
+    #[test]
+    fn word_arrays_roundtrip_and_choose_their_coding() {
+        for width in 1..=8usize {
+            let max = word_mask(width);
+            let counting: Vec<u64> = (0..300u64).map(|i| (max - 100).wrapping_add(i) & max).collect();
+            assert_eq!(roundtrip_words(&counting, width), WordCoding::Differences, "width {width}");
+            let mostly_equal: Vec<u64> = (0..300u64).map(|i| if i % 7 == 0 { max } else { 5 }).collect();
+            assert_eq!(roundtrip_words(&mostly_equal, width), WordCoding::Plain, "width {width}");
+            let mixed: Vec<u64> = (0..300u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) & max).collect();
+            roundtrip_words(&mixed, width);
+            for edge in [vec![], vec![0], vec![max], vec![max, 0, max]] {
+                roundtrip_words(&edge, width);
+            }
+        }
+        // An unknown coding, and a truncated array.
+        let mut out = Vec::new();
+        put_words(&mut out, &[1, 2, 3], 4);
+        assert!(take_words(&mut Reader { b: &out[..out.len() - 1], pos: 0 }, 3, 4).is_err());
+        out[0] = 2;
+        assert!(matches!(take_words(&mut Reader { b: &out, pos: 0 }, 3, 4), Err(Error::Corrupt(_))));
+    }
+
+    /// Any ctid survives, and a version's own TID becomes (extent start, 0)
+    /// whatever its slot.
+    #[test]
+    fn relative_ctid() {
+        let start = 5000u32;
+        for slot in (0..=u16::MAX).step_by(7).chain([u16::MAX]) {
+            let own = Tid::new(start + (slot / MAX_OFFSET) as u32, slot % MAX_OFFSET + 1);
+            for ctid in [own, Tid::new(0, 0), Tid::new(u32::MAX, u16::MAX), Tid::new(start, 1)] {
+                let h = RowHeader { slot, natts: 0, mvcc: Mvcc { ctid, ..Mvcc::default() } };
+                assert_eq!(RelativeCtid::of(&h).resolve(slot), ctid);
+            }
+            let h = RowHeader { slot, natts: 0, mvcc: Mvcc { ctid: own, ..Mvcc::default() } };
+            assert_eq!(RelativeCtid::of(&h), RelativeCtid { block: start, offset: 0 });
+        }
+    }
+
+    #[test]
+    fn byte_planes_transpose() {
+        let flat: Vec<u8> = (0..12).collect();
+        let mut out = Vec::new();
+        put_planes(&mut out, &flat, 3);
+        assert_eq!(out, [0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11]);
+        assert_eq!(take_planes(&mut Reader { b: &out, pos: 0 }, 4, 3).unwrap(), flat);
+        assert!(take_planes(&mut Reader { b: &out, pos: 1 }, 4, 3).is_err());
+        assert!(take_planes(&mut Reader { b: &out, pos: 0 }, usize::MAX, 3).is_err());
+    }
 }
