@@ -763,6 +763,13 @@ impl LazyColumns {
         let n = g.params.column_blocks as usize;
         LazyColumns { rel, g: *g, first, version: h.version, strategy, bufs: std::cell::RefCell::new((0..n).map(|_| None).collect()) }
     }
+
+    /// Column block `i` if it was read, share-locked, handed over to the
+    /// caller (it is no longer this source's).
+    pub fn take(self, i: usize) -> Option<Buf> {
+        self.bufs.into_inner().get_mut(i).and_then(Option::take)
+    }
+
     fn buffer(&self, i: usize) -> (pg_sys::Buffer, pg_sys::Page) {
         let b = self.bufs.borrow();
         let buf = b[i].as_ref().expect("block read before");
@@ -918,19 +925,23 @@ impl ExtentRead {
             DirEntry::Unused | DirEntry::Dead | DirEntry::Redirect { .. } => None,
             DirEntry::Column { row } => {
                 let cblk = first + g.column_block(0) as u32;
-                let (hb, off, header, payload) = {
+                let (hb, off, header, payload, held) = {
                     let cols = LazyColumns::new(rel, &g, first, h, std::ptr::null_mut());
                     let part = check(rel, cblk, ColumnPart::parse_lazy(&g, &cols, h.column_units as usize, h.column_rows as usize));
                     let (header, payload) = column_payload(rel, cblk, &part, row as usize);
                     let (hb, off) = check(rel, cblk, part.header_location(row as usize));
-                    (hb, off, header, payload)
+                    drop(part);
+                    // Reading the row share-locked its header's block: a
+                    // share-locked result keeps that pin and lock.
+                    let held = if lock == Lock::Share { cols.take(hb) } else { None };
+                    (hb, off, header, payload, held)
                 };
                 if header.slot != slot {
                     format_error(rel, cblk, FormatError::Corrupt("column row does not carry its slot"));
                 }
                 // The header share lock keeps the layout; the row header's own
                 // block is locked again in the mode asked for.
-                let buf = Buf::read(rel, first + g.column_block(hb) as u32, lock);
+                let buf = held.unwrap_or_else(|| Buf::read(rel, first + g.column_block(hb) as u32, lock));
                 let header = RowHeader::decode(&bytes(buf.page())[off..off + ROW_HEADER]);
                 Some(Located { _header: None, buf, tid, mvcc_at: off + MVCC_OFF, payload: Payload::Owned(payload), header })
             }
