@@ -1023,7 +1023,6 @@ fn hot_chain_prefixes_redirects_and_reuse() {
 /// zero counts at the end of the body.
 #[test]
 fn format_1_records_still_replay() {
-    use super::layout::wr32;
     let s = schema();
     let g = Geometry::new(Params::default()).unwrap();
     let mut ext = Extent::new(&g);
@@ -1049,14 +1048,9 @@ fn format_1_records_still_replay() {
     let body = &v2[32..];
     assert_eq!(&body[body.len() - 4..], &[0u8; 4], "empty unused and redirect lists");
     let make = |format: u8, body: &[u8], compress: bool| {
-        let mut out = v2[..32].to_vec();
-        out[4] = format;
-        let stored = if compress { lz4_flex::block::compress(body) } else { body.to_vec() };
-        out[5] = compress as u8;
-        wr32(&mut out, 24, body.len() as u32);
-        wr32(&mut out, 28, stored.len() as u32);
-        out.extend_from_slice(&stored);
-        out
+        let mut header = v2[..32].to_vec();
+        header[4] = format;
+        reframe(&header, body, compress)
     };
     let v1_body = &body[..body.len() - 4];
     assert_eq!(make(2, body, false), v2);
