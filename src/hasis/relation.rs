@@ -435,7 +435,7 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
     } else {
         (pg_hybrid_core::hasis::layout::BODY_END - check(rel, dblk, delta::free_space(bytes(dbuf.page())))) as u16
     };
-    let r = super::wal::InsertRecord { params: g.params, slot, delta_index: i as u8, fresh, offset, version: h.version };
+    let r = pg_hybrid_core::hasis::wire::InsertPlace { slot, delta_index: i as u8, fresh, offset, version: h.version };
     pg_sys::CritSectionCount += 1;
     let applied = super::wal::apply_insert_delta(&g, dbuf.page(), &r, &item)
         .and_then(|_| super::wal::apply_insert_entry(&g, dir_buf.as_ref().map_or(hbuf.page(), |b| b.page()), &r))

@@ -10,12 +10,11 @@
 //! | UPDATE (HOT) | INSERT's blocks, 3 the old version's block unless it is block 1 | `wire::Stamp` (ctid: the new version), then INSERT's data | INSERT's redo, then the stamp |
 //!
 //! These are format 2 (`core/src/hasis/wire.rs` says what it leaves out
-//! and why); an insert or stamp that format 2 cannot express (a version
-//! copied with another transaction's xmin, a speculative token) is logged
-//! in format 1, whose records (22 MVCC bytes, the extent's parameters in
-//! every insert) still replay. The primary applies the same functions to
-//! the pages inside a critical section as redo does, so primary and
-//! standby produce the same bytes, command ids aside (redo writes
+//! and why); format 1 records (22 MVCC bytes per stamp, every item whole
+//! with the extent's parameters) are no longer written but still replay.
+//! The primary applies the same functions to the pages inside a critical
+//! section as redo does, so primary and standby produce the same bytes,
+//! command ids aside (redo writes
 //! `FirstCommandId`, as heap's does).
 
 use pgrx::pg_sys;
@@ -58,75 +57,43 @@ pub unsafe fn register() {
     pg_sys::RegisterCustomRmgr(RM_HASIS_ID, &raw mut RMGR);
 }
 
-/// What an insert did, as logged.
-pub struct InsertRecord {
-    pub params: Params,
-    pub slot: u16,
-    pub delta_index: u8,
-    pub fresh: bool,
-    pub offset: u16,
-    pub version: u32,
-}
+const INSERT_V1_FIXED: usize = 8 + 2 + 1 + 1 + 2 + 4;
+/// Format 1 INSERT flags byte: the delta block is new (its first item).
+const INSERT_V1_FRESH: u8 = 0x01;
+/// Format 1 INSERT flags byte: the item's payload is LZ4-compressed.
+const INSERT_V1_PACKED: u8 = 0x02;
 
-impl InsertRecord {
-    fn place(&self) -> InsertPlace {
-        InsertPlace { slot: self.slot, delta_index: self.delta_index, fresh: self.fresh, offset: self.offset, version: self.version }
+/// A format 1 INSERT record's insert: the extent's parameters, the place
+/// and the item, unpacked (None: a short or malformed record). Only
+/// replayed: the primary writes format 2.
+fn decode_insert_v1(b: &[u8]) -> Option<(Params, InsertPlace, Vec<u8>)> {
+    if b.len() < INSERT_V1_FIXED {
+        return None;
     }
-}
-
-const INSERT_FIXED: usize = 8 + 2 + 1 + 1 + 2 + 4;
-/// INSERT flags byte: the delta block is new (its first item).
-const INSERT_FRESH: u8 = 0x01;
-/// INSERT flags byte: the item's payload is LZ4-compressed (`delta::pack_item`).
-const INSERT_PACKED: u8 = 0x02;
-
-impl InsertRecord {
-    fn encode(&self, item: &[u8]) -> Vec<u8> {
-        let (packed, item) = delta::pack_item(item);
-        let mut out = Vec::with_capacity(INSERT_FIXED + item.len());
-        let p = self.params;
-        for v in [p.column_blocks, p.delta_blocks, p.compact_trigger, p.max_slots, self.slot] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        out.push(self.delta_index);
-        out.push(if self.fresh { INSERT_FRESH } else { 0 } | if packed { INSERT_PACKED } else { 0 });
-        out.extend_from_slice(&self.offset.to_le_bytes());
-        out.extend_from_slice(&self.version.to_le_bytes());
-        out.extend_from_slice(&item);
-        out
+    let u = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+    let params = Params { column_blocks: u(0), delta_blocks: u(2), compact_trigger: u(4), max_slots: u(6) };
+    if b[11] & !(INSERT_V1_FRESH | INSERT_V1_PACKED) != 0 {
+        return None;
     }
-
-    /// The record and its item, unpacked (None: a short or malformed record).
-    fn decode(b: &[u8]) -> Option<(InsertRecord, Vec<u8>)> {
-        if b.len() < INSERT_FIXED {
-            return None;
-        }
-        let u = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
-        let params = Params { column_blocks: u(0), delta_blocks: u(2), compact_trigger: u(4), max_slots: u(6) };
-        let r = InsertRecord {
-            params,
-            slot: u(8),
-            delta_index: b[10],
-            fresh: b[11] & INSERT_FRESH != 0,
-            offset: u(12),
-            version: u32::from_le_bytes(b[14..18].try_into().unwrap()),
-        };
-        if b[11] & !(INSERT_FRESH | INSERT_PACKED) != 0 {
-            return None;
-        }
-        let item = delta::unpack_item(b[11] & INSERT_PACKED != 0, &b[INSERT_FIXED..]).ok()?;
-        Some((r, item))
-    }
+    let place = InsertPlace {
+        slot: u(8),
+        delta_index: b[10],
+        fresh: b[11] & INSERT_V1_FRESH != 0,
+        offset: u(12),
+        version: u32::from_le_bytes(b[14..18].try_into().unwrap()),
+    };
+    let item = delta::unpack_item(b[11] & INSERT_V1_PACKED != 0, &b[INSERT_V1_FIXED..]).ok()?;
+    Some((params, place, item))
 }
 
 /// Writes an insert's directory entry into the page holding it (the
 /// header block, or a directory block). Shared by the primary and redo.
-pub unsafe fn apply_insert_entry(g: &Geometry, page: pg_sys::Page, r: &InsertRecord) -> Result<(), pg_hybrid_core::hasis::Error> {
+pub unsafe fn apply_insert_entry(g: &Geometry, page: pg_sys::Page, r: &InsertPlace) -> Result<(), pg_hybrid_core::hasis::Error> {
     header::write_entry(bytes(page), g, r.slot, DirEntry::Delta { block: r.delta_index, offset: r.offset })
 }
 
 /// Applies an insert to the header's sizes.
-pub unsafe fn apply_insert_sizes(g: &Geometry, hpage: pg_sys::Page, r: &InsertRecord) -> Result<(), pg_hybrid_core::hasis::Error> {
+pub unsafe fn apply_insert_sizes(g: &Geometry, hpage: pg_sys::Page, r: &InsertPlace) -> Result<(), pg_hybrid_core::hasis::Error> {
     let mut h = ExtentHeader::read(bytes(hpage), g)?;
     h.after_insert(r.slot);
     h.delta_used = h.delta_used.max(r.delta_index as u16 + 1);
@@ -135,7 +102,7 @@ pub unsafe fn apply_insert_sizes(g: &Geometry, hpage: pg_sys::Page, r: &InsertRe
 }
 
 /// Applies an insert to its delta page.
-pub unsafe fn apply_insert_delta(g: &Geometry, dpage: pg_sys::Page, r: &InsertRecord, item: &[u8]) -> Result<(), pg_hybrid_core::hasis::Error> {
+pub unsafe fn apply_insert_delta(g: &Geometry, dpage: pg_sys::Page, r: &InsertPlace, item: &[u8]) -> Result<(), pg_hybrid_core::hasis::Error> {
     if r.fresh {
         init_page(dpage, 0);
         delta::init_block(bytes(dpage), g, r.delta_index as usize, r.version);
@@ -160,28 +127,20 @@ const STAMP_PART: usize = 2 + MVCC_LEN;
 /// critical section, and with `stamp` the old version's stamp of a HOT
 /// update (one UPDATE record instead of INSERT + STAMP: a record header and
 /// a block reference less per update); sets their LSNs.
-pub unsafe fn log_insert(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, dbuf: pg_sys::Buffer, dirbuf: Option<pg_sys::Buffer>, r: &InsertRecord, own: Tid, item: &[u8], stamp: Option<&StampPart>) {
+pub unsafe fn log_insert(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, dbuf: pg_sys::Buffer, dirbuf: Option<pg_sys::Buffer>, r: &InsertPlace, own: Tid, item: &[u8], stamp: Option<&StampPart>) {
     if !crate::storage::wal::relation_needs_wal(rel) {
         return;
     }
     let implied = Implied { xid: pg_sys::GetCurrentTransactionIdIfAny().into_inner(), own };
-    // Format 2's UPDATE takes the new version's TID as the old one's ctid.
-    let v2 = stamp.is_none_or(|st| st.mvcc.ctid == own);
     let mut data = Vec::with_capacity(32 + item.len());
-    if v2 {
-        if let Some(st) = stamp {
-            Stamp::of(st.at, &st.mvcc).encode(None, &mut data);
+    if let Some(st) = stamp {
+        // An UPDATE's stamp takes the new version's TID as ctid in redo.
+        if st.mvcc.ctid != own {
+            pgrx::error!("hasis: a HOT update's stamp does not name the new version");
         }
-        wire::encode_insert(&r.place(), item, &implied, &mut data);
-    } else {
-        if let Some(st) = stamp {
-            data.extend_from_slice(&st.at.to_le_bytes());
-            let mut m = [0u8; MVCC_LEN];
-            st.mvcc.encode(&mut m);
-            data.extend_from_slice(&m);
-        }
-        data.extend_from_slice(&r.encode(item));
+        Stamp::of(st.at, &st.mvcc).encode(None, &mut data);
     }
+    wire::encode_insert(r, item, &implied, &mut data);
     pg_sys::XLogBeginInsert();
     pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
     pg_sys::XLogRegisterBuffer(0, hbuf, pg_sys::REGBUF_STANDARD as u8);
@@ -194,13 +153,7 @@ pub unsafe fn log_insert(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, dbuf: pg_s
     if let Some(b) = old_buf {
         pg_sys::XLogRegisterBuffer(3, b, pg_sys::REGBUF_STANDARD as u8);
     }
-    let info = match (stamp.is_some(), v2) {
-        (false, true) => XLOG_HASIS_INSERT2,
-        (true, true) => XLOG_HASIS_UPDATE2,
-        (false, false) => XLOG_HASIS_INSERT,
-        (true, false) => XLOG_HASIS_UPDATE,
-    };
-    let lsn = pg_sys::XLogInsert(RM_HASIS_ID, info);
+    let lsn = pg_sys::XLogInsert(RM_HASIS_ID, if stamp.is_some() { XLOG_HASIS_UPDATE2 } else { XLOG_HASIS_INSERT2 });
     for b in [Some(hbuf), Some(dbuf), dirbuf, old_buf].into_iter().flatten() {
         crate::storage::wal::set_page_lsn(pg_sys::BufferGetPage(b), lsn);
     }
@@ -209,11 +162,15 @@ pub unsafe fn log_insert(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, dbuf: pg_s
 /// Writes the 22 MVCC bytes at `at` (a delta item's or a column row
 /// header's MVCC fields). Shared by the primary and redo.
 pub unsafe fn apply_stamp(page: pg_sys::Page, at: usize, m: &Mvcc) {
-    let b = bytes(page);
+    m.encode(mvcc_bytes(page, at));
+}
+
+/// The 22 MVCC bytes at byte `at` of `page`, checked inside the body.
+unsafe fn mvcc_bytes<'a>(page: pg_sys::Page, at: usize) -> &'a mut [u8] {
     if at < pg_hybrid_core::hasis::layout::BODY_START || at + MVCC_LEN > pg_hybrid_core::hasis::layout::BODY_END {
         pgrx::error!("hasis stamp at byte {at} is outside the page body");
     }
-    m.encode(&mut b[at..at + MVCC_LEN]);
+    &mut bytes(page)[at..at + MVCC_LEN]
 }
 
 /// Logs a stamp of the MVCC fields at byte `at` of the page in `buf`.
@@ -249,12 +206,8 @@ impl StampRedo {
         match self {
             StampRedo::Whole(m) => apply_stamp(page, at, m),
             StampRedo::Compact(s, ctid) => {
-                let b = bytes(page);
-                if at < pg_hybrid_core::hasis::layout::BODY_START || at + MVCC_LEN > pg_hybrid_core::hasis::layout::BODY_END {
-                    redo_failed(&format!("stamp at byte {at} is outside the page body"));
-                }
-                let old = Mvcc::decode(&b[at..at + MVCC_LEN]);
-                s.apply(&old, *ctid).encode(&mut b[at..at + MVCC_LEN]);
+                let b = mvcc_bytes(page, at);
+                s.apply(&Mvcc::decode(b), *ctid).encode(b);
             }
         }
     }
@@ -405,7 +358,7 @@ unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState, update: bool, format
     // share lock sees the insert whole or not at all.
     let mut hbuf: pg_sys::Buffer = 0;
     let header_action = pg_sys::XLogReadBufferForRedo(record, 0, &mut hbuf);
-    let (r, item, stamp) = if format2 {
+    let (g, r, item, stamp) = if format2 {
         if hbuf == 0 {
             // The extent is gone: a later truncation or drop of the
             // relation follows in the WAL (PostgreSQL checks that).
@@ -418,17 +371,15 @@ unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState, update: bool, format
         let own = g.tid(first, place.slot).unwrap_or_else(|e| redo_failed(&e.to_string()));
         let implied = Implied { xid: (*(*record).record).header.xl_xid.into_inner(), own };
         let item = wire::decode_item(d, &place, &implied).unwrap_or_else(|e| redo_failed(&e.to_string()));
-        let r = InsertRecord { params: g.params, slot: place.slot, delta_index: place.delta_index, fresh: place.fresh, offset: place.offset, version: place.version };
         let stamp = stamp.map(|(at, s)| match s {
             StampRedo::Compact(s, _) => (at, StampRedo::Compact(s, own)),
             whole => (at, whole),
         });
-        (r, item, stamp)
+        (g, place, item, stamp)
     } else {
-        let Some((r, item)) = InsertRecord::decode(d) else { redo_failed("short INSERT record") };
-        (r, item, stamp)
+        let Some((params, place, item)) = decode_insert_v1(d) else { redo_failed("short INSERT record") };
+        (Geometry::new(params).unwrap_or_else(|e| redo_failed(&e.to_string())), place, item, stamp)
     };
-    let g = Geometry::new(r.params).unwrap_or_else(|e| redo_failed(&e.to_string()));
     let mut dirbuf: pg_sys::Buffer = 0;
     if has_dir && pg_sys::XLogReadBufferForRedo(record, 2, &mut dirbuf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
         let p = pg_sys::BufferGetPage(dirbuf);
@@ -517,12 +468,12 @@ unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
 #[pg_guard]
 unsafe extern "C-unwind" fn desc(out: pg_sys::StringInfo, record: *mut pg_sys::XLogReaderState) {
     let text = match crate::storage::wal::record_info(record) {
-        XLOG_HASIS_INSERT => match InsertRecord::decode(main_data(record)) {
-            Some((r, item)) => format!("slot {} delta block {} offset {} item {} bytes{}", r.slot, r.delta_index, r.offset, item.len(), if r.fresh { " (new block)" } else { "" }),
+        XLOG_HASIS_INSERT => match decode_insert_v1(main_data(record)) {
+            Some((_, r, item)) => format!("slot {} delta block {} offset {} item {} bytes{}", r.slot, r.delta_index, r.offset, item.len(), if r.fresh { " (new block)" } else { "" }),
             None => "short record".into(),
         },
-        XLOG_HASIS_UPDATE => match main_data(record).get(STAMP_PART..).and_then(InsertRecord::decode) {
-            Some((r, item)) => format!("HOT update: new version slot {} delta block {} offset {} item {} bytes{}; old version stamped", r.slot, r.delta_index, r.offset, item.len(), if r.fresh { " (new block)" } else { "" }),
+        XLOG_HASIS_UPDATE => match main_data(record).get(STAMP_PART..).and_then(decode_insert_v1) {
+            Some((_, r, item)) => format!("HOT update: new version slot {} delta block {} offset {} item {} bytes{}; old version stamped", r.slot, r.delta_index, r.offset, item.len(), if r.fresh { " (new block)" } else { "" }),
             None => "short record".into(),
         },
         XLOG_HASIS_STAMP | XLOG_HASIS_STAMP2 => "mvcc stamp".into(),

@@ -49,31 +49,43 @@ pub fn encode_item(header: &RowHeader, payload: &[u8]) -> Result<Vec<u8>> {
 /// Payloads shorter than this go into WAL records as they are.
 const PACK_MIN_PAYLOAD: usize = 48;
 
-/// An item as an INSERT record carries it: the item header (length and row
-/// header) verbatim, then the payload, LZ4-compressed when that saves at
-/// least 8 bytes (a blank-padded `char(n)`, repeated values). PostgreSQL's
-/// `wal_compression` only compresses page images, and a row's own bytes
-/// are most of an insert's record. Returns whether it compressed.
-pub fn pack_item(item: &[u8]) -> (bool, Vec<u8>) {
-    if item.len() >= ITEM_HDR + PACK_MIN_PAYLOAD {
-        let c = lz4_flex::block::compress(&item[ITEM_HDR..]);
-        if c.len() + 8 <= item.len() - ITEM_HDR {
-            let mut out = Vec::with_capacity(ITEM_HDR + c.len());
-            out.extend_from_slice(&item[..ITEM_HDR]);
-            out.extend_from_slice(&c);
-            return (true, out);
-        }
-    }
-    (false, item.to_vec())
+/// A payload as WAL records carry it: LZ4-compressed when that saves at
+/// least 8 bytes (a blank-padded `char(n)`, repeated values), else None
+/// (logged as it is). PostgreSQL's `wal_compression` only compresses page
+/// images, and a row's own bytes are most of an insert's record.
+pub fn pack_payload(payload: &[u8]) -> Option<Vec<u8>> {
+    (payload.len() >= PACK_MIN_PAYLOAD).then(|| lz4_flex::block::compress(payload)).filter(|c| c.len() + 8 <= payload.len())
 }
 
-/// The item `pack_item` packed; anything malformed is `Error::Corrupt`.
+/// The payload of `plain` bytes that `pack_payload` compressed into `c`;
+/// anything malformed is `Error::Corrupt`.
+pub fn unpack_payload(c: &[u8], plain: usize) -> Result<Vec<u8>> {
+    let payload = lz4_flex::block::decompress(c, plain).map_err(|_| Error::Corrupt("packed payload does not decompress"))?;
+    if payload.len() != plain {
+        return corrupt("packed payload decompresses to another length");
+    }
+    Ok(payload)
+}
+
+/// An item as a format 1 INSERT record carried it: the item header
+/// (length and row header) verbatim, then the payload, packed when
+/// `pack_payload` says so. Returns whether it compressed.
+#[cfg(test)]
+pub fn pack_item(item: &[u8]) -> (bool, Vec<u8>) {
+    match pack_payload(&item[ITEM_HDR..]) {
+        Some(c) => (true, [&item[..ITEM_HDR], &c[..]].concat()),
+        None => (false, item.to_vec()),
+    }
+}
+
+/// The item of a format 1 INSERT record; anything malformed is
+/// `Error::Corrupt`.
 pub fn unpack_item(compressed: bool, packed: &[u8]) -> Result<Vec<u8>> {
     if packed.len() < ITEM_HDR {
         return corrupt("packed delta item too short");
     }
     let len = rd16(packed, 0) as usize;
-    if len < ITEM_HDR || len > ITEM_HDR + MAX_PAYLOAD {
+    if !(ITEM_HDR..=ITEM_HDR + MAX_PAYLOAD).contains(&len) {
         return corrupt("packed delta item has a bad length");
     }
     if !compressed {
@@ -82,14 +94,8 @@ pub fn unpack_item(compressed: bool, packed: &[u8]) -> Result<Vec<u8>> {
         }
         return Ok(packed.to_vec());
     }
-    let payload = lz4_flex::block::decompress(&packed[ITEM_HDR..], len - ITEM_HDR).map_err(|_| Error::Corrupt("packed delta item does not decompress"))?;
-    if payload.len() != len - ITEM_HDR {
-        return corrupt("packed delta item decompresses to another length");
-    }
-    let mut out = Vec::with_capacity(len);
-    out.extend_from_slice(&packed[..ITEM_HDR]);
-    out.extend_from_slice(&payload);
-    Ok(out)
+    let payload = unpack_payload(&packed[ITEM_HDR..], len - ITEM_HDR)?;
+    Ok([&packed[..ITEM_HDR], &payload[..]].concat())
 }
 
 /// Makes block `i` of the delta part an empty delta block of `version`.

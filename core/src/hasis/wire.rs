@@ -36,7 +36,7 @@
 //! Stamp: `at` u16, xmax u32, infomask u16, infomask2 u16, and in a STAMP
 //! record the ctid (block u32, offset u16).
 
-use super::delta::{ITEM_HDR, MAX_PAYLOAD};
+use super::delta::{pack_payload, unpack_payload, ITEM_HDR, MAX_PAYLOAD};
 use super::layout::{rd16, rd32, wr16};
 use super::row::{Mvcc, RowHeader};
 use super::{corrupt, Result};
@@ -50,9 +50,6 @@ pub const HEAP_COMBOCID: u16 = 0x0020;
 const FLAG_FRESH: u8 = 0x01;
 const FLAG_PACKED: u8 = 0x02;
 const FLAG_IMPLIED: u8 = 0x04;
-
-/// Payloads shorter than this are not worth an LZ4 attempt.
-const PACK_MIN_PAYLOAD: usize = 48;
 
 /// Where an insert's item goes, as logged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,9 +84,7 @@ pub fn encode_insert(place: &InsertPlace, item: &[u8], implied: &Implied, out: &
     let m = header.mvcc;
     let is_implied = m.xmin == implied.xid && m.xmax == 0 && m.ctid == implied.own && header.slot == place.slot;
     let payload = &item[ITEM_HDR..];
-    let packed = (payload.len() >= PACK_MIN_PAYLOAD)
-        .then(|| lz4_flex::block::compress(payload))
-        .filter(|c| c.len() + 8 <= payload.len());
+    let packed = pack_payload(payload);
     let flags = if place.fresh { FLAG_FRESH } else { 0 } | if packed.is_some() { FLAG_PACKED } else { 0 } | if is_implied { FLAG_IMPLIED } else { 0 };
     out.push(flags);
     out.extend_from_slice(&place.slot.to_le_bytes());
@@ -163,11 +158,7 @@ pub fn decode_item(b: &[u8], place: &InsertPlace, implied: &Implied) -> Result<V
     };
     let plain = len - ITEM_HDR;
     if flags & FLAG_PACKED != 0 {
-        let payload = lz4_flex::block::decompress(body, plain).map_err(|_| super::Error::Corrupt("item payload in a WAL record does not decompress"))?;
-        if payload.len() != plain {
-            return corrupt("item payload in a WAL record decompresses to another length");
-        }
-        item.extend_from_slice(&payload);
+        item.extend_from_slice(&unpack_payload(body, plain)?);
     } else {
         if body.len() != plain {
             return corrupt("item payload length mismatch in a WAL record");
