@@ -267,6 +267,20 @@ impl<F: FnMut(u16, &mut Mvcc) -> Placement> compact::Oracle for HeapRules<'_, F>
     }
 }
 
+/// Whether the WAL already holds, since the current redo point, a change
+/// (and so a full-page image or a later change) of each of `blocks`, with
+/// full-page writes on: then crash recovery and a standby reach each of
+/// them exactly as it is now before they replay the next record, which
+/// may therefore refer to their contents (a COMPACT record by reference).
+/// A block last changed before the redo point would be logged as a
+/// full-page image of its *new* contents, and the old ones would be gone.
+unsafe fn blocks_logged_since_redo_point<'a>(blocks: impl Iterator<Item = &'a Buf>) -> bool {
+    let mut redo: pg_sys::XLogRecPtr = 0;
+    let mut page_writes = false;
+    pg_sys::GetFullPageWriteInfo(&mut redo, &mut page_writes);
+    page_writes && pg_sys::fullPageWrites && blocks.into_iter().all(|b| crate::storage::wal::page_lsn(b.page()) > redo)
+}
+
 /// Compacts extent `k`, whose header block the caller holds exclusively in
 /// `hbuf`. Returns None when there was nothing to gain for `goal`: nothing
 /// is written then.
@@ -328,8 +342,9 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
         }
     };
     let mut rules = HeapRules { decide: &mut oracle, g: &g, first };
-    let rec = compact::plan(&page, &schema, &mut rules).unwrap_or_else(|e| super::format_error(rel, first, e));
-    let out = compact::apply(&g, &rec).unwrap_or_else(|e| super::format_error(rel, first, e));
+    let planned = compact::plan_with_sources(&page, &schema, &mut rules).unwrap_or_else(|e| super::format_error(rel, first, e));
+    let rec = &planned.record;
+    let out = compact::apply(&g, rec).unwrap_or_else(|e| super::format_error(rel, first, e));
     let moved = (out.column_rows as usize).saturating_sub(h.column_rows as usize);
     if rec.entries_released() == 0 && moved == 0 && out.delta_used >= h.delta_used && frozen == 0 {
         return None;
@@ -337,17 +352,37 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     if matches!(goal, Goal::Room) && out.delta_used >= h.delta_used {
         return None;
     }
-    let body = rec.encode(true).unwrap_or_else(|e| super::format_error(rel, first, e));
     let ncol = out.column_blocks_to_write(&h);
     let ndelta = out.delta_blocks_to_write(&h);
+    let old_ncol = (h.column_units as usize).div_ceil(pg_hybrid_core::hasis::layout::UNITS_PER_BLOCK);
+    // A record by reference (format 4) where redo is sure to find the
+    // blocks as they are now; the whole record otherwise.
+    let by_reference = ncol <= old_ncol
+        && crate::storage::wal::relation_needs_wal(rel)
+        && blocks_logged_since_redo_point(std::iter::once(hbuf).chain(&dirs).chain(&cols[..old_ncol]).chain(&deltas[..h.delta_used as usize]));
+    let body = match by_reference {
+        true => rec.encode_by_reference(&planned.sources, &schema, true),
+        false => rec.encode(true),
+    }
+    .unwrap_or_else(|e| super::format_error(rel, first, e));
     super::wal::prepare_compact(g.extent_blocks());
 
     pg_sys::CritSectionCount += 1;
+    // By reference, a rewritten block keeps its LSN until the record is
+    // inserted: the WAL takes its full-page image only if a checkpoint
+    // began since the check above, and then of every such block.
+    let rewrite = |b: &Buf, block: &[u8], delta_block: bool| {
+        let lsn = crate::storage::wal::page_lsn(b.page());
+        write_block(b.page(), block, delta_block);
+        if by_reference && !pg_sys::PageIsNew(b.page()) {
+            crate::storage::wal::set_page_lsn(b.page(), lsn);
+        }
+    };
     for i in 0..ncol {
-        write_block(cols[i].page(), &out.column_blocks[i], false);
+        rewrite(&cols[i], &out.column_blocks[i], false);
     }
     for i in 0..ndelta {
-        write_block(deltas[i].page(), &out.delta_blocks[i], true);
+        rewrite(&deltas[i], &out.delta_blocks[i], true);
     }
     let patched = out.patch_header(bytes(hbuf.page()), &g).and_then(|_| {
         dirs.iter().enumerate().try_for_each(|(i, d)| out.patch_directory_block(bytes(d.page()), &g, i))
@@ -359,7 +394,7 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     for b in &written {
         pg_sys::MarkBufferDirty(b.buffer());
     }
-    super::wal::log_compact(rel, latest_removed, &written, dirs.len(), ncol, ndelta, &body);
+    super::wal::log_compact(rel, latest_removed, &written, dirs.len(), ncol, ndelta, &body, by_reference);
     pg_sys::CritSectionCount -= 1;
 
     Some(Compacted { removed: rec.entries_released(), moved, delta_used: out.delta_used, frozen })

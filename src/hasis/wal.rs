@@ -20,6 +20,7 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use pg_hybrid_core::hasis::compact::{CompactionRecord, DecodedRecord};
 use pg_hybrid_core::hasis::delta;
 use pg_hybrid_core::hasis::header::{self, DirEntry, ExtentHeader};
 use pg_hybrid_core::hasis::layout::{Geometry, Params};
@@ -227,7 +228,24 @@ const COMPACT_HDR: usize = 8;
 /// section; `written` is the header, the directory blocks, then `ncol`
 /// column and `ndelta` delta blocks. Sets their LSNs (zero pages keep none:
 /// a new page must stay all zero).
-pub unsafe fn log_compact(rel: pg_sys::Relation, latest_removed: pg_sys::TransactionId, written: &[&crate::storage::buffer::Buf], ndir: usize, ncol: usize, ndelta: usize, body: &[u8]) {
+///
+/// A whole record (formats 1-3) rebuilds the column and delta blocks from
+/// its own bytes: they are registered `WILL_INIT` (never an image). A record
+/// by reference (format 4, `by_reference`) needs the blocks' old contents at
+/// redo, so every block that stays in use is registered as a normal block
+/// (an image if a checkpoint began since the caller's check, then of all
+/// of them); blocks that become zero are `WILL_INIT` still.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn log_compact(
+    rel: pg_sys::Relation,
+    latest_removed: pg_sys::TransactionId,
+    written: &[&crate::storage::buffer::Buf],
+    ndir: usize,
+    ncol: usize,
+    ndelta: usize,
+    body: &[u8],
+    by_reference: bool,
+) {
     if !crate::storage::wal::relation_needs_wal(rel) {
         return;
     }
@@ -238,7 +256,8 @@ pub unsafe fn log_compact(rel: pg_sys::Relation, latest_removed: pg_sys::Transac
     pg_sys::XLogBeginInsert();
     pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
     for (id, b) in written.iter().enumerate() {
-        let flags = if id <= ndir { pg_sys::REGBUF_STANDARD } else { pg_sys::REGBUF_WILL_INIT };
+        let standard = id <= ndir || (by_reference && !pg_sys::PageIsNew(b.page()));
+        let flags = if standard { pg_sys::REGBUF_STANDARD } else { pg_sys::REGBUF_WILL_INIT };
         pg_sys::XLogRegisterBuffer(id as u8, b.buffer(), flags as u8);
     }
     let lsn = pg_sys::XLogInsert(RM_HASIS_ID, XLOG_HASIS_COMPACT);
@@ -256,8 +275,7 @@ unsafe fn redo_compact(record: *mut pg_sys::XLogReaderState) {
     }
     let latest = pg_sys::TransactionId::from(u32::from_le_bytes(d[0..4].try_into().unwrap()));
     let (ndir, ncol, ndelta) = (d[4] as usize, d[5] as usize, d[6] as usize);
-    let rec = pg_hybrid_core::hasis::compact::CompactionRecord::decode(&d[COMPACT_HDR..]).unwrap_or_else(|e| redo_failed(&e.to_string()));
-    let g = Geometry::new(rec.params).unwrap_or_else(|e| redo_failed(&e.to_string()));
+    let decoded = CompactionRecord::decode_any(&d[COMPACT_HDR..]).unwrap_or_else(|e| redo_failed(&e.to_string()));
     // Queries on a hot standby that could still see the removed versions
     // are cancelled first, as for heap's pruning records.
     if latest != pg_sys::InvalidTransactionId && pg_sys::standbyState >= pg_sys::HotStandbyState::STANDBY_SNAPSHOT_PENDING {
@@ -265,6 +283,11 @@ unsafe fn redo_compact(record: *mut pg_sys::XLogReaderState) {
         pg_sys::XLogRecGetBlockTag(record, 0, &mut node, std::ptr::null_mut(), std::ptr::null_mut());
         pg_sys::ResolveRecoveryConflictWithSnapshot(latest, node);
     }
+    let rec = match decoded {
+        DecodedRecord::Full(rec) => rec,
+        DecodedRecord::ByReference(r) => return redo_compact_by_reference(record, ndir, ncol, ndelta, &r),
+    };
+    let g = Geometry::new(rec.params).unwrap_or_else(|e| redo_failed(&e.to_string()));
     let out = pg_hybrid_core::hasis::compact::apply(&g, &rec).unwrap_or_else(|e| redo_failed(&e.to_string()));
     let lsn = (*record).EndRecPtr;
     // Header first and every lock held to the end, as on the primary: a
@@ -307,6 +330,118 @@ unsafe fn redo_compact(record: *mut pg_sys::XLogReaderState) {
             pg_sys::UnlockReleaseBuffer(b);
         }
     }
+}
+
+/// One block of a COMPACT record by reference during redo.
+struct RedoBlock {
+    buf: pg_sys::Buffer,
+    /// What XLogReadBufferForRedo said; None for a block registered
+    /// `WILL_INIT` (it becomes zero), read as it is instead.
+    action: Option<pg_sys::XLogRedoAction::Type>,
+}
+
+/// Redo of a COMPACT record by reference: the blocks are read as they are
+/// (the primary logged this format only when each of them had been logged
+/// since the redo point, so replay has brought them to the primary's
+/// state), the record resolved against them, and the result written as
+/// for a whole record. If a checkpoint began between the primary's check
+/// and its insert, every block still in use came as a full-page image of
+/// its new contents: then only the blocks that become zero are written.
+unsafe fn redo_compact_by_reference(record: *mut pg_sys::XLogReaderState, ndir: usize, ncol: usize, ndelta: usize, r: &pg_hybrid_core::hasis::compact::ReferenceRecord) {
+    use pg_sys::XLogRedoAction::*;
+    let g = Geometry::new(r.params).unwrap_or_else(|e| redo_failed(&e.to_string()));
+    let lsn = (*record).EndRecPtr;
+    let n = 1 + ndir + ncol + ndelta;
+    // Header first, then block order, every lock held to the end.
+    let mut held: Vec<RedoBlock> = Vec::with_capacity(n);
+    for id in 0..n as u8 {
+        if block_will_init(record, id) {
+            let mut node: pg_sys::RelFileNode = std::mem::zeroed();
+            let mut fork: pg_sys::ForkNumber::Type = 0;
+            let mut blk: pg_sys::BlockNumber = 0;
+            pg_sys::XLogRecGetBlockTag(record, id, &mut node, &mut fork, &mut blk);
+            let buf = pg_sys::XLogReadBufferExtended(node, fork, blk, pg_sys::ReadBufferMode::RBM_NORMAL, 0);
+            if buf != 0 {
+                pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_EXCLUSIVE as i32);
+            }
+            held.push(RedoBlock { buf, action: if buf == 0 { Some(BLK_NOTFOUND) } else { None } });
+        } else {
+            let mut buf: pg_sys::Buffer = 0;
+            let action = pg_sys::XLogReadBufferForRedo(record, id, &mut buf);
+            held.push(RedoBlock { buf, action: Some(action) });
+        }
+    }
+    let release = |held: Vec<RedoBlock>| {
+        for b in held.into_iter().rev() {
+            if b.buf != 0 {
+                pg_sys::UnlockReleaseBuffer(b.buf);
+            }
+        }
+    };
+    let actions: Vec<pg_sys::XLogRedoAction::Type> = held.iter().filter_map(|b| b.action).collect();
+    // A relation dropped or truncated later in the WAL: nothing to do.
+    if actions.contains(&BLK_NOTFOUND) {
+        return release(held);
+    }
+    let page = |i: usize| pg_sys::BufferGetPage(held[i].buf);
+    if actions.iter().all(|&a| a == BLK_NEEDS_REDO) {
+        for b in held.iter().filter(|b| b.action.is_none()) {
+            if crate::storage::wal::page_lsn(pg_sys::BufferGetPage(b.buf)) >= lsn {
+                redo_failed("COMPACT record by reference found a block newer than the record (was full_page_writes off?)");
+            }
+        }
+        let zero = [0u8; pg_hybrid_core::hasis::layout::BLCKSZ];
+        let mut blocks: Vec<&[u8]> = vec![&zero; g.extent_blocks()];
+        blocks[0] = bytes(page(0));
+        for i in 0..ndir {
+            blocks[g.directory_block(i)] = bytes(page(1 + i));
+        }
+        for i in 0..ncol {
+            blocks[g.column_block(i)] = bytes(page(1 + ndir + i));
+        }
+        for i in 0..ndelta {
+            blocks[g.delta_block(i)] = bytes(page(1 + ndir + ncol + i));
+        }
+        let old = pg_hybrid_core::hasis::HybridPage::open(&g, &r.schema, &blocks).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        let rec = r.resolve(&old).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        drop(old);
+        drop(blocks);
+        let out = pg_hybrid_core::hasis::compact::apply(&g, &rec).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        out.patch_header(bytes(page(0)), &g).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        for i in 0..ndir {
+            out.patch_directory_block(bytes(page(1 + i)), &g, i).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        }
+        for i in 0..ncol {
+            super::compact::write_block(page(1 + ndir + i), &out.column_blocks[i], false);
+        }
+        for i in 0..ndelta {
+            super::compact::write_block(page(1 + ndir + ncol + i), &out.delta_blocks[i], true);
+        }
+        for b in &held {
+            let p = pg_sys::BufferGetPage(b.buf);
+            if !pg_sys::PageIsNew(p) {
+                crate::storage::wal::set_page_lsn(p, lsn);
+            }
+            pg_sys::MarkBufferDirty(b.buf);
+        }
+    } else if actions.iter().all(|&a| a == BLK_RESTORED || a == BLK_DONE) {
+        // The blocks in use are already the new ones; those that became
+        // zero never have an image, and the next use of each initializes
+        // it again, so zeroing is right whatever they hold now.
+        for b in held.iter().filter(|b| b.action.is_none()) {
+            std::ptr::write_bytes(pg_sys::BufferGetPage(b.buf) as *mut u8, 0, pg_hybrid_core::hasis::layout::BLCKSZ);
+            pg_sys::MarkBufferDirty(b.buf);
+        }
+    } else {
+        redo_failed("COMPACT record by reference found its blocks in different states (was full_page_writes off?)");
+    }
+    release(held);
+}
+
+/// Whether block reference `id` of `record` was registered `WILL_INIT`.
+unsafe fn block_will_init(record: *mut pg_sys::XLogReaderState, id: u8) -> bool {
+    let r = &*(*record).record;
+    has_block_ref(record, id) && r.blocks.as_slice(r.max_block_id as usize + 1)[id as usize].flags as u32 & pg_sys::BKPBLOCK_WILL_INIT != 0
 }
 
 unsafe fn main_data<'a>(record: *mut pg_sys::XLogReaderState) -> &'a [u8] {

@@ -105,6 +105,29 @@ impl CompactionRecord {
 /// Runs the oracle over `page` and chooses the new layout. `schema` is the
 /// relation's current description.
 pub fn plan(page: &HybridPage, schema: &Schema, oracle: &mut dyn Oracle) -> Result<CompactionRecord> {
+    plan_with_sources(page, schema, oracle).map(|p| p.record)
+}
+
+/// Where the versions of a planned compaction come from: for each row of
+/// the new column part and each delta item that stays, its ordinal among
+/// the old page's versions in the oracle's order (the old column rows in
+/// row order, then the old delta items in append order). A record by
+/// reference (format 4) logs these instead of the rows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RowSources {
+    pub column_rows: Vec<u16>,
+    pub delta_items: Vec<u16>,
+}
+
+/// A compaction's record and where its versions come from.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    pub record: CompactionRecord,
+    pub sources: RowSources,
+}
+
+/// `plan`, also telling where each version of the result comes from.
+pub fn plan_with_sources(page: &HybridPage, schema: &Schema, oracle: &mut dyn Oracle) -> Result<Planned> {
     let g = page.geometry();
     let old_version = page.header().version;
     let new_version = old_version.checked_add(1).ok_or(Error::BadInput("page version wrapped"))?;
@@ -144,24 +167,29 @@ pub fn plan(page: &HybridPage, schema: &Schema, oracle: &mut dyn Oracle) -> Resu
     let goes = |slot: u16, p: Placement| p == Placement::Remove && resolution.kept.binary_search(&slot).is_err();
 
     // Column part rows that stay, and delta versions offered to it.
-    let mut kept_column: Vec<ColumnRow> = Vec::new();
+    // Each with its ordinal in the oracle's order (`RowSources`).
+    let mut kept_column: Vec<(ColumnRow, u16)> = Vec::new();
     struct DeltaVersion {
         bytes: Vec<u8>,
         to_column: Option<ColumnRow>,
+        source: u16,
     }
+    let ordinal = |i: usize| u16::try_from(i).map_err(|_| Error::Corrupt("more versions than slots"));
+    let nold_column = column_decided.len();
     let mut deltas: Vec<DeltaVersion> = Vec::new();
-    for (cr, p) in column_decided {
+    for (i, (cr, p)) in column_decided.into_iter().enumerate() {
         if !goes(cr.header.slot, p) {
-            kept_column.push(cr);
+            kept_column.push((cr, ordinal(i)?));
         }
     }
-    for (header, bytes, p) in delta_decided {
+    for (j, (header, bytes, p)) in delta_decided.into_iter().enumerate() {
+        let source = ordinal(nold_column + j)?;
         match p {
             _ if goes(header.slot, p) => {}
-            Placement::Remove | Placement::Stay => deltas.push(DeltaVersion { bytes, to_column: None }),
+            Placement::Remove | Placement::Stay => deltas.push(DeltaVersion { bytes, to_column: None, source }),
             Placement::Column => {
                 let row = decode_payload(schema, header.natts as usize, &bytes[ITEM_HDR..])?;
-                deltas.push(DeltaVersion { bytes, to_column: Some(ColumnRow { header, row }) });
+                deltas.push(DeltaVersion { bytes, to_column: Some(ColumnRow { header, row }), source });
             }
         }
     }
@@ -172,7 +200,7 @@ pub fn plan(page: &HybridPage, schema: &Schema, oracle: &mut dyn Oracle) -> Resu
     let mut offered: Vec<usize> = (0..deltas.len()).filter(|&i| deltas[i].to_column.is_some()).collect();
     offered.sort_by_key(|&i| std::cmp::Reverse(deltas[i].to_column.as_ref().map_or(0, |r| r.header.slot)));
     let fits = |k: usize| -> Result<bool> {
-        let rows = kept_column.iter().chain(offered[k..].iter().filter_map(|&i| deltas[i].to_column.as_ref()));
+        let rows = kept_column.iter().map(|(cr, _)| cr).chain(offered[k..].iter().filter_map(|&i| deltas[i].to_column.as_ref()));
         let (nrows, units) = column::units_needed(schema, rows)?;
         Ok(nrows == 0 || units <= g.column_units())
     };
@@ -199,15 +227,21 @@ pub fn plan(page: &HybridPage, schema: &Schema, oracle: &mut dyn Oracle) -> Resu
 
     let mut column_rows = kept_column;
     let mut delta_items = Vec::new();
+    let mut sources = RowSources::default();
     for d in deltas {
         match d.to_column {
-            Some(cr) => column_rows.push(cr),
-            None => delta_items.push(d.bytes),
+            Some(cr) => column_rows.push((cr, d.source)),
+            None => {
+                delta_items.push(d.bytes);
+                sources.delta_items.push(d.source);
+            }
         }
     }
-    column_rows.sort_by_key(|r| r.header.slot);
+    column_rows.sort_by_key(|(r, _)| r.header.slot);
+    sources.column_rows = column_rows.iter().map(|&(_, o)| o).collect();
+    let column_rows: Vec<ColumnRow> = column_rows.into_iter().map(|(r, _)| r).collect();
     let ncols = column_rows.iter().map(|r| r.row.values.len()).max().unwrap_or(0);
-    Ok(CompactionRecord {
+    let record = CompactionRecord {
         params: g.params,
         old_version,
         new_version,
@@ -217,7 +251,8 @@ pub fn plan(page: &HybridPage, schema: &Schema, oracle: &mut dyn Oracle) -> Resu
         dead: resolution.dead,
         unused: resolution.unused,
         redirects: resolution.redirects,
-    })
+    };
+    Ok(Planned { record, sources })
 }
 
 /// The blocks a compaction writes.
@@ -375,6 +410,13 @@ const RF_LZ4: u8 = 0x01;
 /// slots and keys that count up, blank padding) are a row's width apart,
 /// where LZ4 finds little; side by side they become runs.
 pub const RECORD_FORMAT: u8 = 3;
+/// Format 4, a record *by reference*: format 3's row headers and slot
+/// lists, but instead of values and payloads each version's ordinal among
+/// the old page's versions (`RowSources`); redo reads the values from the
+/// blocks as they were before the compaction (`ReferenceRecord::resolve`).
+/// Only valid where redo is sure to find those blocks as the primary had
+/// them: the glue's rules (src/hasis/README.md, "WAL").
+pub const RECORD_FORMAT_BY_REFERENCE: u8 = 4;
 /// Format 2: the body row by row (row header, payload, next row), with the
 /// HOT lists. Still replays.
 pub const RECORD_FORMAT_ROWS: u8 = 2;
@@ -410,6 +452,38 @@ impl CompactionRecord {
     /// own).
     pub fn encode(&self, compress: bool) -> Result<Vec<u8>> {
         self.frame(RECORD_FORMAT, self.columnar_body()?, compress)
+    }
+
+    /// Encodes the record by reference (format 4): `sources` from
+    /// `plan_with_sources`, `schema` the relation's description the plan
+    /// was made with (redo opens the old page with it).
+    pub fn encode_by_reference(&self, sources: &RowSources, schema: &Schema, compress: bool) -> Result<Vec<u8>> {
+        if sources.column_rows.len() != self.column_rows.len() || sources.delta_items.len() != self.delta_items.len() {
+            return Err(Error::BadInput("row sources do not match the record"));
+        }
+        let ncols = self.columns.len();
+        if schema.columns.get(..ncols) != Some(&self.columns[..]) {
+            return Err(Error::BadInput("record columns are not a prefix of the schema"));
+        }
+        let mut body = Vec::new();
+        put_columns(&mut body, &schema.columns)?;
+        body.extend_from_slice(&count(ncols)?);
+        body.extend_from_slice(&count(self.column_rows.len())?);
+        let headers: Vec<RowHeader> = self.column_rows.iter().map(|cr| cr.header).collect();
+        put_headers(&mut body, &headers);
+        put_u16s(&mut body, sources.column_rows.iter().copied());
+        body.extend_from_slice(&count(self.delta_items.len())?);
+        let mut item_headers = Vec::with_capacity(self.delta_items.len());
+        for it in &self.delta_items {
+            if it.len() < ITEM_HDR || rd16(it, 0) as usize != it.len() {
+                return Err(Error::BadInput("malformed delta item in a compaction record"));
+            }
+            item_headers.push(RowHeader::decode(&it[2..ITEM_HDR]));
+        }
+        put_headers(&mut body, &item_headers);
+        put_u16s(&mut body, sources.delta_items.iter().copied());
+        self.put_slot_lists(&mut body)?;
+        self.frame(RECORD_FORMAT_BY_REFERENCE, body, compress)
     }
 
     /// Encodes the record in format 2, as `encode` did before format 3: for
@@ -538,8 +612,17 @@ impl CompactionRecord {
     }
 
     /// Decodes a record of format 1, 2 or 3; anything malformed is
-    /// `Error::Corrupt`.
+    /// `Error::Corrupt`. A record by reference (format 4) needs the old
+    /// page: `decode_any`.
     pub fn decode(b: &[u8]) -> Result<CompactionRecord> {
+        match CompactionRecord::decode_any(b)? {
+            DecodedRecord::Full(rec) => Ok(rec),
+            DecodedRecord::ByReference(_) => Err(Error::BadInput("compaction record by reference needs the old page")),
+        }
+    }
+
+    /// Decodes a record of any format.
+    pub fn decode_any(b: &[u8]) -> Result<DecodedRecord> {
         if b.len() < RECORD_HDR {
             return corrupt("compaction record too short");
         }
@@ -547,7 +630,7 @@ impl CompactionRecord {
             return Err(Error::BadMagic);
         }
         let format = b[4];
-        if ![RECORD_FORMAT, RECORD_FORMAT_ROWS, RECORD_FORMAT_NO_HOT].contains(&format) {
+        if ![RECORD_FORMAT, RECORD_FORMAT_ROWS, RECORD_FORMAT_NO_HOT, RECORD_FORMAT_BY_REFERENCE].contains(&format) {
             return Err(Error::BadFormatVersion(format));
         }
         let flags = b[5];
@@ -572,31 +655,141 @@ impl CompactionRecord {
         if body.len() != body_len {
             return corrupt("compaction record body length mismatch");
         }
+        let params = Params { column_blocks: rd16(b, 16), delta_blocks: rd16(b, 18), compact_trigger: rd16(b, 20), max_slots: rd16(b, 22) };
+        let (old_version, new_version) = (rd32(b, 8), rd32(b, 12));
         let mut r = Reader { b: &body, pos: 0 };
-        let parts = match format {
-            RECORD_FORMAT => take_columnar_body(&mut r)?,
-            _ => take_row_body(&mut r, format)?,
+        let out = match format {
+            RECORD_FORMAT_BY_REFERENCE => DecodedRecord::ByReference(take_reference_body(&mut r, params, old_version, new_version)?),
+            _ => {
+                let parts = match format {
+                    RECORD_FORMAT => take_columnar_body(&mut r)?,
+                    _ => take_row_body(&mut r, format)?,
+                };
+                DecodedRecord::Full(CompactionRecord {
+                    params,
+                    old_version,
+                    new_version,
+                    columns: parts.columns,
+                    column_rows: parts.column_rows,
+                    delta_items: parts.delta_items,
+                    dead: parts.dead,
+                    unused: parts.unused,
+                    redirects: parts.redirects,
+                })
+            }
         };
         if r.pos != body.len() {
             return corrupt("trailing bytes in compaction record");
         }
+        Ok(out)
+    }
+}
+
+/// A decoded compaction record.
+#[derive(Clone, Debug)]
+pub enum DecodedRecord {
+    /// Formats 1 to 3: everything redo needs.
+    Full(CompactionRecord),
+    /// Format 4: row headers and where the values are in the old page.
+    ByReference(ReferenceRecord),
+}
+
+/// A compaction record by reference (format 4), decoded: what it lacks of
+/// a `CompactionRecord` (values and payloads) is in the page the
+/// compaction started from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReferenceRecord {
+    pub params: Params,
+    pub old_version: u32,
+    pub new_version: u32,
+    /// The relation's description the plan was made with: the old page
+    /// opens with it, and the new column part uses its first `ncols`.
+    pub schema: Schema,
+    ncols: usize,
+    column_headers: Vec<RowHeader>,
+    column_sources: Vec<u16>,
+    item_headers: Vec<RowHeader>,
+    item_sources: Vec<u16>,
+    dead: Vec<u16>,
+    unused: Vec<u16>,
+    redirects: Vec<(u16, u16)>,
+}
+
+impl ReferenceRecord {
+    /// The full record, with values and payloads taken from `old`, the page
+    /// the compaction started from (opened with `self.schema`). Every
+    /// reference must name a version of the same slot and column count
+    /// (a new column row an old column row or delta item, a kept delta
+    /// item an old delta item), so a record replayed against other blocks
+    /// is `Error::Corrupt`, not a wrong page.
+    pub fn resolve(&self, old: &HybridPage) -> Result<CompactionRecord> {
+        if old.version() != self.old_version {
+            return corrupt("compaction record by reference is for another page version");
+        }
+        let ncr = old.column_rows().len();
+        let items = old.delta_items();
+        let mut column_rows = Vec::with_capacity(self.column_headers.len());
+        for (h, &o) in self.column_headers.iter().zip(&self.column_sources) {
+            let o = o as usize;
+            let row = if o < ncr {
+                let src = &old.column_rows()[o];
+                if src.header.slot != h.slot || src.header.natts != h.natts {
+                    return corrupt("compaction record names another column row");
+                }
+                src.row.clone()
+            } else {
+                let it = items.get(o - ncr).ok_or(Error::Corrupt("compaction record names a version the page lacks"))?;
+                if it.header.slot != h.slot || it.header.natts != h.natts {
+                    return corrupt("compaction record names another delta item");
+                }
+                decode_payload(&self.schema, h.natts as usize, &it.bytes[ITEM_HDR..])?
+            };
+            column_rows.push(ColumnRow { header: *h, row });
+        }
+        let mut delta_items = Vec::with_capacity(self.item_headers.len());
+        for (h, &o) in self.item_headers.iter().zip(&self.item_sources) {
+            let it = (o as usize).checked_sub(ncr).and_then(|j| items.get(j)).ok_or(Error::Corrupt("compaction record names a delta item the page lacks"))?;
+            if it.header.slot != h.slot || it.header.natts != h.natts {
+                return corrupt("compaction record names another delta item");
+            }
+            let mut bytes = it.bytes.clone();
+            h.encode(&mut bytes[2..ITEM_HDR]);
+            delta_items.push(bytes);
+        }
         Ok(CompactionRecord {
-            params: Params {
-                column_blocks: rd16(b, 16),
-                delta_blocks: rd16(b, 18),
-                compact_trigger: rd16(b, 20),
-                max_slots: rd16(b, 22),
-            },
-            old_version: rd32(b, 8),
-            new_version: rd32(b, 12),
-            columns: parts.columns,
-            column_rows: parts.column_rows,
-            delta_items: parts.delta_items,
-            dead: parts.dead,
-            unused: parts.unused,
-            redirects: parts.redirects,
+            params: self.params,
+            old_version: self.old_version,
+            new_version: self.new_version,
+            columns: self.schema.columns[..self.ncols].to_vec(),
+            column_rows,
+            delta_items,
+            dead: self.dead.clone(),
+            unused: self.unused.clone(),
+            redirects: self.redirects.clone(),
         })
     }
+}
+
+/// The body of format 4 (`CompactionRecord::encode_by_reference`).
+fn take_reference_body(r: &mut Reader, params: Params, old_version: u32, new_version: u32) -> Result<ReferenceRecord> {
+    let schema = Schema { columns: take_columns(r)? };
+    let ncols = r.u16()? as usize;
+    if ncols > schema.len() {
+        return corrupt("compaction record uses more columns than it describes");
+    }
+    let nrows = r.u16()? as usize;
+    let column_headers = take_headers(r, nrows)?;
+    if column_headers.iter().any(|h| h.natts as usize > ncols) {
+        return corrupt("row version has more columns than the compaction record describes");
+    }
+    let column_sources = take_u16s(r, nrows)?;
+    let nitems = r.u16()? as usize;
+    let item_headers = take_headers(r, nitems)?;
+    let item_sources = take_u16s(r, nitems)?;
+    let dead = take_slot_list(r)?;
+    let unused = take_slot_list(r)?;
+    let redirects = take_redirects(r)?;
+    Ok(ReferenceRecord { params, old_version, new_version, schema, ncols, column_headers, column_sources, item_headers, item_sources, dead, unused, redirects })
 }
 
 fn put_columns(body: &mut Vec<u8>, columns: &[ColumnDesc]) -> Result<()> {

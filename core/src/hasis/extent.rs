@@ -5,7 +5,7 @@
 //! registers in the operation's WAL record (README "Locking and WAL").
 
 use super::column::{set_row_mvcc, ColumnPart};
-use super::compact::{apply, plan, CompactionOutput, CompactionRecord, Oracle};
+use super::compact::{apply, plan_with_sources, CompactionOutput, CompactionRecord, Oracle, Planned};
 use super::delta::{self, DeltaView};
 use super::header::{self, init_directory_block, DirEntry, ExtentHeader};
 use super::layout::{BlockKind, BlockTrailer, Geometry, BLCKSZ};
@@ -144,10 +144,16 @@ impl Extent {
     /// it: header exclusive for the whole run (no insert, stamp or reader
     /// header read in between), then directory, column and delta blocks.
     pub fn compact(&mut self, schema: &Schema, oracle: &mut dyn Oracle) -> Result<CompactionRecord> {
+        self.compact_planned(schema, oracle).map(|p| p.record)
+    }
+
+    /// `compact`, also returning where each version of the result came
+    /// from (for a record by reference).
+    pub fn compact_planned(&mut self, schema: &Schema, oracle: &mut dyn Oracle) -> Result<Planned> {
         let page = self.open(schema)?;
-        let rec = plan(&page, schema, oracle)?;
-        self.apply(&rec)?;
-        Ok(rec)
+        let planned = plan_with_sources(&page, schema, oracle)?;
+        self.apply(&planned.record)?;
+        Ok(planned)
     }
 
     /// Applies a compaction record: the primary after `plan`, and redo.

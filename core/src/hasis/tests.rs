@@ -3,7 +3,7 @@
 //! step against a BTreeMap of slot -> version and a model of the HOT
 //! chains (root slot -> members, redirects).
 
-use super::compact::{apply, CompactionRecord, Oracle, Placement, RECORD_FORMAT, RECORD_FORMAT_ROWS};
+use super::compact::{apply, CompactionRecord, DecodedRecord, Oracle, Placement, RECORD_FORMAT, RECORD_FORMAT_ROWS};
 use super::extent::Extent;
 use super::header::DirEntry;
 use super::hot::{ChainLink, Chains};
@@ -341,6 +341,10 @@ struct Stats {
     dead_chains: usize,
     /// set_unused calls with a non-dead slot, refused.
     vacuum_refusals: usize,
+    /// Bytes of the compaction records by reference (format 4) and in
+    /// full (format 3), both compressed and not.
+    by_reference_bytes: usize,
+    full_bytes: usize,
 }
 
 struct Run {
@@ -459,7 +463,8 @@ impl Run {
         let s = &self.s;
         let before = self.ext.clone();
         let mut oracle = TestOracle::new(self.g, |slot, m: &mut Mvcc| decide(seed, slot, m));
-        let rec = self.ext.compact(s, &mut oracle).map_err(|e| TestCaseError::fail(format!("compact: {e}")))?;
+        let planned = self.ext.compact_planned(s, &mut oracle).map_err(|e| TestCaseError::fail(format!("compact: {e}")))?;
+        let rec = planned.record.clone();
         prop_assert!(oracle.protocol_errors.is_empty(), "{:?}", oracle.protocol_errors);
         prop_assert!(oracle.pending.is_none(), "decide without link at the end");
         let mut linked = oracle.linked.clone();
@@ -555,6 +560,19 @@ impl Run {
             // format 3) decodes to the same record.
             let old = CompactionRecord::decode(&rec.encode_format_2(compress).unwrap()).unwrap();
             prop_assert_eq!(&old, &rec);
+            // By reference (format 4): the values come from the old page.
+            let by_ref = rec.encode_by_reference(&planned.sources, s, compress).unwrap();
+            prop_assert!(matches!(CompactionRecord::decode(&by_ref), Err(Error::BadInput(_))));
+            let DecodedRecord::ByReference(rr) = CompactionRecord::decode_any(&by_ref).unwrap() else {
+                return Err(TestCaseError::fail("format 4 decoded as a full record"));
+            };
+            let resolved = rr.resolve(&before.open(&rr.schema).unwrap()).unwrap();
+            prop_assert_eq!(&resolved, &rec);
+            // Against the page after the compaction (another version):
+            // refused, not misapplied.
+            prop_assert!(rr.resolve(&self.ext.open(s).unwrap()).is_err());
+            self.st.by_reference_bytes += by_ref.len();
+            self.st.full_bytes += bytes.len();
         }
         // Column rows are in slot order and every delta item is in a block
         // the header counts.
@@ -662,6 +680,9 @@ fn long_mixed_sequence_default_geometry() {
     let st = run(Params::default(), 300, &ops).unwrap();
     assert!(st.compactions > 100 && st.removed > 100 && st.reused_slots > 50 && st.column_versions_stamped > 50, "{st:?}");
     assert_hot_reached(&st);
+    // Rows up to 300 bytes of random values: a record by reference logs
+    // their (random) headers only.
+    assert!(st.by_reference_bytes * 3 < st.full_bytes, "{st:?}");
 }
 
 /// A small extent under the same mix: the column area overflows (delta
@@ -827,6 +848,51 @@ fn tid_of_successor_survives_compaction() {
     assert_eq!(new.row.values[0], Some(vec![2; 4]));
     assert!(matches!(new.location, DirEntry::Column { .. }));
     assert_eq!(succ, Tid::new(start, b + 1));
+}
+
+#[test]
+fn record_by_reference_rejects_corruption() {
+    let s = schema();
+    let g = Geometry::new(Params::default()).unwrap();
+    let mut ext = Extent::new(&g);
+    for i in 0..40u64 {
+        ext.insert(&s, Mvcc { xmin: 5, ..Mvcc::default() }, &random_row(&mut Rng::new(i), 50)).unwrap();
+    }
+    ext.compact(&s, &mut |_, _: &mut Mvcc| Placement::Column).unwrap();
+    for i in 40..70u64 {
+        ext.insert(&s, Mvcc { xmin: 6, ..Mvcc::default() }, &random_row(&mut Rng::new(i), 50)).unwrap();
+    }
+    let before = ext.clone();
+    let planned = ext.compact_planned(&s, &mut |slot, _: &mut Mvcc| match slot % 3 {
+        0 => Placement::Remove,
+        1 => Placement::Stay,
+        _ => Placement::Column,
+    })
+    .unwrap();
+    let old_page = before.open(&s).unwrap();
+    for compress in [false, true] {
+        let bytes = planned.record.encode_by_reference(&planned.sources, &s, compress).unwrap();
+        let DecodedRecord::ByReference(rr) = CompactionRecord::decode_any(&bytes).unwrap() else { panic!("format 4 decoded in full") };
+        assert_eq!(rr.resolve(&old_page).unwrap(), planned.record);
+        // Every truncation and every flipped bit: an error or some record,
+        // never a panic; a resolved record still has to build.
+        for cut in 0..bytes.len() {
+            assert!(CompactionRecord::decode_any(&bytes[..cut]).is_err());
+        }
+        for bit in 0..bytes.len() * 8 {
+            let mut b = bytes.clone();
+            b[bit / 8] ^= 1 << (bit % 8);
+            if let Ok(DecodedRecord::ByReference(r)) = CompactionRecord::decode_any(&b) {
+                if let Ok(rec) = r.resolve(&old_page) {
+                    let _ = apply(&g, &rec);
+                }
+            }
+        }
+    }
+    // Sources that do not match the record are refused when encoding.
+    let mut bad = planned.sources.clone();
+    bad.column_rows.pop();
+    assert!(matches!(planned.record.encode_by_reference(&bad, &s, false), Err(Error::BadInput(_))));
 }
 
 #[test]
