@@ -40,6 +40,9 @@
 #   --sf X                tpch scale factor (default 1; smoke 0.1)
 #   --reloptions "k = v"  WITH (...) for the AM's indexes
 #   --no-plot             skip the PNG
+#   --production-wal      PostgreSQL's default WAL settings instead of the bench's: full_page_writes
+#                         on, checkpoint_timeout 5min, max_wal_size 1GB (WAL bytes then include the
+#                         full-page images a production cluster writes after each checkpoint)
 # Writes <out>/<suite>-<am>-<date>[-smoke].{csv,md,png} (+ .json with machine and settings).
 #
 # Tools: Python packages (psycopg, duckdb + duckdb-extension-tpch 1.5.5, matplotlib) go into
@@ -66,6 +69,7 @@ out=
 sb=1GB
 shm=256MB
 plot=1
+production_wal=0
 pyargs=()
 need_arg() { [[ $# -ge 2 && -n $2 ]] || ph_die "bench/run.sh: $1 needs a value (see --help)"; }
 while (($#)); do
@@ -79,6 +83,7 @@ while (($#)); do
         --shared-buffers) need_arg "$@"; shift; sb=$1 ;;
         --shared-memory) need_arg "$@"; shift; shm=$1 ;;
         --no-plot) plot=0 ;;
+        --production-wal) production_wal=1 ;;
         --clients | --threads | --seconds | --rows | --scale | --warehouses | --sf | --reloptions)
             need_arg "$@"; pyargs+=("$1" "$2"); shift ;;
         -h | --help) ph_usage "$0"; exit 0 ;;
@@ -174,8 +179,13 @@ ensure_venv
 # ---------------------------------------------------------------- cluster --
 ph_trap_install
 DIR=$(ph_scratch bench)
-conf=("fsync = off" "synchronous_commit = off" "full_page_writes = off"
-      "shared_buffers = '$sb'" "max_wal_size = '16GB'" "min_wal_size = '1GB'" "checkpoint_timeout = '1h'"
+if ((production_wal)); then
+    wal_conf=("full_page_writes = on" "max_wal_size = '1GB'" "min_wal_size = '80MB'" "checkpoint_timeout = '5min'")
+else
+    wal_conf=("full_page_writes = off" "max_wal_size = '16GB'" "min_wal_size = '1GB'" "checkpoint_timeout = '1h'")
+fi
+conf=("fsync = off" "synchronous_commit = off" "${wal_conf[@]}"
+      "shared_buffers = '$sb'"
       "maintenance_work_mem = '1GB'" "work_mem = '64MB'" "autovacuum = off"
       "max_parallel_maintenance_workers = 0" "max_parallel_workers_per_gather = 0" "jit = off"
       "max_connections = 100")

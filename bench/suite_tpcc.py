@@ -190,6 +190,11 @@ def run(a, cl, res):
             res.note("%s: go-tpc tpcc check after the run passed (%d conditions, %.0f s)"
                      % (res.sides[side], n_checks, time.time() - t0))
     cl.drop_db("tpcc")
+    with cl.connect() as c:
+        fpw, cpt = c.execute("SELECT current_setting('full_page_writes'), current_setting('checkpoint_timeout')").fetchone()
+    res.note("full_page_writes = %s, checkpoint_timeout = %s, a CHECKPOINT before each side's run: %s"
+             % (fpw, cpt, "WAL bytes include the full-page images of every page first changed after it (on both sides)"
+                if fpw == "on" else "the WAL bytes hold no full-page images (on either side)"))
     res.params.update({"warehouses": wh, "threads (go-tpc -T)": a.threads, "seconds per side": seconds,
                        "go-tpc": "v1.0.9, postgres driver, default weights 45/43/4/4/4, no keying/think time"})
     res.note("every side runs on a copy of the same loaded database; primary keys become UNIQUE indexes "
