@@ -8,7 +8,8 @@
 //! holds them). The cursor then moves on to the stage the metapage names
 //! now, re-seeking after the entry it stood at: both stages hold the same
 //! entries up to the moved ones, and the engine returns an entry present in
-//! both stages once.
+//! both stages once. A re-seek must land strictly after that entry even when
+//! it is the first of a leaf in the new stage (`skip_through`).
 
 use std::cmp::Ordering;
 use std::rc::Rc;
@@ -193,37 +194,81 @@ impl HybridCursor {
         }
     }
 
-    unsafe fn try_seek_after(&mut self, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) -> Result<(), Stale> {
+    /// Descends to `key`: forward, onto the first entry >= `key` in the
+    /// leaf the descent reaches (or past its end); backward, onto the last
+    /// TID of the last entry <= `key` there (or before its start).
+    /// `skip_through` then moves past (key, tid), across leaves if need be.
+    unsafe fn try_seek_key(&mut self, dir: Dir, key: &[u8]) -> Result<(), Stale> {
         let desc = self.desc.clone();
         let mut cmp = |k: &[u8]| desc.compare(k, key);
-        let mut leaf = self.descend(if dir == Dir::Bwd { Descent::LastLe(&mut cmp) } else { Descent::FirstGe(&mut cmp) })?;
-        // Flatten the position search over (entry, tid).
-        let ei = leaf.seek(|k| desc.compare(k, key));
-        let (ei, ti) = if ei < leaf.len() && desc.compare(leaf.get(ei).0, key) == Ordering::Equal {
-            let tids = leaf.get(ei).1;
-            let ti = tids.partition_point(|t| *t < tid || (!inclusive && dir == Dir::Fwd && *t == tid) || (inclusive && dir == Dir::Bwd && *t == tid));
-            (ei as isize, ti as isize)
-        } else {
-            (ei as isize, 0)
-        };
-        self.leaf = Some(leaf);
         match dir {
             Dir::Fwd => {
-                self.ei = ei;
-                self.ti = ti;
+                let mut leaf = self.descend(Descent::FirstGe(&mut cmp))?;
+                let ei = leaf.seek(|k| desc.compare(k, key));
+                self.leaf = Some(leaf);
+                self.ei = ei as isize;
+                self.ti = 0;
             }
             Dir::Bwd => {
-                // The item before (ei, ti).
-                self.ei = ei;
-                self.ti = ti - 1;
-                if self.ti < 0 {
-                    self.ei -= 1;
-                    self.ti = isize::MAX;
-                }
+                let leaf = self.descend(Descent::LastLe(&mut cmp))?;
+                let n = leaf.seek_after(|k| desc.compare(k, key));
+                self.leaf = Some(leaf);
+                self.ei = n as isize - 1;
+                self.ti = isize::MAX;
             }
         }
         self.release_leaf_lock();
         Ok(())
+    }
+
+    /// Moves from where `try_seek_key` left the cursor to the first item
+    /// after (key, tid) in `dir` (at it when `inclusive`). The descent
+    /// reads one leaf, but the items to step over can go on in the next
+    /// ones: a forward descent stops left of a separator equal to `key`
+    /// (a posting list split over leaves may start in the leaf before), so
+    /// when `key` is the first key of a leaf the position is past the end
+    /// of the leaf before it, and `settle` moves onto (key, tid) itself in
+    /// the next leaf; a split posting list has TIDs on both sides of a leaf
+    /// end in either direction. Searching the TIDs only in the leaf the
+    /// descent reached returned such items a second time: a scan re-seeking
+    /// after a merge (or, on a standby, after replay reused a page it was
+    /// reading) returned its last entry again, a direction change or a
+    /// restored mark too. So each entry equal to `key` that the position
+    /// reaches has its TIDs searched, in whatever leaf it is; a unique key
+    /// is in one entry, a split list in one per leaf it spans.
+    unsafe fn skip_through(&mut self, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) {
+        let desc = self.desc.clone();
+        loop {
+            self.settle(dir);
+            if self.done {
+                return;
+            }
+            let ti = self.ti;
+            let leaf = self.leaf.as_mut().expect("a settled cursor is on a leaf");
+            let (k, tids) = leaf.get(self.ei as usize);
+            let to = match (desc.compare(k, key), dir) {
+                // The first TID past `tid`, or the last one before it.
+                (Ordering::Equal, Dir::Fwd) => tids.partition_point(|t| *t < tid || (!inclusive && *t == tid)) as isize,
+                (Ordering::Equal, Dir::Bwd) => tids.partition_point(|t| *t < tid || (inclusive && *t == tid)) as isize - 1,
+                // Before `key` in `dir`: the descent never leaves the
+                // position there, but the step past it is cheap to make.
+                (Ordering::Less, Dir::Fwd) | (Ordering::Greater, Dir::Bwd) => {
+                    self.advance(dir);
+                    continue;
+                }
+                _ => return,
+            };
+            let past = match dir {
+                Dir::Fwd => ti >= to,
+                Dir::Bwd => ti <= to,
+            };
+            if past {
+                return;
+            }
+            // Past the entry's end (or before its start): `settle` moves on
+            // to the next entry, in the next leaf if need be.
+            self.ti = to;
+        }
     }
 }
 
@@ -249,11 +294,12 @@ impl BaseCursor for HybridCursor {
                 return;
             }
             self.done = false;
-            match self.try_seek_after(dir, key, tid, inclusive) {
-                Ok(()) => return,
+            match self.try_seek_key(dir, key) {
+                Ok(()) => break,
                 Err(stale) => self.move_to_current_stage(stale),
             }
         }
+        self.skip_through(dir, key, tid, inclusive);
     }
 
     unsafe fn peek(&mut self, dir: Dir) -> Option<(&[u8], Tid)> {
