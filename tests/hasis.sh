@@ -34,7 +34,8 @@
 #                 exist: everything arrives by WAL replay): bulk load, updates
 #                 (also of keys), deletes, rollbacks, savepoints, TOAST,
 #                 TRUNCATE (and one rolled back), VACUUM FULL, CLUSTER,
-#                 VACUUM / ANALYZE; after each stage seq / index / bitmap
+#                 VACUUM / ANALYZE, compactions after a CHECKPOINT (whole
+#                 COMPACT records, then records by reference); after each stage seq / index / bitmap
 #                 (also lossy, work_mem = 64kB) / index-only / count+sum
 #                 queries give the same answers on the primary and on the
 #                 standby, and the heap twin's answers; verify_table() passes
@@ -629,6 +630,17 @@ UPDATE sh SET t = (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 1
 UPDATE sx SET t = (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 150) g) WHERE k % 997 = 1;
 SQL
     compare "updates, key moves, deletes, savepoints, rollbacks, TOAST"
+
+    # The first compaction of an extent after a checkpoint logs its rows
+    # whole; later ones refer to the old blocks (COMPACT by reference), which
+    # the standby must have replayed exactly to rebuild the same pages.
+    cluster_sql "$P" "$db" "CHECKPOINT" >/dev/null
+    local r
+    for r in 1 2 3; do
+        both "UPDATE @ SET f = f + 1 WHERE k % 5 = $r"
+        cluster_sql "$P" "$db" "VACUUM sh" "VACUUM sx" >/dev/null
+    done
+    compare "compactions after a checkpoint (whole records, then by reference)"
 
     say "== standby reads under one snapshot while the primary writes"
     local rounds=20 scans=0 out writer
