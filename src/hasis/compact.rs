@@ -119,10 +119,10 @@ pub enum Goal {
 /// worker asks this before trying an extent whose delta part holds
 /// versions that must stay.
 pub unsafe fn may_free_delta_block(rel: pg_sys::Relation, meta: &Meta, first: u32, h: &ExtentHeader) -> bool {
-    // Asked at every insert that meets a full delta part, which for an
-    // extent full of versions that must stay (a bulk-loaded extent whose
-    // rows are updated elsewhere) is every update of one of its rows that
-    // tries HOT. So each delta block's share of the answer is remembered
+    // Asked at every insert that meets a full delta part and by the worker
+    // at every pass over an extent that is due, which for an extent full of
+    // versions that must stay (a bulk-loaded extent whose rows are updated
+    // elsewhere) is often. So each delta block's share of the answer is remembered
     // (`BlockGain`) and only blocks that changed since, or whose versions
     // the moving removal horizon may have freed, are read item by item.
     let g = meta.geometry;
