@@ -473,17 +473,22 @@ impl CompactionRecord {
         put_headers(&mut body, &headers);
         put_u16s(&mut body, sources.column_rows.iter().copied());
         body.extend_from_slice(&count(self.delta_items.len())?);
-        let mut item_headers = Vec::with_capacity(self.delta_items.len());
-        for it in &self.delta_items {
-            if it.len() < ITEM_HDR || rd16(it, 0) as usize != it.len() {
-                return Err(Error::BadInput("malformed delta item in a compaction record"));
-            }
-            item_headers.push(RowHeader::decode(&it[2..ITEM_HDR]));
-        }
-        put_headers(&mut body, &item_headers);
+        put_headers(&mut body, &self.item_headers()?);
         put_u16s(&mut body, sources.delta_items.iter().copied());
         self.put_slot_lists(&mut body)?;
         self.frame(RECORD_FORMAT_BY_REFERENCE, body, compress)
+    }
+
+    /// The row headers of the delta items that stay, each item checked to
+    /// be well-formed.
+    fn item_headers(&self) -> Result<Vec<RowHeader>> {
+        self.delta_items
+            .iter()
+            .map(|it| match it.len() >= ITEM_HDR && rd16(it, 0) as usize == it.len() {
+                true => Ok(RowHeader::decode(&it[2..ITEM_HDR])),
+                false => Err(Error::BadInput("malformed delta item in a compaction record")),
+            })
+            .collect()
     }
 
     /// Encodes the record in format 2, as `encode` did before format 3: for
@@ -550,14 +555,7 @@ impl CompactionRecord {
         // Delta items stay opaque payloads: they may have more columns
         // than `columns` describes (those cover the column rows only).
         body.extend_from_slice(&count(self.delta_items.len())?);
-        let mut item_headers = Vec::with_capacity(self.delta_items.len());
-        for it in &self.delta_items {
-            if it.len() < ITEM_HDR || rd16(it, 0) as usize != it.len() {
-                return Err(Error::BadInput("malformed delta item in a compaction record"));
-            }
-            item_headers.push(RowHeader::decode(&it[2..ITEM_HDR]));
-        }
-        put_headers(&mut body, &item_headers);
+        put_headers(&mut body, &self.item_headers()?);
         let payloads: Vec<&[u8]> = self.delta_items.iter().map(|it| &it[ITEM_HDR..]).collect();
         put_u16s(&mut body, payloads.iter().map(|p| p.len() as u16));
         let layout = PayloadLayout::choose(&payloads);
