@@ -184,13 +184,39 @@ pub unsafe fn read_from(
     min_pos: u64,
     max_pos: u64,
 ) -> (Vec<DeltaRecord>, u64, u32) {
+    read_chain(rel, start_blk, min_pos, max_pos, false).expect("a strict chain read raises instead")
+}
+
+/// `read_from` for a hot standby's sync: replay may switch a merge's last
+/// step and free the chain's first pages while the walk is on them, so a
+/// valid pg_hybrid page of another kind on the way is None (the caller
+/// reads the metapage again and retries) rather than corruption.
+pub unsafe fn read_from_during_replay(
+    rel: pg_sys::Relation,
+    start_blk: u32,
+    min_pos: u64,
+    max_pos: u64,
+) -> Option<(Vec<DeltaRecord>, u64, u32)> {
+    read_chain(rel, start_blk, min_pos, max_pos, true)
+}
+
+unsafe fn read_chain(
+    rel: pg_sys::Relation,
+    start_blk: u32,
+    min_pos: u64,
+    max_pos: u64,
+    moved_ok: bool,
+) -> Option<(Vec<DeltaRecord>, u64, u32)> {
     let mut out = Vec::new();
     let mut blk = start_blk;
     let mut end = min_pos;
     let mut last = start_blk;
     while blk != NO_BLOCK {
         let b = Buf::read(rel, blk, Lock::Share);
-        page::check_page(rel, blk, b.page(), &[PageKind::Delta]);
+        let expect: &[PageKind] = if moved_ok { &[] } else { &[PageKind::Delta] };
+        if page::check_page(rel, blk, b.page(), expect) != PageKind::Delta {
+            return None;
+        }
         let op = *page::opaque(b.page());
         let (next_pos, recs) = parse(page::body(b.page()), op.first_pos)
             .unwrap_or_else(|e| page::corrupted(&page::rel_name(rel), blk, e));
@@ -202,7 +228,7 @@ pub unsafe fn read_from(
         }
         blk = op.right;
     }
-    (out, end, last)
+    Some((out, end, last))
 }
 
 /// Blocks of the chain from `head` that lie entirely below `upto` and are

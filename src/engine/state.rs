@@ -416,11 +416,14 @@ unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
                 (true, m.delta_head, m.base.merged_upto)
             }
         };
-        let (recs, seen_end, last_blk) = delta::read_from(rel, from_blk, from_pos, u64::MAX);
+        let read = delta::read_from_during_replay(rel, from_blk, from_pos, u64::MAX);
         let m2 = meta::read(rel);
         if m2.base.generation != m.base.generation || m2.base.vacuum_epoch != m.base.vacuum_epoch {
             continue; // replay moved under us; try again
         }
+        // A page of another kind in a chain replay did not move: corrupt,
+        // and the strict read says where.
+        let (recs, seen_end, last_blk) = read.unwrap_or_else(|| delta::read_from(rel, from_blk, from_pos, u64::MAX));
         let _g = slot.exclusive();
         let st = &mut slot.state();
         if full {
