@@ -15,7 +15,7 @@ use pgrx::prelude::*;
 
 use pg_hybrid_core::hasis::delta::{self, DeltaView, ITEM_HDR};
 use pg_hybrid_core::hasis::header::{self, init_directory_block, DirEntry, ExtentHeader};
-use pg_hybrid_core::hasis::column::ColumnPart;
+use pg_hybrid_core::hasis::column::{ColumnLayout, ColumnPart};
 use pg_hybrid_core::hasis::layout::{Geometry, Params, BLCKSZ, TRAILER_OFF, UNITS_PER_BLOCK};
 use pg_hybrid_core::hasis::row::{Mvcc, RowHeader, MVCC_OFF, ROW_HEADER};
 use pg_hybrid_core::hasis::Error as FormatError;
@@ -508,7 +508,7 @@ unsafe fn locate_for_stamp(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &
             let cblk = first + g.column_block(0) as u32;
             let (hb, off) = {
                 let cols = LazyColumns::new(rel, g, first, h, std::ptr::null_mut());
-                let part = check(rel, cblk, ColumnPart::parse_lazy(g, &cols, h.column_units as usize, h.column_rows as usize));
+                let part = parse_columns(rel, g, first, h, &cols);
                 check(rel, cblk, part.header_location(row as usize))
             };
             let b = Buf::read(rel, first + g.column_block(hb) as u32, Lock::Exclusive);
@@ -751,6 +751,46 @@ impl ColumnBlocks {
 
 static ZERO_BLOCK: [u8; BLCKSZ] = [0; BLCKSZ];
 
+/// An extent of one relation file.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct ExtentKey {
+    tablespace: u32,
+    database: u32,
+    relfilenode: u32,
+    first: u32,
+}
+
+/// Column layouts this backend parsed (ColumnLayout): a point read compares
+/// the meta bytes with the kept layout's instead of decoding the meta
+/// mini-page into a column list on every read. An entry is a hint only:
+/// `parse_lazy_reusing` takes it where the bytes are equal and parses
+/// afresh otherwise, so a compaction, a TRUNCATE or a standby's replay
+/// can never make a reader use a stale layout.
+const MAX_LAYOUTS: usize = 4096;
+
+thread_local! {
+    static LAYOUTS: std::cell::RefCell<std::collections::HashMap<ExtentKey, std::sync::Arc<ColumnLayout>>> = Default::default();
+}
+
+/// The column part of extent `first`, its blocks read through `cols`.
+fn parse_columns<'a>(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, cols: &'a LazyColumns) -> ColumnPart<'a> {
+    let node = unsafe { (*rel).rd_node };
+    let key = ExtentKey { tablespace: node.spcNode.into(), database: node.dbNode.into(), relfilenode: node.relNode.into(), first };
+    let known = LAYOUTS.with(|m| m.borrow().get(&key).cloned());
+    let cblk = first + g.column_block(0) as u32;
+    let part = check(rel, cblk, ColumnPart::parse_lazy_reusing(g, cols, h.column_units as usize, h.column_rows as usize, known.as_ref()));
+    if !known.is_some_and(|k| std::sync::Arc::ptr_eq(&k, part.layout())) {
+        LAYOUTS.with(|m| {
+            let mut m = m.borrow_mut();
+            if m.len() >= MAX_LAYOUTS {
+                m.clear();
+            }
+            m.insert(key, part.layout().clone());
+        });
+    }
+    part
+}
+
 /// Column blocks share-locked on first use (a point read touches the meta
 /// block, its row header's block and its values' blocks), each checked
 /// against the page version the caller read under the header block's
@@ -820,6 +860,39 @@ enum Payload {
     InPage { start: usize, end: usize },
     /// Decoded from the column part.
     Owned(Vec<u8>),
+    /// A column row's values, decoded on first use. A HOT chain walk checks
+    /// every member's visibility but needs the values of one member only;
+    /// reading a column row's values pins one block per column's
+    /// mini-page, its header needs the meta block and one more.
+    Column(LazyRow),
+}
+
+/// What decoding a column row later needs. Valid while the extent's header
+/// block stays share-locked (the `Located` or the `ExtentRead` holding it):
+/// no compaction can rewrite the column part meanwhile, and values never
+/// change in place.
+struct LazyRow {
+    rel: pg_sys::Relation,
+    g: Geometry,
+    first: u32,
+    h: ExtentHeader,
+    row: u16,
+    decoded: std::cell::OnceCell<Vec<u8>>,
+}
+
+impl LazyRow {
+    fn values(&self) -> &[u8] {
+        self.decoded.get_or_init(|| {
+            let (rel, g, first, h) = (self.rel, self.g, self.first, &self.h);
+            let cblk = first + g.column_block(0) as u32;
+            // Share locks again on blocks the `Located` may hold share-locked
+            // (its row header's block): LWLocks allow a holder to share one
+            // twice, and exclusive lookers decode eagerly (`version`).
+            let cols = LazyColumns::new(rel, &g, first, h, std::ptr::null_mut());
+            let part = parse_columns(rel, &g, first, h, &cols);
+            column_payload(rel, cblk, &part, self.row as usize).1
+        })
+    }
 }
 
 /// One row version found by TID, its blocks locked.
@@ -852,6 +925,7 @@ impl Located {
         match &self.payload {
             Payload::InPage { start, end } => &bytes(self.buf.page())[*start..*end],
             Payload::Owned(v) => v,
+            Payload::Column(lazy) => lazy.values(),
         }
     }
     /// Writes hint bits found by a visibility check back into the page
@@ -935,8 +1009,17 @@ impl ExtentRead {
                 let cblk = first + g.column_block(0) as u32;
                 let (hb, off, header, payload, held) = {
                     let cols = LazyColumns::new(rel, &g, first, h, std::ptr::null_mut());
-                    let part = check(rel, cblk, ColumnPart::parse_lazy(&g, &cols, h.column_units as usize, h.column_rows as usize));
-                    let (header, payload) = column_payload(rel, cblk, &part, row as usize);
+                    let part = parse_columns(rel, &g, first, h, &cols);
+                    // A share-locked result decodes its values when asked;
+                    // an exclusive one now, before its header's block is
+                    // locked exclusively (a later share lock would wait on it).
+                    let (header, payload) = if lock == Lock::Share {
+                        let header = check(rel, cblk, part.row_header(row as usize));
+                        (header, Payload::Column(LazyRow { rel, g, first, h: *h, row, decoded: std::cell::OnceCell::new() }))
+                    } else {
+                        let (header, values) = column_payload(rel, cblk, &part, row as usize);
+                        (header, Payload::Owned(values))
+                    };
                     let (hb, off) = check(rel, cblk, part.header_location(row as usize));
                     drop(part);
                     // Reading the row share-locked its header's block: a
@@ -951,7 +1034,7 @@ impl ExtentRead {
                 // block is locked again in the mode asked for.
                 let buf = held.unwrap_or_else(|| Buf::read(rel, first + g.column_block(hb) as u32, lock));
                 let header = RowHeader::decode(&bytes(buf.page())[off..off + ROW_HEADER]);
-                Some(Located { _header: None, buf, tid, mvcc_at: off + MVCC_OFF, payload: Payload::Owned(payload), header })
+                Some(Located { _header: None, buf, tid, mvcc_at: off + MVCC_OFF, payload, header })
             }
             DirEntry::Delta { block, offset } => {
                 let blk = first + g.delta_block(block as usize) as u32;
@@ -1071,7 +1154,7 @@ pub unsafe fn visit_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, select: S
             // Some rows: only the blocks they need.
             Some(rows) => {
                 let cols = LazyColumns::new(rel, &g, first, &h, strategy);
-                let part = check(rel, cblk, ColumnPart::parse_lazy(&g, &cols, h.column_units as usize, h.column_rows as usize));
+                let part = parse_columns(rel, &g, first, &h, &cols);
                 for &r in rows {
                     let (header, payload) = column_payload(rel, cblk, &part, r as usize);
                     let (hb, off) = check(rel, cblk, part.header_location(r as usize));

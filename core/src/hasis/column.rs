@@ -25,6 +25,7 @@ use super::layout::{
 };
 use super::row::{ColumnDesc, Mvcc, Row, RowHeader, Schema, Width, DESC_LEN, MAX_COLUMNS, MINMAX_MAX, MVCC_OFF, ROW_HEADER};
 use super::{corrupt, Error, Result};
+use std::sync::Arc;
 
 /// Row headers per unit (26 bytes each, none straddles a unit).
 pub const HEADERS_PER_UNIT: usize = UNIT_PAYLOAD / ROW_HEADER;
@@ -306,7 +307,7 @@ enum Blocks<'a> {
 
 impl std::fmt::Debug for ColumnPart<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ColumnPart").field("nrows", &self.nrows).field("columns", &self.columns).finish()
+        f.debug_struct("ColumnPart").field("nrows", &self.nrows).field("columns", &self.layout.columns).finish()
     }
 }
 
@@ -323,6 +324,22 @@ impl<'a> Blocks<'a> {
 pub struct ColumnPart<'a> {
     blocks: Blocks<'a>,
     nrows: usize,
+    header_first_unit: usize,
+    layout: Arc<ColumnLayout>,
+}
+
+/// What parsing a column part's meta mini-page yields. It is a pure
+/// function of the meta bytes and the extent header's unit and row counts,
+/// so a reader may keep it and reuse it for any column part whose counts
+/// and meta bytes are equal (`ColumnPart::parse_lazy_reusing`): a point
+/// read then compares the meta bytes in place instead of decoding them
+/// into a column list again.
+#[derive(Debug)]
+pub struct ColumnLayout {
+    units: usize,
+    rows: usize,
+    /// The meta bytes this layout was parsed from.
+    meta: Vec<u8>,
     header_first_unit: usize,
     columns: Vec<ColumnMeta>,
 }
@@ -345,14 +362,33 @@ impl<'a> ColumnPart<'a> {
     /// `parse` over blocks fetched on first use (`BlockSource`, which checks
     /// each block's trailer); reads only the meta mini-page now.
     pub fn parse_lazy(g: &Geometry, source: &'a dyn BlockSource, units: usize, rows: usize) -> Result<Self> {
+        Self::parse_lazy_reusing(g, source, units, rows, None)
+    }
+
+    /// `parse_lazy`, taking `known`'s column list instead of decoding the
+    /// meta mini-page again when the part's counts and meta bytes equal
+    /// the ones `known` was parsed from (compared in place).
+    pub fn parse_lazy_reusing(g: &Geometry, source: &'a dyn BlockSource, units: usize, rows: usize, known: Option<&Arc<ColumnLayout>>) -> Result<Self> {
         if units == 0 || units > g.column_units() {
             return corrupt("column part size out of range");
+        }
+        if let Some(k) = known.filter(|k| k.units == units && k.rows == rows) {
+            let part = ColumnPart { blocks: Blocks::Lazy(source), nrows: rows, header_first_unit: k.header_first_unit, layout: Arc::clone(k) };
+            if part.bytes_equal(0, units, 0, &k.meta)? {
+                return Ok(part);
+            }
         }
         Self::parse_meta(Blocks::Lazy(source), g, units, rows)
     }
 
+    /// The parsed meta, for `parse_lazy_reusing` on a later read.
+    pub fn layout(&self) -> &Arc<ColumnLayout> {
+        &self.layout
+    }
+
     fn parse_meta(blocks: Blocks<'a>, _g: &Geometry, units: usize, rows: usize) -> Result<Self> {
-        let mut part = ColumnPart { blocks, nrows: rows, header_first_unit: 0, columns: Vec::new() };
+        let mut part = ColumnPart { blocks, nrows: rows, header_first_unit: 0, layout: Arc::new(ColumnLayout { units, rows, meta: Vec::new(), header_first_unit: 0, columns: Vec::new() }) };
+        let mut columns = Vec::new();
         let fixed = part.gather(0, units, 0, META_FIXED)?;
         let ncols = rd16(&fixed, 0) as usize;
         let meta_units = rd16(&fixed, 4) as usize;
@@ -404,13 +440,36 @@ impl<'a> ColumnPart<'a> {
             } else {
                 None
             };
-            part.columns.push(ColumnMeta { desc, first_unit, units: cunits, len, null_count, has_nulls, minmax });
+            columns.push(ColumnMeta { desc, first_unit, units: cunits, len, null_count, has_nulls, minmax });
         }
         if next != units {
             return corrupt("column mini-pages do not end where the part ends");
         }
         part.header_first_unit = meta_units;
+        part.layout = Arc::new(ColumnLayout { units, rows, meta, header_first_unit: meta_units, columns });
         Ok(part)
+    }
+
+    /// Whether the `expected.len()` bytes at `pos` of the mini-page at
+    /// `first_unit` equal `expected` (`gather` without the copy).
+    fn bytes_equal(&self, first_unit: usize, units: usize, pos: usize, expected: &[u8]) -> Result<bool> {
+        let len = expected.len();
+        if pos + len > units * UNIT_PAYLOAD {
+            return Ok(false);
+        }
+        let mut p = pos;
+        while p < pos + len {
+            let u = first_unit + p / UNIT_PAYLOAD;
+            let within = p % UNIT_PAYLOAD;
+            let n = (UNIT_PAYLOAD - within).min(pos + len - p);
+            let (blk, off) = Geometry::unit_location(u);
+            let b = self.blocks.get(blk)?;
+            if b[off + within..off + within + n] != expected[p - pos..p - pos + n] {
+                return Ok(false);
+            }
+            p += n;
+        }
+        Ok(true)
     }
 
     /// Copies `len` bytes at `pos` of the mini-page at `first_unit`
@@ -447,7 +506,7 @@ impl<'a> ColumnPart<'a> {
     }
 
     fn read_stream_into(&self, c: usize, pos: usize, out: &mut [u8]) -> Result<()> {
-        let m = &self.columns[c];
+        let m = &self.layout.columns[c];
         if pos + out.len() > m.len as usize {
             return corrupt("read past a column's content");
         }
@@ -463,7 +522,7 @@ impl<'a> ColumnPart<'a> {
         let bitmap_at = out.len();
         out.resize(bitmap_at + natts.div_ceil(8), 0);
         for c in 0..natts {
-            let m = &self.columns[c];
+            let m = &self.layout.columns[c];
             let mut base = 0;
             if m.has_nulls {
                 base = bitmap_len(self.nrows);
@@ -506,10 +565,10 @@ impl<'a> ColumnPart<'a> {
         self.nrows
     }
     pub fn ncols(&self) -> usize {
-        self.columns.len()
+        self.layout.columns.len()
     }
     pub fn column_meta(&self, c: usize) -> Option<&ColumnMeta> {
-        self.columns.get(c)
+        self.layout.columns.get(c)
     }
 
     /// (column block index, byte offset) of row `r`'s header: the one place
@@ -525,7 +584,7 @@ impl<'a> ColumnPart<'a> {
         let (blk, off) = self.header_location(r)?;
         let b = self.blocks.get(blk)?;
         let h = RowHeader::decode(&b[off..off + ROW_HEADER]);
-        if h.natts as usize > self.columns.len() {
+        if h.natts as usize > self.layout.columns.len() {
             return corrupt("column row has more columns than its part");
         }
         Ok(h)
@@ -534,10 +593,10 @@ impl<'a> ColumnPart<'a> {
     /// Value of column `c` in row `r`; `None` for NULL (and for a column
     /// the row lacks: check `natts`).
     pub fn value(&self, r: usize, c: usize) -> Result<Option<Vec<u8>>> {
-        if r >= self.nrows || c >= self.columns.len() {
+        if r >= self.nrows || c >= self.layout.columns.len() {
             return Err(Error::BadInput("column value out of range"));
         }
-        let m = &self.columns[c];
+        let m = &self.layout.columns[c];
         let mut base = 0;
         if m.has_nulls {
             base = bitmap_len(self.nrows);
@@ -676,6 +735,43 @@ mod tests {
             }
         }
         assert!(ColumnPart::parse_lazy(&g, &Failing, p.total_units, rs.len()).is_err());
+    }
+
+    #[test]
+    fn reused_layout_only_where_the_meta_is_equal() {
+        let g = geo(16);
+        let a = rows(600, 40);
+        let b = rows(300, 90);
+        let (blocks_a, pa) = build(&g, &schema(), &a, 5).unwrap();
+        let (blocks_b, pb) = build(&g, &schema(), &b, 6).unwrap();
+        let src_a = Counting { blocks: &blocks_a, touched: Default::default() };
+        let known = ColumnPart::parse_lazy(&g, &src_a, pa.total_units, a.len()).unwrap().layout().clone();
+        // Same part: the layout is taken, not rebuilt, and reads agree.
+        let again = ColumnPart::parse_lazy_reusing(&g, &src_a, pa.total_units, a.len(), Some(&known)).unwrap();
+        assert!(Arc::ptr_eq(again.layout(), &known));
+        for (r, want) in a.iter().enumerate().step_by(37) {
+            assert_eq!(&again.row(r).unwrap(), want);
+        }
+        // Another part (other counts, other meta): parsed afresh.
+        let src_b = Counting { blocks: &blocks_b, touched: Default::default() };
+        let other = ColumnPart::parse_lazy_reusing(&g, &src_b, pb.total_units, b.len(), Some(&known)).unwrap();
+        assert!(!Arc::ptr_eq(other.layout(), &known));
+        for (r, want) in b.iter().enumerate().step_by(29) {
+            assert_eq!(&other.row(r).unwrap(), want);
+        }
+        // Same counts but one meta byte differs (a min/max): parsed afresh,
+        // and a corrupt meta is still refused.
+        let mut changed = blocks_a.clone();
+        let (blk, off) = Geometry::unit_location(0);
+        changed[blk][off + META_FIXED + 16] ^= 1;
+        let src_c = Counting { blocks: &changed, touched: Default::default() };
+        if let Ok(part) = ColumnPart::parse_lazy_reusing(&g, &src_c, pa.total_units, a.len(), Some(&known)) {
+            assert!(!Arc::ptr_eq(part.layout(), &known));
+        }
+        drop(src_c);
+        changed[blk][off] ^= 0x40;
+        let src_d = Counting { blocks: &changed, touched: Default::default() };
+        assert!(ColumnPart::parse_lazy_reusing(&g, &src_d, pa.total_units, a.len(), Some(&known)).is_err());
     }
 
     #[test]
