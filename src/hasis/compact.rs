@@ -113,9 +113,15 @@ pub enum Goal {
 /// Whether compacting extent `first` (header block held by the caller) for
 /// `Goal::Room` may free a delta block, judged from the delta items' MVCC
 /// fields alone, without decoding the column part: a block's worth of
-/// versions must be removable (dead to all) or, while the column part has
-/// room, movable (inserted and visible to all, or this transaction's own
-/// new rows). Compaction decodes and re-encodes the whole extent, so the
+/// versions must be removable (dead to all) or movable (inserted and
+/// visible to all, or this transaction's own new rows). A full column part
+/// takes only movable versions that are heap-only: each is the newest
+/// member of a HOT chain whose older member, in this extent, its committed
+/// inserter made dead to all, so compaction drops that member and the row
+/// keeps about its room. (Counting no movable version there left the
+/// bulk-loaded extents of TPC-C's stock with a delta part full of new
+/// versions that were never compacted in, and three of four updates of
+/// stock then went to other extents as non-HOT updates.) Compaction decodes and re-encodes the whole extent, so the
 /// worker asks this before trying an extent whose delta part holds
 /// versions that must stay.
 pub unsafe fn may_free_delta_block(rel: pg_sys::Relation, meta: &Meta, first: u32, h: &ExtentHeader) -> bool {
@@ -222,7 +228,7 @@ unsafe fn block_gain(rel: pg_sys::Relation, g: &pg_hybrid_core::hasis::layout::G
         use pg_sys::HTSV_Result::*;
         let frees = match r {
             HEAPTUPLE_DEAD => true,
-            HEAPTUPLE_LIVE if !column_full => {
+            HEAPTUPLE_LIVE if !column_full || is_heap_only(&m) => {
                 let visible = xmin_visible_to_all(&m, horizon);
                 if !visible {
                     wait_for(pg_sys::TransactionId::from(m.xmin));

@@ -411,6 +411,16 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
         if h.delta_used >= g.params.delta_blocks {
             return Placed::Full;
         }
+        // A new row (an insert, or a non-HOT update's new version) takes a
+        // few delta blocks only of an extent whose column part is full
+        // (ExtentHeader::new_row_delta_blocks). A delta part full of rows
+        // that compaction cannot move leaves no room for HOT updates of the
+        // extent's rows ever again: under TPC-C, stock and customer came
+        // out of their load like that, and most of their updates went to
+        // other extents as non-HOT updates.
+        if old.is_none() && h.column_units as usize >= g.column_units() && h.delta_used >= ExtentHeader::new_row_delta_blocks(&g) {
+            return Placed::Full;
+        }
         let i = h.delta_used as usize;
         let blk = first + g.delta_block(i) as u32;
         let b = read_extending(rel, blk);
@@ -469,7 +479,7 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
     }
     pg_sys::CritSectionCount -= 1;
     let delta_used = if fresh { i as u16 + 1 } else { h.delta_used };
-    Placed::At { tid, compaction_due: delta_used >= g.params.compact_trigger }
+    Placed::At { tid, compaction_due: ExtentHeader { delta_used, ..h }.compaction_due(&g) }
 }
 
 /// Finds a HOT update's old version under the header block held

@@ -192,9 +192,26 @@ impl ExtentHeader {
         Ok(())
     }
 
-    /// Whether the delta part has reached the compaction trigger.
+    /// Whether the delta part has reached the compaction trigger. A full
+    /// column part takes a compacted version only in place of one it drops,
+    /// so compacting it gains little until the room new rows leave to HOT
+    /// updates (`new_row_delta_blocks`) is nearly used: it is due with one
+    /// delta block left.
     pub fn compaction_due(&self, g: &Geometry) -> bool {
-        self.delta_used >= g.params.compact_trigger
+        if self.column_units as usize >= g.column_units() {
+            self.delta_used >= g.params.delta_blocks.saturating_sub(1).max(g.params.compact_trigger)
+        } else {
+            self.delta_used >= g.params.compact_trigger
+        }
+    }
+
+    /// The delta blocks new rows (inserts, non-HOT updates' new versions)
+    /// may fill in an extent whose column part is full. Compaction cannot
+    /// move such a row into the column part, so it stays in the delta part;
+    /// the rest of the delta part is kept for HOT updates of the extent's
+    /// rows, as heap's fillfactor keeps room in a page.
+    pub fn new_row_delta_blocks(g: &Geometry) -> u16 {
+        (g.params.delta_blocks / 4).max(1)
     }
 }
 
@@ -266,6 +283,16 @@ mod tests {
         h.write(&mut b, &g);
         assert_eq!(ExtentHeader::read(&b, &g).unwrap(), h);
         assert!(h.compaction_due(&g));
+        // A full column part: due only with one delta block left, after the
+        // room new rows leave to HOT updates is nearly used.
+        let full = g.column_units() as u16;
+        assert!(!ExtentHeader { column_units: full, delta_used: 2, ..h }.compaction_due(&g));
+        assert!(!ExtentHeader { column_units: full, delta_used: 6, ..h }.compaction_due(&g));
+        assert!(ExtentHeader { column_units: full, delta_used: 7, ..h }.compaction_due(&g));
+        assert!(ExtentHeader::new_row_delta_blocks(&g) >= 1 && ExtentHeader::new_row_delta_blocks(&g) < g.params.delta_blocks - 1);
+        let one = Geometry::new(Params { delta_blocks: 1, compact_trigger: 1, ..Params::default() }).unwrap();
+        assert_eq!(ExtentHeader::new_row_delta_blocks(&one), 1);
+        assert!(ExtentHeader { column_units: one.column_units() as u16, delta_used: 1, ..h }.compaction_due(&one));
 
         let other = Geometry::new(Params { delta_blocks: 9, ..Params::default() }).unwrap();
         assert!(matches!(ExtentHeader::read(&b, &other), Err(Error::BadParams(_))));
