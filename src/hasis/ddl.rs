@@ -157,7 +157,7 @@ pub unsafe fn copy_for_cluster(
                 let Some(ext) = relation::ExtentRead::of(old, &meta, tid) else { continue };
                 let Some(root) = ext.slot(tid) else { continue };
                 let mut chain: Vec<Kept> = Vec::new();
-                super::scan::walk_chain(&ext, root, true, &mut |loc| {
+                super::scan::walk_chain(&ext, root, true, false, &mut |loc| {
                     let (r, hint, _) = vacuum_state(&loc.header.mvcc, loc.tid, relid, oldest_xmin, loc.buf.buffer());
                     if let Some(h) = hint {
                         loc.set_hint(h);

@@ -761,13 +761,20 @@ impl ColumnBlocks {
 
 static ZERO_BLOCK: [u8; BLCKSZ] = [0; BLCKSZ];
 
-/// An extent of one relation file.
+/// An extent of one relation file (for per-backend hints about it).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct ExtentKey {
+pub struct ExtentKey {
     tablespace: u32,
     database: u32,
     relfilenode: u32,
     first: u32,
+}
+
+impl ExtentKey {
+    pub fn of(rel: pg_sys::Relation, first: u32) -> ExtentKey {
+        let node = unsafe { (*rel).rd_node };
+        ExtentKey { tablespace: node.spcNode.into(), database: node.dbNode.into(), relfilenode: node.relNode.into(), first }
+    }
 }
 
 /// Column layouts this backend parsed (ColumnLayout): a point read compares
@@ -784,8 +791,7 @@ thread_local! {
 
 /// The column part of extent `first`, its blocks read through `cols`.
 fn parse_columns<'a>(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, cols: &'a LazyColumns) -> ColumnPart<'a> {
-    let node = unsafe { (*rel).rd_node };
-    let key = ExtentKey { tablespace: node.spcNode.into(), database: node.dbNode.into(), relfilenode: node.relNode.into(), first };
+    let key = ExtentKey::of(rel, first);
     let known = LAYOUTS.with(|m| m.borrow().get(&key).cloned());
     let cblk = first + g.column_block(0) as u32;
     let part = check(rel, cblk, ColumnPart::parse_lazy_reusing(g, cols, h.column_units as usize, h.column_rows as usize, known.as_ref()));
@@ -982,6 +988,10 @@ impl ExtentRead {
         let hbuf = Buf::read(rel, first, Lock::Share);
         let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
         Some(ExtentRead { rel, g, first, hbuf, h })
+    }
+
+    pub fn rel(&self) -> pg_sys::Relation {
+        self.rel
     }
 
     /// The slot a TID names in this extent (None: not a valid slot).

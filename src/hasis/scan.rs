@@ -317,7 +317,7 @@ pub unsafe fn bitmap_next_block(scan: pg_sys::TableScanDesc, tbmres: *mut pg_sys
         if root >= ext.h.slot_hwm {
             continue;
         }
-        walk_chain(&ext, root, true, &mut |loc| {
+        walk_chain(&ext, root, true, true, &mut |loc| {
             if check_visible(rel, snapshot, loc) {
                 let mut ip = to_item_pointer(loc.tid);
                 PredicateLockTID(rel, &mut ip, snapshot, pg_sys::TransactionId::from(loc.header.mvcc.xmin));
@@ -514,37 +514,136 @@ pub enum Walk {
 /// not HOT-updated, and where the next slot's version was not inserted by
 /// its predecessor's updater (the slot was freed and reused). The header
 /// lock `ext` holds keeps compaction out for the whole walk.
-pub unsafe fn walk_chain(ext: &relation::ExtentRead, mut slot: u16, mut at_chain_start: bool, visit: &mut dyn FnMut(&mut relation::Located) -> Walk) {
+///
+/// `skip_dead`: the walk may begin past the chain's members that are dead
+/// to everyone (`ChainHint`), as it would after heap's pruning removed
+/// them. Only for callers that want visible members: not for one that
+/// must account for every member it passes (index_delete_tuples' removal
+/// horizon for a standby).
+pub unsafe fn walk_chain(ext: &relation::ExtentRead, slot: u16, at_chain_start: bool, skip_dead: bool, visit: &mut dyn FnMut(&mut relation::Located) -> Walk) {
+    let hints = (skip_dead && at_chain_start).then(|| (relation::ExtentKey::of(ext.rel(), ext.first), slot));
+    let hint = hints.and_then(|k| CHAIN_HINTS.with(|m| m.borrow().get(&k).copied())).filter(|h| h.version == ext.h.version);
+    if walk_from(ext, slot, at_chain_start, hints, hint, visit) == Hinted::Stale {
+        // The hint's member is not there (it cannot change inside one page
+        // version; this is a guard): forget it, walk from the root.
+        CHAIN_HINTS.with(|m| m.borrow_mut().remove(&hints.unwrap()));
+        walk_from(ext, slot, at_chain_start, hints, None, visit);
+    }
+}
+
+/// Where a HOT chain's members stop being dead to everyone, as one
+/// backend last saw it: its first member that is not, by slot and xmin,
+/// under a page version. Dead is for good, and inside one page version a
+/// slot keeps its version (compaction, which removes versions and frees
+/// slots, makes a new page version), so a walk may begin at `target`. The
+/// members before it stay on the page until compaction removes them; the
+/// hint spares a reader of a hot row the walk over its dead versions that
+/// heap's page pruning spares heap's readers.
+#[derive(Clone, Copy)]
+struct ChainHint {
+    version: u32,
+    target: u16,
+    target_xmin: u32,
+}
+
+const MAX_CHAIN_HINTS: usize = 16384;
+
+thread_local! {
+    static CHAIN_HINTS: std::cell::RefCell<std::collections::HashMap<(relation::ExtentKey, u16), ChainHint>> = Default::default();
+}
+
+#[derive(PartialEq, Eq)]
+enum Hinted {
+    Walked,
+    /// The hint named a member that is not there; nothing was visited.
+    Stale,
+}
+
+unsafe fn walk_from(
+    ext: &relation::ExtentRead,
+    mut slot: u16,
+    mut at_chain_start: bool,
+    hints: Option<(relation::ExtentKey, u16)>,
+    hint: Option<ChainHint>,
+    visit: &mut dyn FnMut(&mut relation::Located) -> Walk,
+) -> Hinted {
     let mut prev_xmax: Option<u32> = None;
+    let mut expect_xmin = None;
+    if let Some(h) = hint {
+        slot = h.target;
+        at_chain_start = false;
+        expect_xmin = Some(h.target_xmin);
+    }
+    // The run of members dead to everyone from where the walk began, and
+    // the member that ends it.
+    let mut first_member: Option<u16> = None;
+    let mut dead_run = hints.is_some();
+    let mut first_alive: Option<(u16, u32)> = None;
+    let mut vistest: *mut pg_sys::GlobalVisState = std::ptr::null_mut();
     for _ in 0..=ext.g.max_slots() {
         let entry = ext.entry(slot);
         if let pg_hybrid_core::hasis::header::DirEntry::Redirect { slot: target } = entry {
             if !at_chain_start {
-                return;
+                break;
             }
             slot = target;
             at_chain_start = false;
             continue;
         }
-        let Some(mut loc) = ext.version(slot, entry, Lock::Share) else { return };
+        let Some(mut loc) = ext.version(slot, entry, Lock::Share) else {
+            if expect_xmin.is_some() {
+                return Hinted::Stale;
+            }
+            break;
+        };
         let m = loc.header.mvcc;
-        if (at_chain_start && is_heap_only(&m)) || prev_xmax.is_some_and(|x| x != m.xmin) {
-            return;
+        if let Some(x) = expect_xmin.take() {
+            // A hint names a later member of the chain: heap-only, with the
+            // xmin it had.
+            if m.xmin != x || !is_heap_only(&m) {
+                return Hinted::Stale;
+            }
+        } else if (at_chain_start && is_heap_only(&m)) || prev_xmax.is_some_and(|x| x != m.xmin) {
+            break;
         }
-        if let Walk::Stop = visit(&mut loc) {
-            return;
-        }
+        first_member.get_or_insert(slot);
+        let next = visit(&mut loc);
         // Hints the visitor set (an aborted updater) may end the chain.
         let m = loc.header.mvcc;
+        if dead_run {
+            if vistest.is_null() {
+                vistest = pg_sys::GlobalVisTestFor(ext.rel());
+            }
+            let mut ht = HeaderTuple::new(&m, loc.tid, (*ext.rel()).rd_id);
+            if !pg_sys::HeapTupleIsSurelyDead(ht.ptr(), vistest) {
+                dead_run = false;
+                first_alive = Some((slot, m.xmin));
+            }
+        }
+        if let Walk::Stop = next {
+            break;
+        }
         match is_hot_updated(&m).then(|| ext.slot(m.ctid)).flatten() {
-            Some(next) => {
-                slot = next;
+            Some(n) => {
+                slot = n;
                 prev_xmax = Some(m.xmax);
                 at_chain_start = false;
             }
-            None => return,
+            None => break,
         }
     }
+    if let (Some(key), Some((target, target_xmin))) = (hints, first_alive) {
+        if first_member != Some(target) {
+            CHAIN_HINTS.with(|m| {
+                let mut m = m.borrow_mut();
+                if m.len() >= MAX_CHAIN_HINTS {
+                    m.clear();
+                }
+                m.insert(key, ChainHint { version: ext.h.version, target, target_xmin });
+            });
+        }
+    }
+    Hinted::Walked
 }
 
 /// Checks a located version against `snapshot`, writing hint bits back
@@ -578,7 +677,7 @@ unsafe fn hot_search(
     let mut skip = !first_call;
     let mut found: Option<Tid> = None;
     let mut vistest: *mut pg_sys::GlobalVisState = std::ptr::null_mut();
-    walk_chain(ext, start, first_call, &mut |loc| {
+    walk_chain(ext, start, first_call, true, &mut |loc| {
         if !skip && check_visible(rel, snapshot, loc) {
             let mut ip = to_item_pointer(loc.tid);
             PredicateLockTID(rel, &mut ip, snapshot, pg_sys::TransactionId::from(loc.header.mvcc.xmin));
@@ -714,7 +813,7 @@ pub unsafe fn index_delete_tuples(rel: pg_sys::Relation, delstate: *mut pg_sys::
         let Some(root) = ext.slot(tid) else { continue };
         let mut all_dead = true;
         let mut chain_latest = pg_sys::InvalidTransactionId;
-        walk_chain(&ext, root, true, &mut |loc| {
+        walk_chain(&ext, root, true, false, &mut |loc| {
             let (r, hint, mut ht) = vacuum_state(&loc.header.mvcc, loc.tid, (*rel).rd_id, oldest, loc.buf.buffer());
             if let Some(h) = hint {
                 loc.set_hint(h);
