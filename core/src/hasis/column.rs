@@ -453,23 +453,10 @@ impl<'a> ColumnPart<'a> {
     /// Whether the `expected.len()` bytes at `pos` of the mini-page at
     /// `first_unit` equal `expected` (`gather` without the copy).
     fn bytes_equal(&self, first_unit: usize, units: usize, pos: usize, expected: &[u8]) -> Result<bool> {
-        let len = expected.len();
-        if pos + len > units * UNIT_PAYLOAD {
+        if pos + expected.len() > units * UNIT_PAYLOAD {
             return Ok(false);
         }
-        let mut p = pos;
-        while p < pos + len {
-            let u = first_unit + p / UNIT_PAYLOAD;
-            let within = p % UNIT_PAYLOAD;
-            let n = (UNIT_PAYLOAD - within).min(pos + len - p);
-            let (blk, off) = Geometry::unit_location(u);
-            let b = self.blocks.get(blk)?;
-            if b[off + within..off + within + n] != expected[p - pos..p - pos + n] {
-                return Ok(false);
-            }
-            p += n;
-        }
-        Ok(true)
+        self.pieces(first_unit, pos, expected.len(), |at, piece| piece == &expected[at..at + piece.len()])
     }
 
     /// Copies `len` bytes at `pos` of the mini-page at `first_unit`
@@ -482,10 +469,20 @@ impl<'a> ColumnPart<'a> {
 
     /// `gather` into `out` (its length says how many bytes).
     fn gather_into(&self, first_unit: usize, units: usize, pos: usize, out: &mut [u8]) -> Result<()> {
-        let len = out.len();
-        if pos + len > units * UNIT_PAYLOAD {
+        if pos + out.len() > units * UNIT_PAYLOAD {
             return corrupt("read past the end of a mini-page");
         }
+        self.pieces(first_unit, pos, out.len(), |at, piece| {
+            out[at..at + piece.len()].copy_from_slice(piece);
+            true
+        })?;
+        Ok(())
+    }
+
+    /// Hands `f` the `len` bytes at `pos` of the mini-page at `first_unit`
+    /// piece by piece (each inside one unit), with each piece's offset in
+    /// the range; stops early, returning false, when `f` does.
+    fn pieces(&self, first_unit: usize, pos: usize, len: usize, mut f: impl FnMut(usize, &[u8]) -> bool) -> Result<bool> {
         let mut p = pos;
         while p < pos + len {
             let u = first_unit + p / UNIT_PAYLOAD;
@@ -493,10 +490,12 @@ impl<'a> ColumnPart<'a> {
             let n = (UNIT_PAYLOAD - within).min(pos + len - p);
             let (blk, off) = Geometry::unit_location(u);
             let b = self.blocks.get(blk)?;
-            out[p - pos..p - pos + n].copy_from_slice(&b[off + within..off + within + n]);
+            if !f(p - pos, &b[off + within..off + within + n]) {
+                return Ok(false);
+            }
             p += n;
         }
-        Ok(())
+        Ok(true)
     }
 
     fn read_stream(&self, c: usize, pos: usize, len: usize) -> Result<Vec<u8>> {
