@@ -519,15 +519,20 @@ pub enum Walk {
 /// to everyone (`ChainHint`), as it would after heap's pruning removed
 /// them. Only for callers that want visible members: not for one that
 /// must account for every member it passes (index_delete_tuples' removal
-/// horizon for a standby).
-pub unsafe fn walk_chain(ext: &relation::ExtentRead, slot: u16, at_chain_start: bool, skip_dead: bool, visit: &mut dyn FnMut(&mut relation::Located) -> Walk) {
+/// horizon for a standby). With `skip_dead` from a chain start, returns
+/// whether every member (skipped or visited) was dead to everyone, for
+/// killed-item hints; false otherwise.
+pub unsafe fn walk_chain(ext: &relation::ExtentRead, slot: u16, at_chain_start: bool, skip_dead: bool, visit: &mut dyn FnMut(&mut relation::Located) -> Walk) -> bool {
     let hints = (skip_dead && at_chain_start).then(|| (relation::ExtentKey::of(ext.rel(), ext.first), slot));
     let hint = hints.and_then(|k| CHAIN_HINTS.with(|m| m.borrow().get(&k).copied())).filter(|h| h.version == ext.h.version);
-    if walk_from(ext, slot, at_chain_start, hints, hint, visit) == Hinted::Stale {
-        // The hint's member is not there (it cannot change inside one page
-        // version; this is a guard): forget it, walk from the root.
-        CHAIN_HINTS.with(|m| m.borrow_mut().remove(&hints.unwrap()));
-        walk_from(ext, slot, at_chain_start, hints, None, visit);
+    match walk_from(ext, slot, at_chain_start, hints, hint, visit) {
+        Hinted::Walked { all_dead } => all_dead,
+        Hinted::Stale => {
+            // The hint's member is not there (it cannot change inside one
+            // page version; this is a guard): forget it, walk from the root.
+            CHAIN_HINTS.with(|m| m.borrow_mut().remove(&hints.unwrap()));
+            matches!(walk_from(ext, slot, at_chain_start, hints, None, visit), Hinted::Walked { all_dead: true })
+        }
     }
 }
 
@@ -552,9 +557,10 @@ thread_local! {
     static CHAIN_HINTS: std::cell::RefCell<std::collections::HashMap<(relation::ExtentKey, u16), ChainHint>> = Default::default();
 }
 
-#[derive(PartialEq, Eq)]
 enum Hinted {
-    Walked,
+    /// `all_dead`: every member before the walk's end was dead to everyone
+    /// (always false without hints).
+    Walked { all_dead: bool },
     /// The hint named a member that is not there; nothing was visited.
     Stale,
 }
@@ -643,7 +649,7 @@ unsafe fn walk_from(
             });
         }
     }
-    Hinted::Walked
+    Hinted::Walked { all_dead: dead_run }
 }
 
 /// Checks a located version against `snapshot`, writing hint bits back
@@ -676,8 +682,10 @@ unsafe fn hot_search(
     let Some(start) = ext.slot(*tid) else { return false };
     let mut skip = !first_call;
     let mut found: Option<Tid> = None;
-    let mut vistest: *mut pg_sys::GlobalVisState = std::ptr::null_mut();
-    walk_chain(ext, start, first_call, true, &mut |loc| {
+    // From a chain start the walk itself tells whether every member is
+    // dead to everyone (it checks them for its chain hints); a continued
+    // call reports false, as heap's does.
+    let dead = walk_chain(ext, start, first_call, true, &mut |loc| {
         if !skip && check_visible(rel, snapshot, loc) {
             let mut ip = to_item_pointer(loc.tid);
             PredicateLockTID(rel, &mut ip, snapshot, pg_sys::TransactionId::from(loc.header.mvcc.xmin));
@@ -686,17 +694,9 @@ unsafe fn hot_search(
             return Walk::Stop;
         }
         skip = false;
-        if *all_dead {
-            if vistest.is_null() {
-                vistest = pg_sys::GlobalVisTestFor(rel);
-            }
-            let mut ht = HeaderTuple::new(&loc.header.mvcc, loc.tid, (*rel).rd_id);
-            if !pg_sys::HeapTupleIsSurelyDead(ht.ptr(), vistest) {
-                *all_dead = false;
-            }
-        }
         Walk::Next
     });
+    *all_dead = first_call && dead;
     match found {
         Some(t) => {
             *tid = t;
