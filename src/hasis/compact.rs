@@ -273,20 +273,6 @@ impl<F: FnMut(u16, &mut Mvcc) -> Placement> compact::Oracle for HeapRules<'_, F>
     }
 }
 
-/// Whether the WAL already holds, since the current redo point, a change
-/// (and so a full-page image or a later change) of each of `blocks`, with
-/// full-page writes on: then crash recovery and a standby reach each of
-/// them exactly as it is now before they replay the next record, which
-/// may therefore refer to their contents (a COMPACT record by reference).
-/// A block last changed before the redo point would be logged as a
-/// full-page image of its *new* contents, and the old ones would be gone.
-unsafe fn blocks_logged_since_redo_point<'a>(blocks: impl Iterator<Item = &'a Buf>) -> bool {
-    let mut redo: pg_sys::XLogRecPtr = 0;
-    let mut page_writes = false;
-    pg_sys::GetFullPageWriteInfo(&mut redo, &mut page_writes);
-    page_writes && pg_sys::fullPageWrites && blocks.into_iter().all(|b| crate::storage::wal::page_lsn(b.page()) > redo)
-}
-
 /// Compacts extent `k`, whose header block the caller holds exclusively in
 /// `hbuf`. Returns None when there was nothing to gain for `goal`: nothing
 /// is written then.
@@ -365,7 +351,7 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     // blocks as they are now; the whole record otherwise.
     let by_reference = ncol <= old_ncol
         && crate::storage::wal::relation_needs_wal(rel)
-        && blocks_logged_since_redo_point(std::iter::once(hbuf).chain(&dirs).chain(&cols[..old_ncol]).chain(&deltas[..h.delta_used as usize]));
+        && crate::storage::wal::logged_since_redo_point(std::iter::once(hbuf).chain(&dirs).chain(&cols[..old_ncol]).chain(&deltas[..h.delta_used as usize]));
     let body = match by_reference {
         true => rec.encode_by_reference(&planned.sources, &schema, true),
         false => rec.encode(true),

@@ -338,11 +338,11 @@ fn unchanged(now: &Mvcc, expect: &Mvcc) -> bool {
 }
 
 /// Where the old version of a HOT update is: in the last delta block (the
-/// one appends go to, locked once for both) or in a block of its own; and
-/// the byte offset of its MVCC fields.
+/// one appends go to, locked once for both) or in a block of its own; the
+/// byte offset of its MVCC fields, and those fields.
 enum OldAt {
-    InLast(usize, Mvcc),
-    Own(Buf, usize, Mvcc),
+    InLast { at: usize, mvcc: Mvcc },
+    Own { buf: Buf, at: usize, mvcc: Mvcc, in_delta: bool },
 }
 
 /// `insert_into_extent`, and with `old` also the HOT update's stamp of the
@@ -434,13 +434,33 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
     // The old version's block and MVCC offset; None when it is the target.
     let old_page: Option<(Option<&Buf>, usize)> = match &old_at {
         None => None,
-        Some(OldAt::InLast(at, _)) => Some((last_buf.as_ref(), *at)),
-        Some(OldAt::Own(b, at, _)) => Some((Some(b), *at)),
+        Some(OldAt::InLast { at, .. }) => Some((last_buf.as_ref(), *at)),
+        Some(OldAt::Own { buf, at, .. }) => Some((Some(buf), *at)),
     };
     // Outside the critical section: a combo command id may be allocated.
     let stamped = match (old, &old_at) {
-        (Some(o), Some(OldAt::InLast(_, now) | OldAt::Own(_, _, now))) => Some((o.stamp)(now, tid)),
+        (Some(o), Some(OldAt::InLast { mvcc: now, .. } | OldAt::Own { mvcc: now, .. })) => Some((o.stamp)(now, tid)),
         _ => None,
+    };
+    // The old version's payload, when it is a delta item that redo will
+    // find as it is now, so the record logs the new one as a diff against
+    // it (wire.rs). In the block the new version goes to, always (heap's
+    // rule for its own prefix/suffix compression); in another block, with
+    // full-page writes and that block logged since the redo point (redo
+    // then reads it as the primary has it, or restores its image, whose
+    // payload bytes the update does not change).
+    let old_payload: Option<Vec<u8>> = {
+        let source = match (&old_at, old_page) {
+            (Some(OldAt::InLast { at, .. }), Some((None, _))) => Some((dbuf.page(), *at)),
+            (Some(OldAt::InLast { at, .. }), Some((Some(b), _))) | (Some(OldAt::Own { at, in_delta: true, .. }), Some((Some(b), _))) => {
+                crate::storage::wal::logged_since_redo_point([b]).then(|| (b.page(), *at))
+            }
+            _ => None,
+        };
+        source.and_then(|(page, at)| {
+            let offset = delta::item_offset_of_mvcc(at)?;
+            delta::payload_at(bytes(page), offset).ok().map(<[u8]>::to_vec)
+        })
     };
 
     // Everything that could fail was checked above: the item fits the
@@ -472,7 +492,7 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
             let obuf = ob.map_or(dbuf.buffer(), |b| b.buffer());
             super::wal::apply_stamp(pg_sys::BufferGetPage(obuf), at, m);
             pg_sys::MarkBufferDirty(obuf);
-            let stamp = super::wal::StampPart { buffer: ob.map(|b| b.buffer()), at: at as u16, mvcc: *m };
+            let stamp = super::wal::StampPart { buffer: ob.map(|b| b.buffer()), at: at as u16, mvcc: *m, old_payload: old_payload.as_deref() };
             super::wal::log_insert(rel, hbuf.buffer(), dbuf.buffer(), dir_buf.as_ref().map(|b| b.buffer()), &r, tid, &item, Some(&stamp));
         }
         _ => super::wal::log_insert(rel, hbuf.buffer(), dbuf.buffer(), dir_buf.as_ref().map(|b| b.buffer()), &r, tid, &item, None),
@@ -530,10 +550,11 @@ unsafe fn locate_for_stamp(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &
     if header.slot != o.slot || !unchanged(&header.mvcc, &o.expect) {
         return None;
     }
+    let in_delta = matches!(entry, DirEntry::Delta { .. });
     let at = at + MVCC_OFF;
     Some(match own {
-        Some(b) => OldAt::Own(b, at, header.mvcc),
-        None => OldAt::InLast(at, header.mvcc),
+        Some(buf) => OldAt::Own { buf, at, mvcc: header.mvcc, in_delta },
+        None => OldAt::InLast { at, mvcc: header.mvcc },
     })
 }
 

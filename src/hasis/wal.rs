@@ -7,7 +7,7 @@
 //! | INSERT | 0 header, 1 delta block (`WILL_INIT` when its first item), 2 directory block if the slot is not in the header | the insert (`wire::encode_insert`: slot, delta block index, flags, offset, page version of a new block, the item with its MVCC fields implied, payload LZ4-packed when that saves bytes) | directory entry, header sizes, `delta::init_block` if new, `delta::append_at(offset)` |
 //! | COMPACT | 0 header, then the directory blocks, then the column and delta blocks written (`WILL_INIT`) | newest removed xid, block counts, the core's compaction record | standby conflict, the core's `apply`, header and directory patches, blocks copied |
 //! | STAMP | 0 the block with the version's MVCC fields (delta item or column row header) | `wire::Stamp` with the ctid: byte offset, xmax, infomask words, ctid | the stamp over the version's xmin |
-//! | UPDATE (HOT) | INSERT's blocks, 3 the old version's block unless it is block 1 | `wire::Stamp` (ctid: the new version), then INSERT's data | INSERT's redo, then the stamp |
+//! | UPDATE (HOT) | INSERT's blocks, 3 the old version's block unless it is block 1 | `wire::Stamp` (ctid: the new version), then INSERT's data, whose payload may be a diff against the old version's (a delta item in block 1, or in block 3 when full-page writes are on and block 3 was logged since the redo point) | INSERT's redo (a diff rebuilt from the old payload, read before the append), then the stamp |
 //!
 //! These are format 2 (`core/src/hasis/wire.rs` says what it leaves out
 //! and why); format 1 records (22 MVCC bytes per stamp, every item whole
@@ -116,10 +116,13 @@ pub unsafe fn apply_insert_delta(g: &Geometry, dpage: pg_sys::Page, r: &InsertPl
 /// The old version's half of a HOT update's UPDATE record: its new MVCC
 /// fields at byte `at` of its block (`buffer`; None: the delta block the
 /// new version went into).
-pub struct StampPart {
+pub struct StampPart<'a> {
     pub buffer: Option<pg_sys::Buffer>,
     pub at: u16,
     pub mvcc: Mvcc,
+    /// The old version's payload, when the record may log the new one as
+    /// a diff against it (`insert_and_stamp` says when).
+    pub old_payload: Option<&'a [u8]>,
 }
 
 const STAMP_PART: usize = 2 + MVCC_LEN;
@@ -141,7 +144,7 @@ pub unsafe fn log_insert(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, dbuf: pg_s
         }
         Stamp::of(st.at, &st.mvcc).encode(None, &mut data);
     }
-    wire::encode_insert(r, item, &implied, &mut data);
+    wire::encode_insert(r, item, &implied, stamp.and_then(|s| s.old_payload), &mut data);
     pg_sys::XLogBeginInsert();
     pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
     pg_sys::XLogRegisterBuffer(0, hbuf, pg_sys::REGBUF_STANDARD as u8);
@@ -487,12 +490,15 @@ unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState, update: bool, format
         }
     };
     let has_dir = has_block_ref(record, 2);
+    let has_old_block = stamp.is_some() && has_block_ref(record, 3);
     let lsn = (*record).EndRecPtr;
     // The primary's lock order (header, directory block, delta block), and
     // every lock held to the end: a hot-standby reader holding the header's
     // share lock sees the insert whole or not at all.
     let mut hbuf: pg_sys::Buffer = 0;
     let header_action = pg_sys::XLogReadBufferForRedo(record, 0, &mut hbuf);
+    // The item, or (a diff, format 2) what rebuilds it once the old
+    // version's payload is at hand.
     let (g, r, item, stamp) = if format2 {
         if hbuf == 0 {
             // The extent is gone: a later truncation or drop of the
@@ -505,7 +511,10 @@ unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState, update: bool, format
         pg_sys::XLogRecGetBlockTag(record, 0, std::ptr::null_mut(), std::ptr::null_mut(), &mut first);
         let own = g.tid(first, place.slot).unwrap_or_else(|e| redo_failed(&e.to_string()));
         let implied = Implied { xid: (*(*record).record).header.xl_xid.into_inner(), own };
-        let item = wire::decode_item(d, &place, &implied).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        let item = match wire::is_diff(d) {
+            true => RedoItem::Diff { wire: d, implied },
+            false => RedoItem::Whole(wire::decode_item(d, &place, &implied, None).unwrap_or_else(|e| redo_failed(&e.to_string()))),
+        };
         let stamp = stamp.map(|(at, s)| match s {
             StampRedo::Compact(s, _) => (at, StampRedo::Compact(s, own)),
             whole => (at, whole),
@@ -513,7 +522,7 @@ unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState, update: bool, format
         (g, place, item, stamp)
     } else {
         let Some((params, place, item)) = decode_insert_v1(d) else { redo_failed("short INSERT record") };
-        (Geometry::new(params).unwrap_or_else(|e| redo_failed(&e.to_string())), place, item, stamp)
+        (Geometry::new(params).unwrap_or_else(|e| redo_failed(&e.to_string())), place, RedoItem::Whole(item), stamp)
     };
     let mut dirbuf: pg_sys::Buffer = 0;
     if has_dir && pg_sys::XLogReadBufferForRedo(record, 2, &mut dirbuf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
@@ -531,6 +540,11 @@ unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState, update: bool, format
         crate::storage::wal::set_page_lsn(p, lsn);
         pg_sys::MarkBufferDirty(hbuf);
     }
+    // The old version's own block before the delta block: a diff is
+    // rebuilt from its payload. (Any order is safe under the header's
+    // exclusive lock, which every reader of the extent waits for.)
+    let mut obuf: pg_sys::Buffer = 0;
+    let old_action = has_old_block.then(|| pg_sys::XLogReadBufferForRedo(record, 3, &mut obuf));
     let mut dbuf: pg_sys::Buffer = 0;
     let action = if r.fresh {
         dbuf = pg_sys::XLogInitBufferForRedo(record, 1);
@@ -540,27 +554,49 @@ unsafe fn redo_insert(record: *mut pg_sys::XLogReaderState, update: bool, format
     };
     if action == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
         let p = pg_sys::BufferGetPage(dbuf);
+        let item = match item {
+            RedoItem::Whole(item) => item,
+            RedoItem::Diff { wire, implied } => {
+                use pg_sys::XLogRedoAction::{BLK_NEEDS_REDO, BLK_RESTORED};
+                // The old version is in block 3 as the primary had it (or
+                // its image after the record: the payload is the same), or
+                // in this block before the append.
+                let old_page = match old_action {
+                    None => p,
+                    Some(BLK_NEEDS_REDO | BLK_RESTORED) => pg_sys::BufferGetPage(obuf),
+                    Some(_) => redo_failed("UPDATE record's diff: the old version's block is newer than the record (was full_page_writes turned off?)"),
+                };
+                let Some((at, _)) = &stamp else { redo_failed("INSERT record with a diff") };
+                let Some(offset) = pg_hybrid_core::hasis::delta::item_offset_of_mvcc(*at) else { redo_failed("UPDATE record's old version offset out of range") };
+                let old = pg_hybrid_core::hasis::delta::payload_at(bytes(old_page), offset).unwrap_or_else(|e| redo_failed(&e.to_string()));
+                wire::decode_item(wire, &r, &implied, Some(old)).unwrap_or_else(|e| redo_failed(&e.to_string()))
+            }
+        };
         apply_insert_delta(&g, p, &r, &item).unwrap_or_else(|e| redo_failed(&e.to_string()));
-        if let (Some((at, s)), false) = (&stamp, has_block_ref(record, 3)) {
+        if let (Some((at, s)), false) = (&stamp, has_old_block) {
             s.apply(p, s.at(*at));
         }
         crate::storage::wal::set_page_lsn(p, lsn);
         pg_sys::MarkBufferDirty(dbuf);
     }
-    let mut obuf: pg_sys::Buffer = 0;
-    if let (Some((at, s)), true) = (&stamp, has_block_ref(record, 3)) {
-        if pg_sys::XLogReadBufferForRedo(record, 3, &mut obuf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
-            let p = pg_sys::BufferGetPage(obuf);
-            s.apply(p, s.at(*at));
-            crate::storage::wal::set_page_lsn(p, lsn);
-            pg_sys::MarkBufferDirty(obuf);
-        }
+    if let (Some((at, s)), Some(pg_sys::XLogRedoAction::BLK_NEEDS_REDO)) = (&stamp, old_action) {
+        let p = pg_sys::BufferGetPage(obuf);
+        s.apply(p, s.at(*at));
+        crate::storage::wal::set_page_lsn(p, lsn);
+        pg_sys::MarkBufferDirty(obuf);
     }
     for b in [obuf, dbuf, dirbuf, hbuf] {
         if b != 0 {
             pg_sys::UnlockReleaseBuffer(b);
         }
     }
+}
+
+/// An INSERT or UPDATE record's item in redo: whole, or a diff against
+/// the old version's payload (`wire::is_diff`).
+enum RedoItem<'a> {
+    Whole(Vec<u8>),
+    Diff { wire: &'a [u8], implied: Implied },
 }
 
 unsafe fn redo_stamp(record: *mut pg_sys::XLogReaderState, format2: bool) {
@@ -616,8 +652,15 @@ unsafe extern "C-unwind" fn desc(out: pg_sys::StringInfo, record: *mut pg_sys::X
             Ok((p, _)) => format!("slot {} delta block {} offset {}{}", p.slot, p.delta_index, p.offset, if p.fresh { " (new block)" } else { "" }),
             Err(_) => "short record".into(),
         },
-        XLOG_HASIS_UPDATE2 => match main_data(record).get(wire::STAMP_LEN..).map(wire::decode_place) {
-            Some(Ok((p, _))) => format!("HOT update: new version slot {} delta block {} offset {}{}; old version stamped", p.slot, p.delta_index, p.offset, if p.fresh { " (new block)" } else { "" }),
+        XLOG_HASIS_UPDATE2 => match main_data(record).get(wire::STAMP_LEN..).map(|d| (wire::decode_place(d), wire::is_diff(d))) {
+            Some((Ok((p, _)), diff)) => format!(
+                "HOT update: new version slot {} delta block {} offset {}{}{}; old version stamped",
+                p.slot,
+                p.delta_index,
+                p.offset,
+                if p.fresh { " (new block)" } else { "" },
+                if diff { ", payload as a diff against the old version" } else { "" }
+            ),
             _ => "short record".into(),
         },
         XLOG_HASIS_COMPACT => format!("compaction record of {} bytes", main_data(record).len()),

@@ -77,3 +77,19 @@ pub unsafe fn page_lsn(page: pg_sys::Page) -> pg_sys::XLogRecPtr {
 pub unsafe fn record_info(record: *mut pg_sys::XLogReaderState) -> u8 {
     (*(*record).record).header.xl_info & !(pg_sys::XLR_INFO_MASK as u8)
 }
+
+/// Whether the WAL already holds, since the current redo point, a change
+/// (and so a full-page image or a later change) of each of `blocks`, with
+/// full-page writes on: then crash recovery and a standby reach each of
+/// them exactly as it is now before they replay the next record, which
+/// may therefore refer to their contents (hasis's COMPACT records by
+/// reference, and its UPDATE records' diffs against an old version in
+/// another block).
+/// A block last changed before the redo point would be logged as a
+/// full-page image of its *new* contents, and the old ones would be gone.
+pub unsafe fn logged_since_redo_point<'a>(blocks: impl IntoIterator<Item = &'a Buf>) -> bool {
+    let mut redo: pg_sys::XLogRecPtr = 0;
+    let mut page_writes = false;
+    pg_sys::GetFullPageWriteInfo(&mut redo, &mut page_writes);
+    page_writes && pg_sys::fullPageWrites && blocks.into_iter().all(|b| page_lsn(b.page()) > redo)
+}

@@ -266,6 +266,20 @@ fn check_item(item: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The byte offset of the item whose MVCC fields are at byte `mvcc_at`
+/// (where a stamp writes them).
+pub fn item_offset_of_mvcc(mvcc_at: usize) -> Option<u16> {
+    mvcc_at.checked_sub(2 + MVCC_OFF).and_then(|o| u16::try_from(o).ok())
+}
+
+/// The payload of the item at `offset` of an initialized delta block,
+/// bounds-checked (a HOT update's old version, which its UPDATE record
+/// logs a diff against).
+pub fn payload_at(block: &[u8], offset: u16) -> Result<&[u8]> {
+    let (_, used_end) = counters(block)?;
+    Ok(item_at(block, offset as usize, used_end)?.payload)
+}
+
 /// Overwrites the MVCC fields of the item at `offset` in place (delete,
 /// update, lock, freeze: heap's in-place tuple header changes).
 pub fn set_mvcc(block: &mut [u8], offset: u16, mvcc: &Mvcc) -> Result<()> {
