@@ -34,6 +34,8 @@ pub struct Compacted {
     pub delta_used: u16,
     /// Versions VACUUM froze.
     pub frozen: usize,
+    /// The column part takes no more rows (`ExtentHeader::column_part_full`).
+    pub column_full: bool,
 }
 
 /// Whether every snapshot sees the version's insert, for a version whose
@@ -133,7 +135,7 @@ pub unsafe fn may_free_delta_block(rel: pg_sys::Relation, meta: &Meta, first: u3
     // the moving removal horizon may have freed, are read item by item.
     let g = meta.geometry;
     let horizon = pg_sys::GetOldestNonRemovableTransactionId(rel);
-    let column_full = h.column_units as usize >= g.column_units();
+    let column_full = h.column_part_full(&g);
     // Page LSNs tell a changed block only where every change is logged.
     let memo = crate::storage::wal::relation_needs_wal(rel);
     let block_bytes = BODY_END - delta::ITEMS_START;
@@ -337,11 +339,18 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     let planned = compact::plan_with_sources(&page, &schema, &mut rules).unwrap_or_else(|e| super::format_error(rel, first, e));
     let rec = &planned.record;
     let out = compact::apply(&g, rec).unwrap_or_else(|e| super::format_error(rel, first, e));
+    let mut out = out;
+    // Full if versions offered to the column part had to stay out; with
+    // none offered, as it was unless the part shrank.
+    out.column_full = planned.column_full.unwrap_or(h.column_full && out.column_units >= h.column_units);
     let moved = (out.column_rows as usize).saturating_sub(h.column_rows as usize);
-    if rec.entries_released() == 0 && moved == 0 && out.delta_used >= h.delta_used && frozen == 0 {
+    // Learning that the column part is full is worth a compaction of its
+    // own (once): the extent then keeps its delta part for HOT updates.
+    let flag_changed = out.column_full != h.column_full;
+    if rec.entries_released() == 0 && moved == 0 && out.delta_used >= h.delta_used && frozen == 0 && !flag_changed {
         return None;
     }
-    if matches!(goal, Goal::Room) && out.delta_used >= h.delta_used {
+    if matches!(goal, Goal::Room) && out.delta_used >= h.delta_used && !flag_changed {
         return None;
     }
     let ncol = out.column_blocks_to_write(&h);
@@ -386,8 +395,8 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     for b in &written {
         pg_sys::MarkBufferDirty(b.buffer());
     }
-    super::wal::log_compact(rel, latest_removed, &written, dirs.len(), ncol, ndelta, &body, by_reference);
+    super::wal::log_compact(rel, latest_removed, &written, dirs.len(), ncol, ndelta, &body, by_reference, out.column_full);
     pg_sys::CritSectionCount -= 1;
 
-    Some(Compacted { removed: rec.entries_released(), moved, delta_used: out.delta_used, frozen })
+    Some(Compacted { removed: rec.entries_released(), moved, delta_used: out.delta_used, frozen, column_full: out.column_full || out.column_units as usize >= g.column_units() })
 }

@@ -231,7 +231,7 @@ pub unsafe fn vacuum(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, s
             let first = meta.extent_first(k);
             let hbuf = crate::storage::buffer::Buf::read_with(rel, first, Lock::Exclusive, strategy);
             if let Some(done) = super::compact::compact_extent(rel, &meta, k, &hbuf, super::compact::Goal::Vacuum(freeze)) {
-                relation::record_free_space(rel, &g, first, done.delta_used);
+                relation::record_free_space(rel, &g, first, &done);
             }
             let slots = relation::dead_slots(rel, &meta, k, &hbuf);
             if !slots.is_empty() {

@@ -366,7 +366,7 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
     if old.is_none() && h.delta_used >= foreground_trigger(&g) && !fits_last_delta_block(rel, &g, first, &h, ITEM_HDR + payload.len()) && super::compact::may_free_delta_block(rel, meta, first, &h) {
         if let Some(done) = super::compact::compact_extent(rel, meta, k, &hbuf, super::compact::Goal::Room) {
             h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
-            record_free_space(rel, &g, first, done.delta_used);
+            record_free_space(rel, &g, first, &done);
         }
     }
     // A slot: a fresh one above the high-water mark, else the lowest one
@@ -418,7 +418,7 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
         // extent's rows ever again: under TPC-C, stock and customer came
         // out of their load like that, and most of their updates went to
         // other extents as non-HOT updates.
-        if old.is_none() && h.column_units as usize >= g.column_units() && h.delta_used >= ExtentHeader::new_row_delta_blocks(&g) {
+        if old.is_none() && h.column_part_full(&g) && h.delta_used >= ExtentHeader::new_row_delta_blocks(&g) {
             return Placed::Full;
         }
         let i = h.delta_used as usize;
@@ -613,15 +613,19 @@ unsafe fn fits_last_delta_block(rel: pg_sys::Relation, g: &Geometry, first: u32,
 }
 
 /// Bytes of delta space an extent offers to inserts, for the free space
-/// map (whose values stop at a block's size).
-fn delta_free(g: &Geometry, delta_used: u16) -> usize {
-    (g.params.delta_blocks - delta_used) as usize * (pg_hybrid_core::hasis::layout::BODY_END - delta::ITEMS_START)
+/// map (whose values stop at a block's size): none past the blocks new rows
+/// may take where the column part is full (`insert_and_stamp`), or the
+/// map would offer extents that turn every insert away.
+fn delta_free(g: &Geometry, delta_used: u16, column_full: bool) -> usize {
+    let limit = if column_full { ExtentHeader::new_row_delta_blocks(g) } else { g.params.delta_blocks };
+    limit.saturating_sub(delta_used) as usize * (pg_hybrid_core::hasis::layout::BODY_END - delta::ITEMS_START)
 }
 
-/// Tells the free space map how much room extent `first` has (its header
-/// block stands for it), and makes the change visible to searches.
-pub unsafe fn record_free_space(rel: pg_sys::Relation, g: &Geometry, first: u32, delta_used: u16) {
-    let free = delta_free(g, delta_used).min(BLCKSZ - 64);
+/// Tells the free space map how much room extent `first` has for new rows
+/// after a compaction left it so (its header block stands for it), and
+/// makes the change visible to searches.
+pub unsafe fn record_free_space(rel: pg_sys::Relation, g: &Geometry, first: u32, done: &super::compact::Compacted) {
+    let free = delta_free(g, done.delta_used, done.column_full).min(BLCKSZ - 64);
     pg_sys::RecordPageWithFreeSpace(rel, first, free);
     pg_sys::FreeSpaceMapVacuumRange(rel, first, first + 1);
 }

@@ -224,8 +224,11 @@ pub unsafe fn prepare_compact(blocks: usize) {
 }
 
 /// COMPACT's own header before the core's record: newest removed xid (u32),
-/// directory, column and delta blocks registered (u8 each), a zero byte.
+/// directory, column and delta blocks registered (u8 each), flags (u8:
+/// `COMPACT_COLUMN_FULL`; records written before the flag existed have 0).
 const COMPACT_HDR: usize = 8;
+/// COMPACT flag: the header's `column_full` after the compaction.
+const COMPACT_COLUMN_FULL: u8 = 0x01;
 
 /// Logs a compaction whose pages the caller changed inside its critical
 /// section; `written` is the header, the directory blocks, then `ncol`
@@ -248,13 +251,14 @@ pub unsafe fn log_compact(
     ndelta: usize,
     body: &[u8],
     by_reference: bool,
+    column_full: bool,
 ) {
     if !crate::storage::wal::relation_needs_wal(rel) {
         return;
     }
     let mut data = Vec::with_capacity(COMPACT_HDR + body.len());
     data.extend_from_slice(&latest_removed.into_inner().to_le_bytes());
-    data.extend_from_slice(&[ndir as u8, ncol as u8, ndelta as u8, 0]);
+    data.extend_from_slice(&[ndir as u8, ncol as u8, ndelta as u8, if column_full { COMPACT_COLUMN_FULL } else { 0 }]);
     data.extend_from_slice(body);
     pg_sys::XLogBeginInsert();
     pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
@@ -278,6 +282,10 @@ unsafe fn redo_compact(record: *mut pg_sys::XLogReaderState) {
     }
     let latest = pg_sys::TransactionId::from(u32::from_le_bytes(d[0..4].try_into().unwrap()));
     let (ndir, ncol, ndelta) = (d[4] as usize, d[5] as usize, d[6] as usize);
+    if d[7] & !COMPACT_COLUMN_FULL != 0 {
+        redo_failed("unknown COMPACT record flags");
+    }
+    let column_full = d[7] & COMPACT_COLUMN_FULL != 0;
     let decoded = CompactionRecord::decode_any(&d[COMPACT_HDR..]).unwrap_or_else(|e| redo_failed(&e.to_string()));
     // Queries on a hot standby that could still see the removed versions
     // are cancelled first, as for heap's pruning records.
@@ -288,10 +296,11 @@ unsafe fn redo_compact(record: *mut pg_sys::XLogReaderState) {
     }
     let rec = match decoded {
         DecodedRecord::Full(rec) => rec,
-        DecodedRecord::ByReference(r) => return redo_compact_by_reference(record, ndir, ncol, ndelta, &r),
+        DecodedRecord::ByReference(r) => return redo_compact_by_reference(record, ndir, ncol, ndelta, &r, column_full),
     };
     let g = Geometry::new(rec.params).unwrap_or_else(|e| redo_failed(&e.to_string()));
-    let out = pg_hybrid_core::hasis::compact::apply(&g, &rec).unwrap_or_else(|e| redo_failed(&e.to_string()));
+    let mut out = pg_hybrid_core::hasis::compact::apply(&g, &rec).unwrap_or_else(|e| redo_failed(&e.to_string()));
+    out.column_full = column_full;
     let lsn = (*record).EndRecPtr;
     // Header first and every lock held to the end, as on the primary: a
     // hot-standby reader never sees the new header with old blocks.
@@ -350,7 +359,7 @@ struct RedoBlock {
 /// for a whole record. If a checkpoint began between the primary's check
 /// and its insert, every block still in use came as a full-page image of
 /// its new contents: then only the blocks that become zero are written.
-unsafe fn redo_compact_by_reference(record: *mut pg_sys::XLogReaderState, ndir: usize, ncol: usize, ndelta: usize, r: &pg_hybrid_core::hasis::compact::ReferenceRecord) {
+unsafe fn redo_compact_by_reference(record: *mut pg_sys::XLogReaderState, ndir: usize, ncol: usize, ndelta: usize, r: &pg_hybrid_core::hasis::compact::ReferenceRecord, column_full: bool) {
     use pg_sys::XLogRedoAction::*;
     let g = Geometry::new(r.params).unwrap_or_else(|e| redo_failed(&e.to_string()));
     let lsn = (*record).EndRecPtr;
@@ -409,7 +418,8 @@ unsafe fn redo_compact_by_reference(record: *mut pg_sys::XLogReaderState, ndir: 
         let rec = r.resolve(&old).unwrap_or_else(|e| redo_failed(&e.to_string()));
         drop(old);
         drop(blocks);
-        let out = pg_hybrid_core::hasis::compact::apply(&g, &rec).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        let mut out = pg_hybrid_core::hasis::compact::apply(&g, &rec).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        out.column_full = column_full;
         out.patch_header(bytes(page(0)), &g).unwrap_or_else(|e| redo_failed(&e.to_string()));
         for i in 0..ndir {
             out.patch_directory_block(bytes(page(1 + i)), &g, i).unwrap_or_else(|e| redo_failed(&e.to_string()));

@@ -169,7 +169,7 @@ unsafe fn pass(relid: pg_sys::Oid, not_before: &mut HashMap<u32, (Instant, Durat
             let compacted = if promising { super::compact::compact_extent(rel, &meta, k, &hbuf, super::compact::Goal::Room) } else { None };
             match compacted {
                 Some(c) => {
-                    relation::record_free_space(rel, &g, first, c.delta_used);
+                    relation::record_free_space(rel, &g, first, &c);
                     not_before.insert(k, (Instant::now() + EXTENT_INTERVAL, Duration::ZERO));
                     done.compacted += 1;
                 }

@@ -124,6 +124,10 @@ pub struct RowSources {
 pub struct Planned {
     pub record: CompactionRecord,
     pub sources: RowSources,
+    /// Whether the column part is full (`ExtentHeader::column_full`): some
+    /// versions offered to it had to stay in the delta part. None when
+    /// none was offered (the plan learnt nothing about it).
+    pub column_full: Option<bool>,
 }
 
 /// `plan`, also telling where each version of the result comes from.
@@ -252,7 +256,8 @@ pub fn plan_with_sources(page: &HybridPage, schema: &Schema, oracle: &mut dyn Or
         unused: resolution.unused,
         redirects: resolution.redirects,
     };
-    Ok(Planned { record, sources })
+    let column_full = (!offered.is_empty()).then_some(hi > 0);
+    Ok(Planned { record, sources, column_full })
 }
 
 /// The blocks a compaction writes.
@@ -266,6 +271,9 @@ pub struct CompactionOutput {
     pub column_blocks: Vec<Vec<u8>>,
     /// All delta blocks; those past `delta_used` are zero.
     pub delta_blocks: Vec<Vec<u8>>,
+    /// The header's `column_full` after the compaction: `apply` leaves it
+    /// false, the primary sets it from its plan, and redo from the record.
+    pub column_full: bool,
     /// New directory entries, ascending slot: every version's new place, and
     /// `Dead`, `Unused` or a redirect for every removed one and every
     /// redirect that changed. Other slots keep their entries.
@@ -342,6 +350,7 @@ pub fn apply(g: &Geometry, rec: &CompactionRecord) -> Result<CompactionOutput> {
         column_blocks,
         delta_blocks,
         directory,
+        column_full: false,
     })
 }
 
@@ -370,6 +379,7 @@ impl CompactionOutput {
             column_units: self.column_units,
             delta_used: self.delta_used,
             free_hint: self.directory.iter().filter(|(_, e)| *e == DirEntry::Unused).map(|&(s, _)| s).fold(old.free_hint, u16::min),
+            column_full: self.column_full,
         };
         h.write(block, g);
         self.patch_entries(block, g, 0);

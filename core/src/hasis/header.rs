@@ -81,7 +81,8 @@ impl DirEntry {
 /// 40  2  delta_used    delta blocks in use; the last one takes appends
 /// 42  2  free_hint     no unused slot lies below it (0 in extents written
 ///                      before the hint existed: search from slot 0)
-/// 44  4  reserved, 0
+/// 44  1  flags         0x01 column part full (`column_full`)
+/// 45  3  reserved, 0
 /// 48 ..  directory entries for slots 0..2032
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,12 +98,21 @@ pub struct ExtentHeader {
     /// reuse a slot raise it past that slot (they take the lowest unused
     /// one); whatever makes a slot unused lowers it.
     pub free_hint: u16,
+    /// The last compaction had to leave versions it offered to the column
+    /// part in the delta part: the column part takes no more rows, though
+    /// its units are not all used (each column's mini-page grows by whole
+    /// 4 KB units, so a part of ten columns is full with units to spare).
+    /// Set and cleared by compaction only (its WAL record carries it).
+    pub column_full: bool,
 }
+
+/// Header flag: `column_full`.
+const FLAG_COLUMN_FULL: u8 = 0x01;
 
 impl ExtentHeader {
     /// The header of a new, empty extent.
     pub fn empty() -> ExtentHeader {
-        ExtentHeader { version: FIRST_VERSION, slot_hwm: 0, column_rows: 0, column_units: 0, delta_used: 0, free_hint: 0 }
+        ExtentHeader { version: FIRST_VERSION, slot_hwm: 0, column_rows: 0, column_units: 0, delta_used: 0, free_hint: 0, column_full: false }
     }
 
     /// Writes a fresh header block (directory all unused).
@@ -124,7 +134,8 @@ impl ExtentHeader {
         wr16(block, 38, self.column_units);
         wr16(block, 40, self.delta_used);
         wr16(block, 42, self.free_hint);
-        block[44..DIR_START].fill(0);
+        block[44] = if self.column_full { FLAG_COLUMN_FULL } else { 0 };
+        block[45..DIR_START].fill(0);
         BlockTrailer { kind: BlockKind::Header, index: 0, version: self.version }.write(block);
     }
 
@@ -147,7 +158,11 @@ impl ExtentHeader {
             column_units: rd16(block, 38),
             delta_used: rd16(block, 40),
             free_hint: rd16(block, 42),
+            column_full: block[44] & FLAG_COLUMN_FULL != 0,
         };
+        if block[44] & !FLAG_COLUMN_FULL != 0 {
+            return corrupt("unknown extent header flags");
+        }
         if h.slot_hwm as usize > g.max_slots() {
             return corrupt("slot high-water mark beyond max_slots");
         }
@@ -198,11 +213,17 @@ impl ExtentHeader {
     /// updates (`new_row_delta_blocks`) is nearly used: it is due with one
     /// delta block left.
     pub fn compaction_due(&self, g: &Geometry) -> bool {
-        if self.column_units as usize >= g.column_units() {
+        if self.column_part_full(g) {
             self.delta_used >= g.params.delta_blocks.saturating_sub(1).max(g.params.compact_trigger)
         } else {
             self.delta_used >= g.params.compact_trigger
         }
+    }
+
+    /// Whether the column part takes no more rows: all its units used, or
+    /// the last compaction found it full (`column_full`).
+    pub fn column_part_full(&self, g: &Geometry) -> bool {
+        self.column_full || self.column_units as usize >= g.column_units()
     }
 
     /// The delta blocks new rows (inserts, non-HOT updates' new versions)
@@ -279,10 +300,21 @@ mod tests {
         let mut b = vec![0u8; BLCKSZ];
         ExtentHeader::init_block(&mut b, &g);
         assert_eq!(ExtentHeader::read(&b, &g).unwrap(), ExtentHeader::empty());
-        let h = ExtentHeader { version: 9, slot_hwm: 100, column_rows: 60, column_units: 5, delta_used: 2, free_hint: 17 };
+        let h = ExtentHeader { version: 9, slot_hwm: 100, column_rows: 60, column_units: 5, delta_used: 2, free_hint: 17, column_full: false };
         h.write(&mut b, &g);
         assert_eq!(ExtentHeader::read(&b, &g).unwrap(), h);
         assert!(h.compaction_due(&g));
+        assert!(!h.column_part_full(&g));
+        // The flag survives a write and makes the part full with units left.
+        let flagged = ExtentHeader { column_full: true, ..h };
+        let mut f = b.clone();
+        flagged.write(&mut f, &g);
+        assert_eq!(ExtentHeader::read(&f, &g).unwrap(), flagged);
+        assert!(flagged.column_part_full(&g));
+        assert!(!ExtentHeader { delta_used: 6, ..flagged }.compaction_due(&g));
+        assert!(ExtentHeader { delta_used: 7, ..flagged }.compaction_due(&g));
+        f[44] = 0x02;
+        assert!(ExtentHeader::read(&f, &g).is_err());
         // A full column part: due only with one delta block left, after the
         // room new rows leave to HOT updates is nearly used.
         let full = g.column_units() as u16;

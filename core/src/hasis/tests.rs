@@ -732,7 +732,10 @@ fn wide_varlena_overflow_keeps_rows_in_delta() {
         }
     }
     assert!(rows.len() > 5);
-    let rec = ext.compact(&s, &mut |_, _: &mut Mvcc| Placement::Column).unwrap();
+    let planned = ext.compact_planned(&s, &mut |_, _: &mut Mvcc| Placement::Column).unwrap();
+    // Versions had to stay out: the header will say the part is full.
+    assert_eq!(planned.column_full, Some(true));
+    let rec = planned.record;
     assert!(!rec.column_rows.is_empty());
     assert!(!rec.delta_items.is_empty(), "the column area should have overflowed");
     // The rows kept in delta are the highest slots.
@@ -750,9 +753,27 @@ fn wide_varlena_overflow_keeps_rows_in_delta() {
     // Values straddle units and blocks in the column part.
     let col = page.column_rows();
     assert!(col.iter().map(|r| r.row.values[0].as_ref().unwrap().len()).sum::<usize>() > 4072);
-    // Compacting again changes nothing but the version: still consistent.
-    ext.compact(&s, &mut |_, _: &mut Mvcc| Placement::Column).unwrap();
+    // Compacting again changes nothing but the version: still consistent,
+    // and still full. Versions that stay where they are offer nothing: no
+    // verdict.
+    assert_eq!(ext.compact_planned(&s, &mut |_, _: &mut Mvcc| Placement::Column).unwrap().column_full, Some(true));
+    assert_eq!(ext.compact_planned(&s, &mut |_, _: &mut Mvcc| Placement::Stay).unwrap().column_full, None);
     assert_eq!(ext.open(&s).unwrap().scan().unwrap().len(), rows.len());
+}
+
+/// A column part that takes every version offered is not full.
+#[test]
+fn column_part_with_room_is_not_full() {
+    let s = Schema::new(vec![ColumnDesc::varlena(), ColumnDesc::fixed(8, MinMaxOrder::SignedInt)]).unwrap();
+    let g = Geometry::new(Params::default()).unwrap();
+    let mut ext = Extent::new(&g);
+    for i in 0..50u32 {
+        let row = Row::new(vec![Some(vec![b'v'; 20]), Some((i as i64).to_le_bytes().to_vec())]);
+        ext.insert(&s, Mvcc { xmin: i + 3, ..Mvcc::default() }, &row).unwrap();
+    }
+    let planned = ext.compact_planned(&s, &mut |_, _: &mut Mvcc| Placement::Column).unwrap();
+    assert_eq!(planned.column_full, Some(false));
+    assert!(planned.record.delta_items.is_empty());
 }
 
 #[test]
