@@ -338,8 +338,7 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     let mut rules = HeapRules { decide: &mut oracle, g: &g, first };
     let planned = compact::plan_with_sources(&page, &schema, &mut rules).unwrap_or_else(|e| super::format_error(rel, first, e));
     let rec = &planned.record;
-    let out = compact::apply(&g, rec).unwrap_or_else(|e| super::format_error(rel, first, e));
-    let mut out = out;
+    let mut out = compact::apply(&g, rec).unwrap_or_else(|e| super::format_error(rel, first, e));
     // Full if versions offered to the column part had to stay out; with
     // none offered, as it was unless the part shrank.
     out.column_full = planned.column_full.unwrap_or(h.column_full && out.column_units >= h.column_units);
@@ -398,5 +397,7 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     super::wal::log_compact(rel, latest_removed, &written, dirs.len(), ncol, ndelta, &body, by_reference, out.column_full);
     pg_sys::CritSectionCount -= 1;
 
-    Some(Compacted { removed: rec.entries_released(), moved, delta_used: out.delta_used, frozen, column_full: out.column_full || out.column_units as usize >= g.column_units() })
+    Some(Compacted { removed: rec.entries_released(), moved, delta_used: out.delta_used, frozen,
+        column_full: ExtentHeader { column_units: out.column_units, column_full: out.column_full, ..h }.column_part_full(&g),
+    })
 }

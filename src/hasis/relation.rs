@@ -442,26 +442,24 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
         (Some(o), Some(OldAt::InLast { mvcc: now, .. } | OldAt::Own { mvcc: now, .. })) => Some((o.stamp)(now, tid)),
         _ => None,
     };
-    // The old version's payload, when it is a delta item that redo will
-    // find as it is now, so the record logs the new one as a diff against
-    // it (wire.rs). In the block the new version goes to, always (heap's
-    // rule for its own prefix/suffix compression); in another block, with
-    // full-page writes and that block logged since the redo point (redo
-    // then reads it as the primary has it, or restores its image, whose
-    // payload bytes the update does not change).
-    let old_payload: Option<Vec<u8>> = {
-        let source = match (&old_at, old_page) {
-            (Some(OldAt::InLast { at, .. }), Some((None, _))) => Some((dbuf.page(), *at)),
-            (Some(OldAt::InLast { at, .. }), Some((Some(b), _))) | (Some(OldAt::Own { at, in_delta: true, .. }), Some((Some(b), _))) => {
-                crate::storage::wal::logged_since_redo_point([b]).then(|| (b.page(), *at))
-            }
-            _ => None,
-        };
-        source.and_then(|(page, at)| {
-            let offset = delta::item_offset_of_mvcc(at)?;
-            delta::payload_at(bytes(page), offset).ok().map(<[u8]>::to_vec)
-        })
-    };
+    // Where the old version's payload is, when it is a delta item that
+    // redo will find as it is now, so the record logs the new one as a
+    // diff against it (wire.rs). In the block the new version goes to,
+    // always (heap's rule for its own prefix/suffix compression); in
+    // another block, with full-page writes and that block logged since the
+    // redo point (redo then reads it as the primary has it, or restores
+    // its image, whose payload bytes the update does not change). Read in
+    // place when the record is made: neither the append nor the stamp
+    // touches those bytes.
+    let old_item: Option<(pg_sys::Page, u16)> = match (&old_at, old_page) {
+        _ if !crate::storage::wal::relation_needs_wal(rel) => None,
+        (Some(OldAt::InLast { at, .. }), Some((None, _))) => Some((dbuf.page(), *at)),
+        (Some(OldAt::InLast { at, .. }), Some((Some(b), _))) | (Some(OldAt::Own { at, in_delta: true, .. }), Some((Some(b), _))) => {
+            crate::storage::wal::logged_since_redo_point([b]).then(|| (b.page(), *at))
+        }
+        _ => None,
+    }
+    .and_then(|(page, at)| Some((page, delta::item_offset_of_mvcc(at)?)));
 
     // Everything that could fail was checked above: the item fits the
     // block, the slot is in range, the old version is as expected. The
@@ -492,7 +490,8 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
             let obuf = ob.map_or(dbuf.buffer(), |b| b.buffer());
             super::wal::apply_stamp(pg_sys::BufferGetPage(obuf), at, m);
             pg_sys::MarkBufferDirty(obuf);
-            let stamp = super::wal::StampPart { buffer: ob.map(|b| b.buffer()), at: at as u16, mvcc: *m, old_payload: old_payload.as_deref() };
+            let old_payload = old_item.and_then(|(page, offset)| delta::payload_at(bytes(page), offset).ok());
+            let stamp = super::wal::StampPart { buffer: ob.map(|b| b.buffer()), at: at as u16, mvcc: *m, old_payload };
             super::wal::log_insert(rel, hbuf.buffer(), dbuf.buffer(), dir_buf.as_ref().map(|b| b.buffer()), &r, tid, &item, Some(&stamp));
         }
         _ => super::wal::log_insert(rel, hbuf.buffer(), dbuf.buffer(), dir_buf.as_ref().map(|b| b.buffer()), &r, tid, &item, None),

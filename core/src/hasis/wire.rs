@@ -481,15 +481,20 @@ mod tests {
         let _ = decode_item(&bad, &p, &imp, None); // an error or other bytes, never a panic
     }
 
+    /// A HOT update's new version: what redo knows, its header, its place.
+    fn update_fixture() -> (Implied, RowHeader, InsertPlace) {
+        let own = Tid::new(3, 9);
+        let imp = Implied { xid: 77, own };
+        let header = RowHeader { slot: 9, natts: 4, mvcc: mvcc(77, 0, 0, own, 0x0800) };
+        (imp, header, InsertPlace { slot: 9, delta_index: 1, fresh: false, offset: 400, version: 2 })
+    }
+
     /// A HOT update's payload against its old one: logged as the bytes
     /// between their shared ends, rebuilt exactly; cut or damaged records
     /// and a missing or shorter old payload are errors, never a panic.
     #[test]
     fn updates_log_a_diff_against_the_old_payload() {
-        let own = Tid::new(3, 9);
-        let imp = Implied { xid: 77, own };
-        let header = RowHeader { slot: 9, natts: 4, mvcc: mvcc(77, 0, 0, own, 0x0800) };
-        let place = InsertPlace { slot: 9, delta_index: 1, fresh: false, offset: 400, version: 2 };
+        let (imp, header, place) = update_fixture();
         let mut old: Vec<u8> = (0..200u32).map(|i| (i * 7 % 251) as u8).collect();
         let cases: Vec<Vec<u8>> = vec![
             { let mut n = old.clone(); n[50] ^= 1; n[52] ^= 1; n }, // a field in the middle
@@ -566,10 +571,7 @@ mod tests {
     /// payload, and is never longer than the middle logged whole.
     #[test]
     fn random_diffs_roundtrip() {
-        let own = Tid::new(3, 9);
-        let imp = Implied { xid: 77, own };
-        let header = RowHeader { slot: 9, natts: 4, mvcc: mvcc(77, 0, 0, own, 0x0800) };
-        let place = InsertPlace { slot: 9, delta_index: 1, fresh: false, offset: 400, version: 2 };
+        let (imp, header, place) = update_fixture();
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let mut rnd = move |n: usize| {
             seed ^= seed << 13;
