@@ -844,18 +844,24 @@ pub struct LazyColumns {
     version: u32,
     strategy: pg_sys::BufferAccessStrategy,
     bufs: std::cell::RefCell<Vec<Option<Buf>>>,
+    /// A block handed to a holder that keeps it locked for as long as this
+    /// source lives (`lend`), and its page.
+    lent: std::cell::Cell<Option<(usize, pg_sys::Page)>>,
 }
 
 impl LazyColumns {
     pub fn new(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, strategy: pg_sys::BufferAccessStrategy) -> LazyColumns {
         let n = g.params.column_blocks as usize;
-        LazyColumns { rel, g: *g, first, version: h.version, strategy, bufs: std::cell::RefCell::new((0..n).map(|_| None).collect()) }
+        LazyColumns { rel, g: *g, first, version: h.version, strategy, bufs: std::cell::RefCell::new((0..n).map(|_| None).collect()), lent: std::cell::Cell::new(None) }
     }
 
-    /// Column block `i` if it was read, share-locked, handed over to the
-    /// caller (it is no longer this source's).
-    pub fn take(self, i: usize) -> Option<Buf> {
-        self.bufs.into_inner().get_mut(i).and_then(Option::take)
+    /// Column block `i` if it was read, share-locked, handed over to a
+    /// holder that must keep it until this source is dropped: the source
+    /// reads the block through it from then on instead of locking it again.
+    fn lend(&self, i: usize) -> Option<Buf> {
+        let buf = self.bufs.borrow_mut().get_mut(i).and_then(Option::take)?;
+        self.lent.set(Some((i, unsafe { buf.page() })));
+        Some(buf)
     }
 
     fn buffer(&self, i: usize) -> (pg_sys::Buffer, pg_sys::Page) {
@@ -867,6 +873,10 @@ impl LazyColumns {
 
 impl pg_hybrid_core::hasis::column::BlockSource for LazyColumns {
     fn block(&self, i: usize) -> Result<&[u8], FormatError> {
+        if let Some((l, page)) = self.lent.get().filter(|&(l, _)| l == i) {
+            debug_assert_eq!(l, i);
+            return Ok(unsafe { std::slice::from_raw_parts(page as *const u8, BLCKSZ) });
+        }
         let mut b = self.bufs.borrow_mut();
         if i >= b.len() {
             return Err(FormatError::Corrupt("column block past the column part"));
@@ -907,15 +917,18 @@ enum Payload {
     Column(LazyRow),
 }
 
-/// What decoding a column row later needs. Valid while the extent's header
-/// block stays share-locked (the `Located` or the `ExtentRead` holding it):
-/// no compaction can rewrite the column part meanwhile, and values never
-/// change in place.
+/// What decoding a column row later needs: the blocks its header's read
+/// left locked (the meta block, the header's own block, lent to the
+/// `Located`) and the layout read from them. Valid while the extent's
+/// header block stays share-locked (the `Located` or the `ExtentRead`
+/// holding it): no compaction can rewrite the column part meanwhile, and
+/// values never change in place, so the layout need not be checked again.
 struct LazyRow {
     rel: pg_sys::Relation,
-    g: Geometry,
-    first: u32,
-    h: ExtentHeader,
+    /// The column part's first block (names the part in errors).
+    cblk: u32,
+    cols: LazyColumns,
+    layout: std::sync::Arc<ColumnLayout>,
     row: u16,
     decoded: std::cell::OnceCell<Vec<u8>>,
 }
@@ -923,14 +936,8 @@ struct LazyRow {
 impl LazyRow {
     fn values(&self) -> &[u8] {
         self.decoded.get_or_init(|| {
-            let (rel, g, first, h) = (self.rel, self.g, self.first, &self.h);
-            let cblk = first + g.column_block(0) as u32;
-            // Share locks again on blocks the `Located` may hold share-locked
-            // (its row header's block): LWLocks allow a holder to share one
-            // twice, and exclusive lookers decode eagerly (`version`).
-            let cols = LazyColumns::new(rel, &g, first, h, std::ptr::null_mut());
-            let part = parse_columns(rel, &g, first, h, &cols);
-            column_payload(rel, cblk, &part, self.row as usize).1
+            let part = ColumnPart::lazy_with_layout(&self.cols, &self.layout);
+            column_payload(self.rel, self.cblk, &part, self.row as usize).1
         })
     }
 }
@@ -1051,32 +1058,40 @@ impl ExtentRead {
             DirEntry::Unused | DirEntry::Dead | DirEntry::Redirect { .. } => None,
             DirEntry::Column { row } => {
                 let cblk = first + g.column_block(0) as u32;
-                let (hb, off, header, payload, held) = {
-                    let cols = LazyColumns::new(rel, &g, first, h, std::ptr::null_mut());
+                let cols = LazyColumns::new(rel, &g, first, h, std::ptr::null_mut());
+                let (layout, hb, off, header, values) = {
                     let part = parse_columns(rel, &g, first, h, &cols);
-                    // A share-locked result decodes its values when asked;
-                    // an exclusive one now, before its header's block is
-                    // locked exclusively (a later share lock would wait on it).
-                    let (header, payload) = if lock == Lock::Share {
-                        let header = check(rel, cblk, part.row_header(row as usize));
-                        (header, Payload::Column(LazyRow { rel, g, first, h: *h, row, decoded: std::cell::OnceCell::new() }))
+                    let (hb, off) = check(rel, cblk, part.header_location(row as usize));
+                    // A share-locked result decodes its values when asked,
+                    // with the blocks read so far; an exclusive one now,
+                    // before its header's block is locked exclusively (a
+                    // later share lock would wait on it).
+                    let (header, values) = if lock == Lock::Share {
+                        (check(rel, cblk, part.row_header(row as usize)), None)
                     } else {
                         let (header, values) = column_payload(rel, cblk, &part, row as usize);
-                        (header, Payload::Owned(values))
+                        (header, Some(values))
                     };
-                    let (hb, off) = check(rel, cblk, part.header_location(row as usize));
-                    drop(part);
-                    // Reading the row share-locked its header's block: a
-                    // share-locked result keeps that pin and lock.
-                    let held = if lock == Lock::Share { cols.take(hb) } else { None };
-                    (hb, off, header, payload, held)
+                    (part.layout().clone(), hb, off, header, values)
                 };
                 if header.slot != slot {
                     format_error(rel, cblk, FormatError::Corrupt("column row does not carry its slot"));
                 }
-                // The header share lock keeps the layout; the row header's own
-                // block is locked again in the mode asked for.
-                let buf = held.unwrap_or_else(|| Buf::read(rel, first + g.column_block(hb) as u32, lock));
+                let (buf, payload) = match values {
+                    // Reading the row header share-locked its block: the
+                    // result holds that lock, the other blocks read stay
+                    // with the lazy row.
+                    None => {
+                        let buf = cols.lend(hb).expect("row header's block read");
+                        (buf, Payload::Column(LazyRow { rel, cblk, cols, layout, row, decoded: std::cell::OnceCell::new() }))
+                    }
+                    // The header share lock keeps the layout; the row
+                    // header's own block is locked again in the mode asked for.
+                    Some(values) => {
+                        drop(cols);
+                        (Buf::read(rel, first + g.column_block(hb) as u32, lock), Payload::Owned(values))
+                    }
+                };
                 let header = RowHeader::decode(&bytes(buf.page())[off..off + ROW_HEADER]);
                 Some(Located { _header: None, buf, tid, mvcc_at: off + MVCC_OFF, payload, header })
             }

@@ -83,28 +83,98 @@ fn value<'r>(r: &'r ColumnRow, c: usize) -> Option<&'r [u8]> {
     r.row.values.get(c).and_then(|v| v.as_deref())
 }
 
+/// The rows and 4 KB units a column part holding `rows` needs: `plan`
+/// without the per-column min/max, which sizes do not depend on.
+pub fn units_needed<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow>) -> Result<(usize, usize)> {
+    let mut tally = SizeTally::new(schema);
+    for r in rows {
+        tally.add(schema, r)?;
+    }
+    tally.units(schema)
+}
+
+/// What a column part's size depends on, summed over its rows: their
+/// count, the widest row, and per column the non-null values and their
+/// bytes. Tallies add up, so compaction, which bisects how many offered
+/// rows fit, sums the rows once into suffix tallies and sizes each guess
+/// from them instead of walking every row and column again per guess.
+/// `units` is `plan`'s arithmetic (`mini_page_len`, `units_for`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SizeTally {
+    nrows: usize,
+    ncols: usize,
+    non_null: Vec<usize>,
+    bytes: Vec<usize>,
+}
+
+impl SizeTally {
+    pub fn new(schema: &Schema) -> SizeTally {
+        let n = schema.len();
+        SizeTally { nrows: 0, ncols: 0, non_null: vec![0; n], bytes: vec![0; n] }
+    }
+
+    /// Counts `r` in (checked against its header and the schema, as `plan`
+    /// checks it).
+    pub fn add(&mut self, schema: &Schema, r: &ColumnRow) -> Result<()> {
+        check_row(schema, r)?;
+        self.nrows += 1;
+        self.ncols = self.ncols.max(r.row.values.len());
+        for (c, v) in r.row.values.iter().enumerate() {
+            if let Some(v) = v {
+                self.non_null[c] += 1;
+                self.bytes[c] += v.len();
+            }
+        }
+        Ok(())
+    }
+
+    /// (rows, 4 KB units) of a column part holding the tallied rows.
+    pub fn units(&self, schema: &Schema) -> Result<(usize, usize)> {
+        if self.nrows > u16::MAX as usize {
+            return Err(Error::BadInput("too many rows for a column part"));
+        }
+        let mut next = units_for(META_FIXED + META_COL * self.ncols).max(1) + self.nrows.div_ceil(HEADERS_PER_UNIT);
+        for (c, desc) in schema.columns[..self.ncols].iter().enumerate() {
+            next += units_for(mini_page_len(desc, self.nrows, self.nrows - self.non_null[c], self.bytes[c]));
+        }
+        Ok((self.nrows, next))
+    }
+}
+
+/// A column row matches its header and the schema, and its fixed-width
+/// values have their width.
+fn check_row(schema: &Schema, r: &ColumnRow) -> Result<()> {
+    if r.header.natts as usize != r.row.values.len() || r.row.values.len() > schema.len() {
+        return Err(Error::BadInput("column row does not match its header or the schema"));
+    }
+    for (desc, v) in schema.columns.iter().zip(&r.row.values) {
+        if let (Width::Fixed(n), Some(v)) = (desc.width, v) {
+            if v.len() != n as usize {
+                return Err(Error::BadInput("fixed-length value of the wrong length"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Bytes of a column's mini-page content: the null bitmap if any value is
+/// null, then fixed-width values, or varlena end offsets and bytes.
+fn mini_page_len(desc: &ColumnDesc, nrows: usize, nulls: usize, bytes: usize) -> usize {
+    let body = match desc.width {
+        Width::Fixed(n) => nrows * n as usize,
+        Width::Varlena => 4 * nrows + bytes,
+    };
+    (if nulls > 0 { bitmap_len(nrows) } else { 0 }) + body
+}
+
 /// Computes the layout of a column part holding `rows` (any order here;
 /// `build` wants them by slot). Errors only on rows that do not match the
 /// schema.
 pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clone) -> Result<Plan> {
-    plan_with(schema, rows, true)
-}
-
-/// The rows and 4 KB units a column part holding `rows` needs: `plan`
-/// without the per-column min/max, which sizes do not depend on
-/// (compaction asks this repeatedly while it bisects what fits).
-pub fn units_needed<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clone) -> Result<(usize, usize)> {
-    let p = plan_with(schema, rows, false)?;
-    Ok((p.nrows, p.total_units))
-}
-
-fn plan_with<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clone, minmax_wanted: bool) -> Result<Plan> {
     let mut nrows = 0usize;
     let mut ncols = 0usize;
     for r in rows.clone() {
-        if r.header.natts as usize != r.row.values.len() || r.row.values.len() > schema.len() {
-            return Err(Error::BadInput("column row does not match its header or the schema"));
-        }
+        check_row(schema, r)?;
         nrows += 1;
         ncols = ncols.max(r.row.values.len());
     }
@@ -123,13 +193,8 @@ fn plan_with<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Cl
             match value(r, c) {
                 None => nulls += 1,
                 Some(v) => {
-                    if let Width::Fixed(n) = desc.width {
-                        if v.len() != n as usize {
-                            return Err(Error::BadInput("fixed-length value of the wrong length"));
-                        }
-                    }
                     bytes += v.len();
-                    if minmax_wanted && desc.has_minmax() {
+                    if desc.has_minmax() {
                         minmax = Some(match minmax {
                             None => (v, v),
                             Some((lo, hi)) => (
@@ -142,11 +207,7 @@ fn plan_with<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Cl
             }
         }
         let has_nulls = nulls > 0;
-        let body = match desc.width {
-            Width::Fixed(n) => nrows * n as usize,
-            Width::Varlena => 4 * nrows + bytes,
-        };
-        let len = if has_nulls { bitmap_len(nrows) } else { 0 } + body;
+        let len = mini_page_len(desc, nrows, nulls, bytes);
         let units = units_for(len);
         columns.push(ColumnMeta {
             desc: *desc,
@@ -379,6 +440,16 @@ impl<'a> ColumnPart<'a> {
             }
         }
         Self::parse_meta(Blocks::Lazy(source), g, units, rows)
+    }
+
+    /// The part `layout` was parsed from, read again through `source`
+    /// without looking at its meta mini-page. Only for a layout that
+    /// `parse*` returned for this very part while the part cannot have
+    /// changed since (the glue: under the same share lock of the extent's
+    /// header block), so that a point read that has found a row's header
+    /// decodes its values with the blocks it already holds.
+    pub fn lazy_with_layout(source: &'a dyn BlockSource, layout: &Arc<ColumnLayout>) -> Self {
+        ColumnPart { blocks: Blocks::Lazy(source), nrows: layout.rows, header_first_unit: layout.header_first_unit, layout: Arc::clone(layout) }
     }
 
     /// The parsed meta, for `parse_lazy_reusing` on a later read.
@@ -734,6 +805,52 @@ mod tests {
             }
         }
         assert!(ColumnPart::parse_lazy(&g, &Failing, p.total_units, rs.len()).is_err());
+    }
+
+    #[test]
+    fn size_tally_agrees_with_plan_on_every_prefix() {
+        // Rows of several widths, with NULLs and rows lacking columns
+        // (natts below the schema's): every prefix sizes as `plan` does.
+        for (n, width) in [(1, 10), (300, 60), (700, 5), (90, 900)] {
+            let rs = rows(n, width);
+            let mut tally = SizeTally::new(&schema());
+            for k in 0..rs.len() {
+                tally.add(&schema(), &rs[k]).unwrap();
+                if k % 37 == 0 || k + 1 == rs.len() {
+                    let p = plan(&schema(), rs[..=k].iter()).unwrap();
+                    assert_eq!(tally.units(&schema()).unwrap(), (p.nrows, p.total_units), "{n} rows of {width}, prefix {k}");
+                }
+            }
+        }
+        // A row that does not match the schema is refused, as by `plan`.
+        let mut bad = rows(1, 10).remove(0);
+        bad.header.natts += 1;
+        bad.row.values.push(None);
+        assert!(SizeTally::new(&schema()).add(&schema(), &bad).is_err() && plan(&schema(), std::iter::once(&bad)).is_err());
+        let mut short = rows(1, 10).remove(0);
+        short.row.values[0] = Some(vec![1, 2]);
+        assert!(SizeTally::new(&schema()).add(&schema(), &short).is_err() && plan(&schema(), std::iter::once(&short)).is_err());
+    }
+
+    #[test]
+    fn part_from_a_known_layout_reads_the_same_rows_without_the_meta() {
+        let g = geo(16);
+        let rs = rows(600, 40);
+        let (blocks, p) = build(&g, &schema(), &rs, 5).unwrap();
+        let src = Counting { blocks: &blocks, touched: Default::default() };
+        let layout = ColumnPart::parse_lazy(&g, &src, p.total_units, rs.len()).unwrap().layout().clone();
+        for (r, want) in rs.iter().enumerate().step_by(13) {
+            let src = Counting { blocks: &blocks, touched: Default::default() };
+            let part = ColumnPart::lazy_with_layout(&src, &layout);
+            assert_eq!(&part.row(r).unwrap(), want);
+            let (hb, _) = part.header_location(r).unwrap();
+            // The header's block and the values' blocks; block 0 (the meta)
+            // only where a header or a value lies in it.
+            let touched = src.touched.borrow();
+            assert!(touched.contains(&hb));
+            let values_in_block_0 = (0..4).any(|c| part.column_meta(c).is_some_and(|m| (m.first_unit as usize) < UNITS_PER_BLOCK));
+            assert!(hb == 0 || values_in_block_0 || !touched.contains(&0), "row {r} touched {touched:?}");
+        }
     }
 
     #[test]

@@ -200,12 +200,24 @@ pub fn plan_with_sources(page: &HybridPage, schema: &Schema, oracle: &mut dyn Or
 
     // Offered delta versions by descending slot: the first `k` of them are
     // turned back if the column part would not fit. Fewer rows never need
-    // more units, so the smallest working k is found by bisection.
+    // more units, so the smallest working k is found by bisection, each
+    // guess sized from `with_offered[k]`: the kept column rows' tally plus
+    // the offered versions from k on.
     let mut offered: Vec<usize> = (0..deltas.len()).filter(|&i| deltas[i].to_column.is_some()).collect();
     offered.sort_by_key(|&i| std::cmp::Reverse(deltas[i].to_column.as_ref().map_or(0, |r| r.header.slot)));
+    let mut with_offered = vec![column::SizeTally::new(schema); offered.len() + 1];
+    for (cr, _) in &kept_column {
+        with_offered[offered.len()].add(schema, cr)?;
+    }
+    for k in (0..offered.len()).rev() {
+        let mut t = with_offered[k + 1].clone();
+        if let Some(cr) = &deltas[offered[k]].to_column {
+            t.add(schema, cr)?;
+        }
+        with_offered[k] = t;
+    }
     let fits = |k: usize| -> Result<bool> {
-        let rows = kept_column.iter().map(|(cr, _)| cr).chain(offered[k..].iter().filter_map(|&i| deltas[i].to_column.as_ref()));
-        let (nrows, units) = column::units_needed(schema, rows)?;
+        let (nrows, units) = with_offered[k].units(schema)?;
         Ok(nrows == 0 || units <= g.column_units())
     };
     let (mut lo, mut hi) = (0usize, offered.len());
