@@ -1,8 +1,8 @@
 //! A multiplicative hasher for small backend-local maps keyed by integers
-//! (OIDs, relfilenodes, registration ids) that are looked up once or more per
-//! statement. std's SipHash defends against keys chosen by an attacker;
-//! nobody chooses these, and SipHash's setup and finalisation cost more than
-//! the lookup itself on the per-statement path.
+//! (OIDs, relfilenodes, registration ids, hasis extents and slots) that are
+//! looked up once or more per statement, or per row. std's SipHash defends
+//! against keys chosen by an attacker; nobody chooses these, and SipHash's
+//! setup and finalisation cost more than the lookup itself on these paths.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -34,6 +34,10 @@ impl Hasher for FastHasher {
     }
     #[inline]
     fn write_u8(&mut self, n: u8) {
+        self.add(n as u64)
+    }
+    #[inline]
+    fn write_u16(&mut self, n: u16) {
         self.add(n as u64)
     }
     #[inline]

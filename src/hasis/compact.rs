@@ -203,7 +203,7 @@ impl BlockGain {
 
 thread_local! {
     /// Delta blocks (relfilenode, block) read by `may_free_delta_block`.
-    static BLOCK_GAIN: std::cell::RefCell<std::collections::HashMap<(pg_sys::Oid, u32), BlockGain>> = std::cell::RefCell::new(std::collections::HashMap::new());
+    static BLOCK_GAIN: std::cell::RefCell<pg_hybrid_core::fast_hash::FastMap<(pg_sys::Oid, u32), BlockGain>> = std::cell::RefCell::new(Default::default());
 }
 
 /// Reads delta block `i` (share-locked in `b`) item by item. None when it

@@ -554,7 +554,7 @@ struct ChainHint {
 const MAX_CHAIN_HINTS: usize = 16384;
 
 thread_local! {
-    static CHAIN_HINTS: std::cell::RefCell<std::collections::HashMap<(relation::ExtentKey, u16), ChainHint>> = Default::default();
+    static CHAIN_HINTS: std::cell::RefCell<pg_hybrid_core::fast_hash::FastMap<(relation::ExtentKey, u16), ChainHint>> = Default::default();
 }
 
 enum Hinted {
