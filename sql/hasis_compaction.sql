@@ -99,3 +99,19 @@ DROP TABLE vt_h;
 CREATE TABLE el_h (k int8) USING hasis;
 CREATE INDEX ON el_h USING elastic_btree (k);
 DROP TABLE el_h;
+-- A file truncated in place (the table was made in this transaction) gets
+-- its extents again, at the same block numbers and page versions, with
+-- other column layouts (here v and w trade widths): a point read must not
+-- take a layout kept from before the truncation.
+BEGIN;
+CREATE TABLE tl_h (k int, v text, w text) USING hasis;
+CREATE INDEX tl_h_k ON tl_h (k);
+INSERT INTO tl_h SELECT g, repeat('v', 200), 'w' FROM generate_series(1, 3000) g;
+SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off;
+SELECT k, length(v), length(w), left(v, 1), left(w, 1) FROM tl_h WHERE k IN (1, 150, 600, 1200) ORDER BY k;
+TRUNCATE tl_h;
+INSERT INTO tl_h SELECT g, 'v', repeat('w', 200) FROM generate_series(1, 3000) g;
+SELECT k, length(v), length(w), left(v, 1), left(w, 1) FROM tl_h WHERE k IN (1, 150, 600, 1200) ORDER BY k;
+SELECT count(*) FROM tl_h WHERE length(v) <> 1 OR length(w) <> 200;
+COMMIT;
+DROP TABLE tl_h;

@@ -139,6 +139,21 @@ unsafe fn write_meta(page: pg_sys::Page, m: &Meta) {
 struct CachedMeta {
     relfilenode: pg_sys::Oid,
     meta: Meta,
+    /// Names this backend's view of one incarnation of the relation file:
+    /// new whenever the cache is made afresh (after a relcache rebuild,
+    /// which every DROP, TRUNCATE and rewrite of the relation sends to
+    /// every backend, and after this backend truncates the file in place),
+    /// kept while it is only refreshed for new extents. See `LAYOUTS`.
+    epoch: u64,
+}
+
+/// The last `CachedMeta::epoch` handed out by this backend.
+static mut LAST_META_EPOCH: u64 = 0;
+
+/// The epoch of `rel`'s cached metapage, if it is cached for its file.
+unsafe fn meta_epoch(rel: pg_sys::Relation) -> Option<u64> {
+    let c = (*rel).rd_amcache as *const CachedMeta;
+    (!c.is_null() && (*c).relfilenode == (*rel).rd_node.relNode).then(|| (*c).epoch)
 }
 
 pub unsafe fn cached_meta(rel: pg_sys::Relation) -> Option<Meta> {
@@ -152,10 +167,17 @@ pub unsafe fn cached_meta(rel: pg_sys::Relation) -> Option<Meta> {
 /// Reads the metapage and caches it.
 pub unsafe fn refresh_meta(rel: pg_sys::Relation) -> Option<Meta> {
     let m = read_meta(rel)?;
+    let epoch = match meta_epoch(rel) {
+        Some(e) => e,
+        None => {
+            LAST_META_EPOCH += 1;
+            LAST_META_EPOCH
+        }
+    };
     if (*rel).rd_amcache.is_null() {
         (*rel).rd_amcache = pg_sys::MemoryContextAlloc(pg_sys::CacheMemoryContext, std::mem::size_of::<CachedMeta>());
     }
-    *((*rel).rd_amcache as *mut CachedMeta) = CachedMeta { relfilenode: (*rel).rd_node.relNode, meta: m };
+    *((*rel).rd_amcache as *mut CachedMeta) = CachedMeta { relfilenode: (*rel).rd_node.relNode, meta: m, epoch };
     Some(m)
 }
 
@@ -801,31 +823,52 @@ impl ExtentKey {
     }
 }
 
-/// Column layouts this backend parsed (ColumnLayout): a point read compares
-/// the meta bytes with the kept layout's instead of decoding the meta
-/// mini-page into a column list on every read. An entry is a hint only:
-/// `parse_lazy_reusing` takes it where the bytes are equal and parses
-/// afresh otherwise, so a compaction, a TRUNCATE or a standby's replay
-/// can never make a reader use a stale layout.
+/// Column layouts this backend parsed (ColumnLayout), each with the page
+/// version and the metapage epoch (`CachedMeta::epoch`) it was read under.
+/// A read of the same extent under the same page version and epoch takes
+/// it without looking at the meta mini-page (a point read then pins only
+/// the blocks its row header and values are in): only compaction writes a
+/// column part, and every compaction advances the page version, which never
+/// goes back while a relation file lives; an extent is made once per file
+/// (the file grows, and is only ever truncated to nothing); and the epoch
+/// changes whenever the file may have: a relcache rebuild (a new file,
+/// a dropped relation whose file number may come back) or an in-place
+/// truncation (`forget_meta`). Without an epoch (the metapage read
+/// directly) or under another version, the meta bytes are compared with
+/// the kept layout's (`parse_lazy_reusing`) and the layout parsed afresh
+/// where they differ.
 const MAX_LAYOUTS: usize = 4096;
 
+struct KnownLayout {
+    epoch: u64,
+    version: u32,
+    layout: std::sync::Arc<ColumnLayout>,
+}
+
 thread_local! {
-    static LAYOUTS: std::cell::RefCell<std::collections::HashMap<ExtentKey, std::sync::Arc<ColumnLayout>>> = Default::default();
+    static LAYOUTS: std::cell::RefCell<pg_hybrid_core::fast_hash::FastMap<ExtentKey, KnownLayout>> = Default::default();
 }
 
 /// The column part of extent `first`, its blocks read through `cols`.
 fn parse_columns<'a>(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, cols: &'a LazyColumns) -> ColumnPart<'a> {
     let key = ExtentKey::of(rel, first);
-    let known = LAYOUTS.with(|m| m.borrow().get(&key).cloned());
+    let epoch = unsafe { meta_epoch(rel) };
+    let known = LAYOUTS.with(|m| m.borrow().get(&key).map(|k| (k.epoch, k.version, k.layout.clone())));
     let cblk = first + g.column_block(0) as u32;
-    let part = check(rel, cblk, ColumnPart::parse_lazy_reusing(g, cols, h.column_units as usize, h.column_rows as usize, known.as_ref()));
-    if !known.is_some_and(|k| std::sync::Arc::ptr_eq(&k, part.layout())) {
+    if let Some((e, v, layout)) = &known {
+        if epoch == Some(*e) && *v == h.version && layout.describes(h.column_units as usize, h.column_rows as usize) {
+            return ColumnPart::lazy_with_layout(cols, layout);
+        }
+    }
+    let part = check(rel, cblk, ColumnPart::parse_lazy_reusing(g, cols, h.column_units as usize, h.column_rows as usize, known.as_ref().map(|k| &k.2)));
+    let unchanged = known.is_some_and(|(e, v, layout)| Some(e) == epoch && v == h.version && std::sync::Arc::ptr_eq(&layout, part.layout()));
+    if let (Some(epoch), false) = (epoch, unchanged) {
         LAYOUTS.with(|m| {
             let mut m = m.borrow_mut();
             if m.len() >= MAX_LAYOUTS {
                 m.clear();
             }
-            m.insert(key, part.layout().clone());
+            m.insert(key, KnownLayout { epoch, version: h.version, layout: part.layout().clone() });
         });
     }
     part
@@ -873,8 +916,7 @@ impl LazyColumns {
 
 impl pg_hybrid_core::hasis::column::BlockSource for LazyColumns {
     fn block(&self, i: usize) -> Result<&[u8], FormatError> {
-        if let Some((l, page)) = self.lent.get().filter(|&(l, _)| l == i) {
-            debug_assert_eq!(l, i);
+        if let Some((_, page)) = self.lent.get().filter(|&(l, _)| l == i) {
             return Ok(unsafe { std::slice::from_raw_parts(page as *const u8, BLCKSZ) });
         }
         let mut b = self.bufs.borrow_mut();
@@ -1082,7 +1124,7 @@ impl ExtentRead {
                     // result holds that lock, the other blocks read stay
                     // with the lazy row.
                     None => {
-                        let buf = cols.lend(hb).expect("row header's block read");
+                        let buf = cols.lend(hb).unwrap_or_else(|| Buf::read(rel, first + g.column_block(hb) as u32, lock));
                         (buf, Payload::Column(LazyRow { rel, cblk, cols, layout, row, decoded: std::cell::OnceCell::new() }))
                     }
                     // The header share lock keeps the layout; the row

@@ -405,6 +405,14 @@ pub struct ColumnLayout {
     columns: Vec<ColumnMeta>,
 }
 
+impl ColumnLayout {
+    /// Whether this layout is for a part of `units` units and `rows` rows
+    /// (the extent header's counts).
+    pub fn describes(&self, units: usize, rows: usize) -> bool {
+        self.units == units && self.rows == rows
+    }
+}
+
 impl<'a> ColumnPart<'a> {
     /// Parses the column part the extent header describes (`units`, `rows`)
     /// from the column blocks, checking every used block's trailer (and
@@ -444,10 +452,10 @@ impl<'a> ColumnPart<'a> {
 
     /// The part `layout` was parsed from, read again through `source`
     /// without looking at its meta mini-page. Only for a layout that
-    /// `parse*` returned for this very part while the part cannot have
-    /// changed since (the glue: under the same share lock of the extent's
-    /// header block), so that a point read that has found a row's header
-    /// decodes its values with the blocks it already holds.
+    /// `parse*` returned for this very part, which the caller knows has not
+    /// been rewritten since (the glue: the same page version of the same
+    /// relation file), so that a point read pins only the blocks its row
+    /// header and values are in.
     pub fn lazy_with_layout(source: &'a dyn BlockSource, layout: &Arc<ColumnLayout>) -> Self {
         ColumnPart { blocks: Blocks::Lazy(source), nrows: layout.rows, header_first_unit: layout.header_first_unit, layout: Arc::clone(layout) }
     }
