@@ -861,8 +861,7 @@ fn parse_columns<'a>(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &Extent
         }
     }
     let part = check(rel, cblk, ColumnPart::parse_lazy_reusing(g, cols, h.column_units as usize, h.column_rows as usize, known.as_ref().map(|k| &k.2)));
-    let unchanged = known.is_some_and(|(e, v, layout)| Some(e) == epoch && v == h.version && std::sync::Arc::ptr_eq(&layout, part.layout()));
-    if let (Some(epoch), false) = (epoch, unchanged) {
+    if let Some(epoch) = epoch {
         LAYOUTS.with(|m| {
             let mut m = m.borrow_mut();
             if m.len() >= MAX_LAYOUTS {
@@ -960,8 +959,8 @@ enum Payload {
 }
 
 /// What decoding a column row later needs: the blocks its header's read
-/// left locked (the meta block, the header's own block, lent to the
-/// `Located`) and the layout read from them. Valid while the extent's
+/// left locked (the header's own block, lent to the `Located`, and the
+/// meta block where the layout had to be read) and the layout. Valid while the extent's
 /// header block stays share-locked (the `Located` or the `ExtentRead`
 /// holding it): no compaction can rewrite the column part meanwhile, and
 /// values never change in place, so the layout need not be checked again.
