@@ -3,7 +3,8 @@
 //! Layers (see ../shared/design.md): `keys` (order-preserving key encoding),
 //! `storage` (pages, buffers, WAL), `shmem` (arena and per-index registry),
 //! `workers` (background workers), `engine` (the staged-index engine every
-//! dual-stage AM runs on), and one folder per access method.
+//! dual-stage AM runs on), `static_stage` (the compact B+tree base structure
+//! more than one AM builds on), and one folder per access method.
 
 use pgrx::prelude::*;
 
@@ -14,6 +15,7 @@ pub mod hasis;
 pub mod hybrid;
 pub mod keys;
 pub mod shmem;
+pub mod static_stage;
 pub mod storage;
 pub mod workers;
 

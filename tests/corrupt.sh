@@ -4,7 +4,7 @@
 # A table with a hybrid_btree index on an int8 column (enough rows for a few
 # dozen static leaves, plus inserts after CREATE INDEX so delta pages exist).
 # First, every page of the index file must have the documented layout
-# (src/hybrid/README.md): body right after the 24-byte PageHeaderData, i.e.
+# (src/static_stage/README.md): body right after the 24-byte PageHeaderData, i.e.
 # pd_lower = 24 + body_len, and the HybridMeta magic at byte 24 of block 0.
 # Then, for each case, the cluster is stopped cleanly (CHECKPOINT first), one
 # page of the index's file (pg_relation_filepath) is damaged with python, and
@@ -263,12 +263,12 @@ add_rows "$late"
 say "table cr: $rows rows, index $IDX, $late rows inserted after CREATE INDEX"
 
 # ---------------------------------------------------------- layout --
-# The damage below is placed by the documented format (src/hybrid/README.md):
+# The damage below is placed by the documented format (src/static_stage/README.md):
 # the body starts right after the 24-byte PageHeaderData.  Check that first.
 cluster_sql "$DIR" "$DB" "CHECKPOINT" >/dev/null
 bad=$(pagetool layout "$(index_file)")
 if [[ -n $bad ]]; then
-    fail "page layout differs from src/hybrid/README.md (body must start at byte 24, after PageHeaderData; it overlaps pd_prune_xid otherwise):"
+    fail "page layout differs from src/static_stage/README.md (body must start at byte 24, after PageHeaderData; it overlaps pd_prune_xid otherwise):"
     head -n 5 <<<"$bad" | sed 's/^/    /' >&2
     echo "    ($(wc -l <<<"$bad") pages)" >&2
 else

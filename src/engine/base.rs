@@ -147,6 +147,13 @@ pub struct ScanRange<'a> {
     pub whole_key: bool,
     /// (lower, upper) exclude the bound itself.
     pub strict: (bool, bool),
+    /// The range is one key: equality on every key column (`lower` is the
+    /// key columns, INCLUDE columns may follow them in the entries), and
+    /// this is its `IndexDesc::key_hash`. A structure with a hash path may
+    /// answer from it instead of a search; it still yields the key's
+    /// entries in TID order. None for every other range and for keys
+    /// whose equal values may differ in bytes.
+    pub point_hash: Option<u64>,
 }
 
 /// A position in the base structure. It yields entries in index order from

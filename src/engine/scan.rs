@@ -577,9 +577,9 @@ impl Cursor {
                     Some(u) => (u.clone(), us),
                     None => (vec![ck::MARK_NULL_LAST], true),
                 };
-                self.base.start(dir, &ScanRange { lower: &lo, upper: Some(&hi), whole_key: true, strict: (ls, us) });
+                self.base.start(dir, &ScanRange { lower: &lo, upper: Some(&hi), whole_key: true, strict: (ls, us), point_hash: self.point_hash });
             }
-            None => self.base.start(dir, &ScanRange { lower: &self.lower, upper: self.upper.as_deref(), whole_key: desc.natts == 1, strict: (false, false) }),
+            None => self.base.start(dir, &ScanRange { lower: &self.lower, upper: self.upper.as_deref(), whole_key: desc.natts == 1, strict: (false, false), point_hash: self.point_hash }),
         }
     }
 

@@ -7,7 +7,7 @@ pub enum Lock {
     Share,
     Exclusive,
     /// Exclusive, and no other backend holds a pin (scans pin the static
-    /// leaf they are positioned on; see hybrid/README.md).
+    /// leaf they are positioned on; see static_stage/README.md).
     Cleanup,
 }
 

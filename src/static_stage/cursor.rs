@@ -24,7 +24,7 @@ use crate::engine::meta::{self, BaseInfo};
 use crate::keys::IndexDesc;
 use crate::storage::page::NO_BLOCK;
 
-pub struct HybridCursor {
+pub struct StaticCursor {
     index: pg_sys::Relation,
     desc: Rc<IndexDesc>,
     stage: Stage,
@@ -41,9 +41,9 @@ pub struct HybridCursor {
     done: bool,
 }
 
-impl HybridCursor {
-    pub fn new(index: pg_sys::Relation, desc: Rc<IndexDesc>, stage: Stage) -> HybridCursor {
-        HybridCursor { index, desc, stage, leaf: None, spare: Window::default(), path: Vec::with_capacity(4), ei: 0, ti: 0, done: true }
+impl StaticCursor {
+    pub fn new(index: pg_sys::Relation, desc: Rc<IndexDesc>, stage: Stage) -> StaticCursor {
+        StaticCursor { index, desc, stage, leaf: None, spare: Window::default(), path: Vec::with_capacity(4), ei: 0, ti: 0, done: true }
     }
 
     /// Descends from the root and loads the leaf `how` leads to (dropping
@@ -272,7 +272,7 @@ impl HybridCursor {
     }
 }
 
-impl BaseCursor for HybridCursor {
+impl BaseCursor for StaticCursor {
     unsafe fn start(&mut self, dir: Dir, range: &ScanRange) {
         loop {
             if self.stage.root == NO_BLOCK {

@@ -1,6 +1,10 @@
-//! hybrid_btree's base structure: the paper's static stage (compact,
-//! 100%-full leaves with front-coded keys and posting lists, optionally
-//! LZ4), rewritten by each merge one key-range segment at a time (README.md).
+//! The static stage as a base structure of the engine (hybrid-index
+//! paper's compact, 100%-full leaves with front-coded keys and posting
+//! lists, optionally LZ4), rewritten by each merge one key-range segment at
+//! a time (README.md). An access method serves it through a `StaticStage`
+//! that names the AM and reads its reloptions; hybrid_btree is exactly
+//! that, and an AM that pairs the tree with a structure of its own calls
+//! these methods from its own `BaseStructure`.
 
 use std::cell::Cell;
 use std::cmp::Ordering;
@@ -12,8 +16,8 @@ use pg_hybrid_core::static_stage::{fresh_in_segment, plan_segment, FormatError, 
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 
-use super::cursor::HybridCursor;
-use super::{options, static_io};
+use super::cursor::StaticCursor;
+use super::static_io;
 use crate::engine::base::{BaseCursor, BaseShape, BaseStructure, BuildResult, Entry, EntryRef, MergeResult, MergeStep, Prune, VacuumResult};
 use crate::engine::meta::{self, BaseInfo, BaseRoots, IndexMeta};
 use crate::engine::stats::fail;
@@ -22,7 +26,7 @@ use crate::storage::buffer::{Buf, Lock};
 use crate::storage::page::{self, PageKind, BODY_CAP, NO_BLOCK};
 use crate::storage::wal::WalRecord;
 
-/// hybrid_btree's view of the metapage's base roots: one static stage.
+/// The static stage's view of the metapage's base roots.
 #[derive(Clone, Copy, Debug)]
 pub struct Stage {
     /// Generation written into every page of the stage.
@@ -46,9 +50,22 @@ impl Stage {
     }
 }
 
-pub struct HybridStage;
+/// What the stage needs to know of its index's reloptions.
+#[derive(Clone, Copy, Debug)]
+pub struct StageSettings {
+    /// Merge when the delta log holds the stage's bytes / merge_ratio.
+    pub merge_ratio: i32,
+    /// Write LZ4 leaves.
+    pub compress: bool,
+}
 
-pub static HYBRID: HybridStage = HybridStage;
+/// The static stage served to the engine as the base structure of `am`.
+pub struct StaticStage {
+    /// pg_am.amname of the access method.
+    pub am: &'static CStr,
+    /// The index's settings, from its reloptions.
+    pub settings: unsafe fn(pg_sys::Relation) -> StageSettings,
+}
 
 /// The shape of a stage written by `static_io::write_stage`.
 fn shape_of(res: &pg_hybrid_core::static_stage::BuildResult, gen: u32, compressed: bool) -> BaseShape {
@@ -56,13 +73,13 @@ fn shape_of(res: &pg_hybrid_core::static_stage::BuildResult, gen: u32, compresse
     BaseShape { roots: stage.roots(), keys: res.nkeys, entries: res.ntids, pages: (res.nleaves + res.ninner) as u64, bytes: res.body_bytes }
 }
 
-impl BaseStructure for HybridStage {
+impl BaseStructure for StaticStage {
     fn am_name(&self) -> &'static CStr {
-        c"hybrid_btree"
+        self.am
     }
 
     unsafe fn merge_ratio(&self, index: pg_sys::Relation) -> i32 {
-        options::merge_ratio(index)
+        (self.settings)(index).merge_ratio
     }
 
     fn is_empty(&self, info: &BaseInfo) -> bool {
@@ -79,7 +96,7 @@ impl BaseStructure for HybridStage {
         gen: u32,
         progress: &mut dyn FnMut(u64),
     ) -> BuildResult {
-        let compress = options::compression_lz4(index);
+        let compress = (self.settings)(index).compress;
         let mut grouped = Grouped { entries: entries.peekable() };
         let res = static_io::write_stage(index, &mut grouped, gen, compress, progress);
         BuildResult { shape: shape_of(&res, gen, compress), freed: Vec::new() }
@@ -104,7 +121,7 @@ impl BaseStructure for HybridStage {
         let everywhere = prune.as_ref().is_some_and(|p| p.everywhere);
         let mut dead: Option<&mut dyn FnMut(Tid) -> bool> = prune.map(|p| p.dead);
         let old = Stage::of(&meta.base);
-        let compress = options::compression_lz4(index);
+        let compress = (self.settings)(index).compress;
         let want_hashes = desc.unique && desc.hashable;
         let mut hashes: Vec<u64> = Vec::new();
         let mut cmp = |a: &[u8], b: &[u8]| desc.compare(a, b);
@@ -255,7 +272,7 @@ impl BaseStructure for HybridStage {
     }
 
     unsafe fn cursor(&self, index: pg_sys::Relation, desc: &Rc<IndexDesc>, info: &BaseInfo) -> Box<dyn BaseCursor> {
-        Box::new(HybridCursor::new(index, desc.clone(), Stage::of(info)))
+        Box::new(StaticCursor::new(index, desc.clone(), Stage::of(info)))
     }
 
     unsafe fn verify(&self, index: pg_sys::Relation, desc: &Rc<IndexDesc>, meta: &IndexMeta, all: Option<&mut HashSet<(Vec<u8>, Tid)>>) -> u64 {
