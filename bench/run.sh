@@ -23,7 +23,7 @@
 #   --smoke               tiny sizes (the test suite's step); results go to
 #                         $PH_SCRATCH/bench_results unless --out is given
 #   --index-am AM         index AM under test: btree, hybrid_btree (default: pgrx.toml am);
-#                         later elastic_btree, griffin, tiered_btree, tiered_hash. --am is an alias
+#                         elastic_btree, griffin; later tiered_btree, tiered_hash. --am is an alias
 #   --table-am AM         table AM of the AM side: heap (default) or hasis
 #   --baseline AM         built-in index AM to compare with (default btree)
 #   --repeat N            measure each side N times (alternating order); reports the

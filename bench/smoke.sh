@@ -2,7 +2,7 @@
 # bench/smoke.sh — the test suite's benchmark step (scripts/test.sh step "bench").
 #
 # 1. Bad input must fail cleanly: unknown suite, unknown index AM, a planned AM
-#    that is not installed (griffin), an unknown table AM, a port in use,
+#    that is not installed (tiered_btree), an unknown table AM, a port in use,
 #    a cluster that cannot start (bad shared_buffers).  Each must exit non-zero
 #    with the expected message and leave no server of ours running.
 # 2. `bench/run.sh all --smoke` with the AM under test (PH_AM; btree in stand-in
@@ -53,8 +53,8 @@ expect_fail() {
 expect_fail unknown_suite "unknown suite 'nosuch'" nosuch --smoke
 expect_fail unknown_am "unknown index AM 'nosuch_am'" probe --smoke --index-am nosuch_am
 expect_fail unknown_table_am "unknown table AM" probe --smoke --table-am nosuch
-# a planned AM that has no code yet (elastic_btree has landed; griffin is next)
-expect_fail planned_am "'griffin' is not installed|pg_hybrid is not installed" probe --smoke --index-am griffin
+# a planned AM that has no code yet (elastic_btree and griffin have landed)
+expect_fail planned_am "'tiered_btree' is not installed|pg_hybrid is not installed" probe --smoke --index-am tiered_btree
 expect_fail bad_start "could not start cluster" probe --smoke --shared-buffers nonsense
 
 # a port in use: a plain TCP listener on the bench port

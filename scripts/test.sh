@@ -19,6 +19,14 @@
 #                                        background merge on/off, restart rebuilds the dynamic stages)
 #   bench         bench/smoke.sh        (every benchmark suite in --smoke size, AM vs btree; bad
 #                                        input fails cleanly; TPC-H answers checked; no timing limits)
+# Third pass, with griffin (skipped when the AM under test is griffin or
+# btree, or when griffin is not installed); always short (--quick).
+# `--only griffin` / `--skip griffin` select all five:
+#   differential-griffin  differential.py --am griffin (20 s)
+#   crash-griffin         crash.sh (kill -9 during inserts and during a sync)
+#   standby-griffin       standby.sh (the replica's hash path answers like the primary's)
+#   concurrency-griffin   concurrency.sh (pgbench upserts on a UNIQUE griffin index, exact counts)
+#   isolation-griffin     isolation.sh (SERIALIZABLE and UNIQUE interleavings, same output as btree)
 # Second pass, with elastic_btree (skipped when the AM under test is already
 # elastic_btree or btree, or when elastic_btree is not installed); always short
 # (--quick), set PH_ELASTIC_FULL=1 for the full forms.  `--only elastic` /
@@ -51,7 +59,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ELASTIC_STEPS=(differential-elastic crash-elastic standby-elastic concurrency-elastic isolation-elastic convert-elastic corrupt-elastic)
-ALL_STEPS=(setup core regress differential crash standby concurrency isolation hasis corrupt arena bench "${ELASTIC_STEPS[@]}")
+GRIFFIN_STEPS=(differential-griffin crash-griffin standby-griffin concurrency-griffin isolation-griffin)
+ALL_STEPS=(setup core regress differential crash standby concurrency isolation hasis corrupt arena bench "${ELASTIC_STEPS[@]}" "${GRIFFIN_STEPS[@]}")
 quick=0
 only=()
 skip=()
@@ -78,13 +87,17 @@ export PH_AM PH_STANDIN PH_PRELOAD
 expand_steps() {
     local x
     for x in "$@"; do
-        if [[ $x == elastic ]]; then printf '%s\n' "${ELASTIC_STEPS[@]}"; else printf '%s\n' "$x"; fi
+        case $x in
+            elastic) printf '%s\n' "${ELASTIC_STEPS[@]}" ;;
+            griffin) printf '%s\n' "${GRIFFIN_STEPS[@]}" ;;
+            *) printf '%s\n' "$x" ;;
+        esac
     done
 }
 ((${#only[@]})) && mapfile -t only < <(expand_steps "${only[@]}")
 ((${#skip[@]})) && mapfile -t skip < <(expand_steps "${skip[@]}")
 for s in "${only[@]}" "${skip[@]}"; do
-    [[ " ${ALL_STEPS[*]} " == *" $s "* ]] || ph_die "unknown step '$s' (steps: ${ALL_STEPS[*]} elastic)"
+    [[ " ${ALL_STEPS[*]} " == *" $s "* ]] || ph_die "unknown step '$s' (steps: ${ALL_STEPS[*]} elastic griffin)"
 done
 
 selected() {
@@ -251,6 +264,38 @@ step_differential_elastic() {
         --size-bound "${PH_ELASTIC_DIFF_BOUND:-mixed}"
 }
 
+# ------------------------------------------------------------ griffin pass --
+griffin_installed() {
+    local f
+    for f in "$("$PH_PG_CONFIG" --sharedir)"/extension/pg_hybrid--*.sql; do
+        [[ -f $f ]] && grep -q 'ACCESS METHOD griffin' "$f" && return 0
+    done
+    return 1
+}
+GRIFFIN_PASS=0
+if [[ $PH_STANDIN == 0 && $PH_AM != griffin ]]; then GRIFFIN_PASS=1; fi
+
+# griffin_step TEST-SCRIPT ARGS...: run a tests/*.sh script with PH_AM=griffin
+griffin_step() {
+    local script=$1
+    shift
+    if ! griffin_installed; then
+        echo "SKIP: griffin is not installed (no 'ACCESS METHOD griffin' in the extension's install script)"
+        return 77
+    fi
+    PH_AM=griffin bash "$PH_REPO/tests/$script" "$@"
+}
+
+step_differential_griffin() {
+    if ! griffin_installed; then
+        echo "SKIP: griffin is not installed (no 'ACCESS METHOD griffin' in the extension's install script)"
+        return 77
+    fi
+    ph_prepare_db "$MAIN" ph_differential_griffin
+    PH_PGHOST=$MAIN/sock PH_PGPORT=$(cluster_port "$MAIN") PH_DB=ph_differential_griffin PH_OUTDIR=$LOGDIR \
+        python3 "$PH_REPO/tests/differential.py" --seed "${PH_SEED:-1}" --time "${PH_GDIFF_TIME:-20}" --am griffin
+}
+
 # ------------------------------------------------------------------- main --
 ph_scratch logs >/dev/null
 LOGDIR=$(ph_scratch logs)
@@ -264,12 +309,14 @@ if selected setup && [[ ${results[-1]} == *FAIL* ]]; then setup_ok=0; fi
 if ((setup_ok == 0)); then
     ns=(core regress differential crash standby concurrency isolation hasis corrupt arena bench)
     ((ELASTIC_PASS)) && ns+=("${ELASTIC_STEPS[@]}")
+    ((GRIFFIN_PASS)) && ns+=("${GRIFFIN_STEPS[@]}")
     for s in "${ns[@]}"; do
         selected "$s" && record "$s" FAIL 0 "(not run: setup failed)"
     done
 else
     run_step core step_core
-    if selected regress || selected differential || { ((ELASTIC_PASS)) && selected differential-elastic; }; then
+    if selected regress || selected differential || { ((ELASTIC_PASS)) && selected differential-elastic; } ||
+        { ((GRIFFIN_PASS)) && selected differential-griffin; }; then
         if (main_cluster) >"$LOGDIR/main_cluster.log" 2>&1; then
             # started in a subshell for its log; register it in this shell too
             MAIN=$PH_SCRATCH/main
@@ -277,10 +324,11 @@ else
             run_step regress step_regress
             run_step differential step_differential
             ((ELASTIC_PASS)) && run_step differential-elastic step_differential_elastic
+            ((GRIFFIN_PASS)) && run_step differential-griffin step_differential_griffin
             cluster_stop "$MAIN" fast
         else
             cat "$LOGDIR/main_cluster.log"
-            for s in regress differential differential-elastic; do
+            for s in regress differential differential-elastic differential-griffin; do
                 selected "$s" && record "$s" FAIL 0 "(scratch cluster did not start; $LOGDIR/main_cluster.log)"
             done
         fi
@@ -300,6 +348,12 @@ else
         run_step isolation-elastic elastic_step isolation.sh "${PH_ELASTIC_BOUND_ISO:-128kB}" "${eqarg[@]}"
         run_step convert-elastic elastic_step convert.sh "${PH_ELASTIC_BOUND_CONVERT:-768kB}" "${eqarg[@]}"
         run_step corrupt-elastic elastic_step corrupt.sh "" "${eqarg[@]}"
+    fi
+    if ((GRIFFIN_PASS)); then
+        run_step crash-griffin griffin_step crash.sh --quick
+        run_step standby-griffin griffin_step standby.sh --quick
+        run_step concurrency-griffin griffin_step concurrency.sh --quick
+        run_step isolation-griffin griffin_step isolation.sh --quick
     fi
 fi
 

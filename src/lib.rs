@@ -10,6 +10,7 @@ use pgrx::prelude::*;
 
 pub mod elastic;
 pub mod engine;
+pub mod griffin;
 pub mod guc;
 pub mod hasis;
 pub mod hybrid;
@@ -41,6 +42,7 @@ pub extern "C-unwind" fn _PG_init() {
         pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_hybrid".as_ptr());
         engine::init();
         hybrid::init();
+        griffin::init();
         elastic::init();
         hasis::init();
         install_shmem_hooks();

@@ -190,6 +190,9 @@ class Differential:
         self.collate = ""
         self.round = 0
         self.elastic = args.am == "elastic_btree"
+        # AMs that order or hash keys by their bytes: text keys under
+        # COLLATE "C", no numeric keys
+        self.memcmp_keys = args.am in ("elastic_btree", "griffin")
         self.compact_seen = {}   # index -> max compact_leaves seen
         self.states_seen = collections.Counter()
         self.bound_changes = 0
@@ -199,13 +202,14 @@ class Differential:
         a = self.a
         have_icu = self.pg.rows("SELECT count(*) FROM pg_collation WHERE collname = 'en-x-icu'")[0][0]
         self.collate = ' COLLATE "en-x-icu"' if have_icu != "0" else ""
-        if self.elastic:
-            # elastic_btree needs memcmp-able keys: text only under COLLATE "C"
+        if self.memcmp_keys:
+            # elastic_btree and griffin need memcmp-able keys: text only
+            # under COLLATE "C"
             self.collate = ' COLLATE "C"'
         cols = ", ".join(
             "%s %s%s%s" % (c, "int8" if t == "id" else ("varchar(16)" if t == "varchar" else SQLTYPE.get(t, t)),
                            " NOT NULL" if c == "id" else "",
-                           self.collate if c == "h" or (self.elastic and c == "c") else "")
+                           self.collate if c == "h" or (self.memcmp_keys and c == "c") else "")
             for c, t in COLS)
         ddl = []
         for t in ("t_am", "t_bt"):
@@ -263,6 +267,14 @@ class Differential:
             if r.random() < 0.4:
                 opts.append("merge_ratio = %d" % r.choice([2, 5, 10, 50]))
             return " WITH (%s)" % ", ".join(opts) if opts else ""
+        if self.a.am == "griffin":
+            r = random.Random("%d-%s" % (self.a.seed, name))
+            opts = []
+            if r.random() < 0.6:
+                opts.append("sync_ratio = %d" % r.choice([2, 3, 5, 10, 50]))
+            if r.random() < 0.4:
+                opts.append("bucket_fill = %d" % r.choice([10, 30, 75, 100]))
+            return " WITH (%s)" % ", ".join(opts) if opts else ""
         if self.a.am != "hybrid_btree":
             return ""
         r = random.Random("%d-%s" % (self.a.seed, name))
@@ -280,8 +292,8 @@ class Differential:
                 continue
             if name == "i_bdesc" and self.a.no_desc_index:
                 continue
-            if self.elastic and any(COLTYPE[c] == "numeric" for c, _ in cols):
-                continue   # elastic_btree refuses numeric keys (no memcmp-able encoding)
+            if self.memcmp_keys and any(COLTYPE[c] == "numeric" for c, _ in cols):
+                continue   # elastic_btree and griffin refuse numeric keys (no memcmp-able encoding)
             colsql = ", ".join(c + (" DESC NULLS LAST" if d else "") for c, d in cols)
             u = "UNIQUE " if uniq else ""
             stmts.append("CREATE %sINDEX am_%s ON t_am USING %s (%s)%s"

@@ -14,3 +14,4 @@ pub mod partition;
 pub mod killed;
 pub mod fast_hash;
 pub mod hasis;
+pub mod hash_path;

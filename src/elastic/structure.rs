@@ -191,6 +191,7 @@ impl BaseStructure for ElasticBase {
             compact_leaves: Some(cl),
             state: Some(state),
             size_bound: options::size_bound(index).map(|b| b as i64),
+            ..BaseStats::default()
         }
     }
 

@@ -86,6 +86,15 @@ fn am_names() -> Vec<String> {
     registered().iter().map(|b| b.am_name().to_string_lossy().into_owned()).collect()
 }
 
+/// "a", "a or b", "a, b or c".
+fn one_of(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    }
+}
+
 /// Opens `oid` as an index of ours or raises a clear ERROR.
 pub unsafe fn open_index(oid: pg_sys::Oid, lockmode: i32) -> pg_sys::Relation {
     crate::require_preload();
@@ -98,8 +107,8 @@ pub unsafe fn open_index(oid: pg_sys::Oid, lockmode: i32) -> pg_sys::Relation {
         pg_sys::relation_close(rel, lockmode);
         crate::raise(
             PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-            format!("\"{name}\" is not a {} index", am_names().join(" or ")),
-            format!("Pass an index created with {}.", am_names().iter().map(|n| format!("USING {n}")).collect::<Vec<_>>().join(" or ")),
+            format!("\"{name}\" is not a {} index", one_of(&am_names())),
+            format!("Pass an index created with {}.", one_of(&am_names().iter().map(|n| format!("USING {n}")).collect::<Vec<_>>())),
         );
     }
     rel

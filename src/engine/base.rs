@@ -135,6 +135,12 @@ pub struct BaseStats {
     pub compact_leaves: Option<i64>,
     pub state: Option<String>,
     pub size_bound: Option<i64>,
+    /// A hash path's buckets, entries, pages (bucket, overflow, directory
+    /// and header) and overflow pages.
+    pub hash_buckets: Option<i64>,
+    pub hash_entries: Option<i64>,
+    pub hash_pages: Option<i64>,
+    pub overflow_pages: Option<i64>,
 }
 
 /// The range a scan reads: inclusive key prefixes as the engine computes
@@ -221,6 +227,13 @@ pub trait BaseStructure: Sync {
     /// queries for nothing.
     fn prunes_on_merge(&self) -> bool {
         true
+    }
+
+    /// Whether the structure answers equality on every key column from a
+    /// hash path (`ScanRange::point_hash`) rather than a tree descent; the
+    /// planner then costs such scans as hash index scans (cost.rs).
+    fn hash_point_path(&self) -> bool {
+        false
     }
 
     /// Raises an ERROR (with a hint) for index definitions the structure

@@ -1,8 +1,13 @@
 //! Cost estimation: btree's own estimator, since the static stage is a
 //! B+tree with the same descent and the same selectivity; being smaller,
 //! it costs fewer pages, so the planner prefers it where it would use btree.
+//! A structure with a hash path (`BaseStructure::hash_point_path`) answers
+//! equality on every key column from one bucket, as PostgreSQL's hash index
+//! does, and is costed as one: no descent.
 
 use pgrx::pg_sys;
+
+use super::ams;
 
 extern "C-unwind" {
     fn btcostestimate(
@@ -15,6 +20,42 @@ extern "C-unwind" {
         correlation: *mut f64,
         pages: *mut f64,
     );
+    fn hashcostestimate(
+        root: *mut pg_sys::PlannerInfo,
+        path: *mut pg_sys::IndexPath,
+        loop_count: f64,
+        startup: *mut pg_sys::Cost,
+        total: *mut pg_sys::Cost,
+        selectivity: *mut pg_sys::Selectivity,
+        correlation: *mut f64,
+        pages: *mut f64,
+    );
+}
+
+/// Whether the path's conditions are `=` (btree strategy 3, no arrays) on
+/// every key column, so the scan is a point lookup.
+unsafe fn equality_on_every_key_column(path: *mut pg_sys::IndexPath) -> bool {
+    let info = (*path).indexinfo;
+    let ncols = (*info).nkeycolumns as usize;
+    let mut covered = vec![false; ncols];
+    let clauses = pgrx::PgList::<pg_sys::IndexClause>::from_pg((*path).indexclauses);
+    for ic in clauses.iter_ptr() {
+        let col = (*ic).indexcol as usize;
+        if col >= ncols {
+            continue;
+        }
+        let quals = pgrx::PgList::<pg_sys::Node>::from_pg((*ic).indexquals);
+        for q in quals.iter_ptr() {
+            if (*q).type_ != pg_sys::NodeTag::T_OpExpr {
+                continue;
+            }
+            let opno = (*(q as *mut pg_sys::OpExpr)).opno;
+            if pg_sys::get_op_opfamily_strategy(opno, *(*info).opfamily.add(col)) == pg_sys::BTEqualStrategyNumber as i32 {
+                covered[col] = true;
+            }
+        }
+    }
+    ncols > 0 && covered.iter().all(|&c| c)
 }
 
 #[pgrx::pg_guard]
@@ -28,5 +69,10 @@ pub unsafe extern "C-unwind" fn amcostestimate(
     correlation: *mut f64,
     pages: *mut f64,
 ) {
-    btcostestimate(root, path, loop_count, startup, total, selectivity, correlation, pages);
+    let hash_path = ams::base_for_am((*(*path).indexinfo).relam).is_some_and(|b| b.hash_point_path());
+    if hash_path && equality_on_every_key_column(path) {
+        hashcostestimate(root, path, loop_count, startup, total, selectivity, correlation, pages);
+    } else {
+        btcostestimate(root, path, loop_count, startup, total, selectivity, correlation, pages);
+    }
 }

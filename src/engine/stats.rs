@@ -25,9 +25,10 @@ CREATE FUNCTION pg_hybrid.index_stats(index regclass) RETURNS TABLE (
     generation bigint, merges bigint, last_merge_ms double precision,
     bloom_checks bigint, bloom_skips bigint, bytes_per_entry double precision,
     standard_leaves bigint, compact_leaves bigint, state text, size_bound bigint,
-    key_fetches bigint)
+    key_fetches bigint, hash_buckets bigint, hash_entries bigint,
+    hash_pages bigint, overflow_pages bigint)
     LANGUAGE c STRICT VOLATILE AS 'MODULE_PATHNAME', 'index_stats_wrapper';
-COMMENT ON FUNCTION pg_hybrid.index_stats(regclass) IS 'sizes and counters of both stages of an index of pg_hybrid (leaf forms, state and bound: elastic_btree only)';
+COMMENT ON FUNCTION pg_hybrid.index_stats(regclass) IS 'sizes and counters of both stages of an index of pg_hybrid (leaf forms, state and bound: elastic_btree only; hash buckets: griffin only)';
 ")]
 fn index_stats(
     index: pg_sys::Oid,
@@ -53,6 +54,10 @@ fn index_stats(
         name!(state, Option<String>),
         name!(size_bound, Option<i64>),
         name!(key_fetches, Option<i64>),
+        name!(hash_buckets, Option<i64>),
+        name!(hash_entries, Option<i64>),
+        name!(hash_pages, Option<i64>),
+        name!(overflow_pages, Option<i64>),
     ),
 > {
     unsafe {
@@ -103,6 +108,10 @@ fn index_stats(
             base_stats.state,
             base_stats.size_bound,
             key_fetches,
+            base_stats.hash_buckets,
+            base_stats.hash_entries,
+            base_stats.hash_pages,
+            base_stats.overflow_pages,
         ))
     }
 }

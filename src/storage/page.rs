@@ -32,6 +32,9 @@ pub enum PageKind {
     ElasticDeleted = 8,
     /// The key-range partition map of predicate locking (engine/predlock.rs).
     LockMap = 9,
+    /// A page of a hash path (griffin): header, directory or bucket (the
+    /// body's own type byte says which; core/src/hash_path/README.md).
+    Hash = 10,
 }
 
 impl PageKind {
@@ -46,6 +49,7 @@ impl PageKind {
             7 => PageKind::Elastic,
             8 => PageKind::ElasticDeleted,
             9 => PageKind::LockMap,
+            10 => PageKind::Hash,
             _ => return None,
         })
     }
