@@ -88,6 +88,10 @@ impl HashPages for HashBufs {
                 return Err(hp::Error::Corrupt { blk, kind: hp::PageKind::Block, why: "link to a block outside the hash path" });
             }
             let buf = Buf::read(self.rel, blk, Lock::Share);
+            // The special area's check would wait for the header's cache
+            // miss: ask for both at once.
+            let p = buf.page() as *const u8;
+            pg_hybrid_core::static_stage::prefetch(std::slice::from_raw_parts(p.add(page::BLCKSZ - page::SPECIAL_SIZE), page::SPECIAL_SIZE));
             if pg_sys::RecoveryInProgress() && !is_hash_page(buf.page()) {
                 // Replay reused a retired chain under a standby query:
                 // `fail_reader` makes it a recovery conflict.

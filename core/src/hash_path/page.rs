@@ -407,8 +407,61 @@ impl<'a> BucketView<'a> {
         (i < self.n).then(|| self.slot_hash(i))
     }
 
-    /// First slot whose hash is >= `hash` (binary search on slot hashes).
+    /// First slot whose hash is >= `hash`. Hashes are spread evenly over
+    /// the u32 range (a bucket fixes only their low bits), so the search
+    /// starts where `hash` would sit in an even spread and widens from
+    /// there: on a page read cold, that is one or two cache lines of slots
+    /// instead of a binary search's chain of eight dependent misses.
     pub fn lower_bound(&self, hash: u32) -> usize {
+        let n = self.n;
+        if n == 0 {
+            return 0;
+        }
+        let guess = ((hash as u64 * n as u64) >> 32) as usize;
+        let (mut lo, mut hi);
+        if self.slot_hash(guess) < hash {
+            // The answer is in (guess, n].
+            lo = guess + 1;
+            hi = n;
+            let mut step = 1;
+            while guess + step < n {
+                let p = guess + step;
+                if self.slot_hash(p) >= hash {
+                    hi = p;
+                    break;
+                }
+                lo = p + 1;
+                step *= 2;
+            }
+        } else {
+            // The answer is in [0, guess].
+            lo = 0;
+            hi = guess;
+            let mut step = 1;
+            while step <= guess {
+                let p = guess - step;
+                if self.slot_hash(p) < hash {
+                    lo = p + 1;
+                    break;
+                }
+                hi = p;
+                step *= 2;
+            }
+        }
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.slot_hash(mid) < hash {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// Slot hashes from `lower_bound`'s binary search, for the tests.
+    #[cfg(test)]
+    pub fn lower_bound_binary(&self, hash: u32) -> usize {
         let (mut lo, mut hi) = (0, self.n);
         while lo < hi {
             let mid = (lo + hi) / 2;

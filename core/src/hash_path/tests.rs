@@ -954,3 +954,34 @@ fn cached_directory_reads_one_page() {
         assert!(got.contains(t));
     }
 }
+
+#[test]
+fn lower_bound_matches_binary_search() {
+    let mut rng = Rng(43);
+    for round in 0..300 {
+        let n = rng.below(300) as usize;
+        let mut items: Vec<(u32, Vec<u8>, Tid)> = (0..n)
+            .map(|i| {
+                // even spreads, clusters, runs of one hash, the extremes
+                let h = match round % 4 {
+                    0 => rng.below(1 << 32) as u32,
+                    1 => (rng.below(64) as u32) << 26,
+                    2 => 0x8000_0000 + rng.below(8) as u32,
+                    _ => [0, 1, u32::MAX - 1, u32::MAX][rng.below(4) as usize],
+                };
+                (h, vec![b'k', (i % 251) as u8], Tid::new(i as u32, 1))
+            })
+            .collect();
+        items.sort();
+        items.dedup();
+        let entries: Vec<Entry> = items.iter().map(|(h, k, t)| Entry::new(*h, k, *t)).collect();
+        let Ok(body) = page::build_bucket(8136, 0, NO_BLOCK, 0, true, &entries) else { continue };
+        let v = page::BucketView::parse(&body).unwrap();
+        let mut probes: Vec<u32> = items.iter().map(|e| e.0).collect();
+        probes.extend([0, 1, u32::MAX, 0x7fff_ffff, 0x8000_0000]);
+        probes.extend((0..20).map(|_| rng.below(1 << 32) as u32));
+        for h in probes {
+            assert_eq!(v.lower_bound(h), v.lower_bound_binary(h), "round {round}, n {n}, hash {h:#x}");
+        }
+    }
+}
