@@ -25,7 +25,8 @@
 #   --index-am AM         index AM under test: btree, hybrid_btree (default: pgrx.toml am);
 #                         elastic_btree, griffin; later tiered_btree, tiered_hash. --am is an alias
 #   --table-am AM         table AM of the AM side: heap (default) or hasis
-#   --baseline AM         built-in index AM to compare with (default btree)
+#   --baseline AM         built-in index AM to compare with (default btree; hash for the
+#                         probe and pgbench suites, whose hash side is not UNIQUE and has no ranges)
 #   --repeat N            measure each side N times (alternating order); reports the
 #                         median and min–max
 #   --out DIR             where reports go (default bench/results)
@@ -107,7 +108,10 @@ else
 fi
 [[ " ${KNOWN_INDEX_AMS[*]} " == *" $index_am "* ]] ||
     ph_die "bench/run.sh: unknown index AM '$index_am' (known: ${KNOWN_INDEX_AMS[*]})"
-[[ $baseline == btree ]] || ph_die "bench/run.sh: --baseline must be a built-in AM (btree), not '$baseline'"
+# PostgreSQL's hash index answers equality only: a baseline of the probe
+# (ranges not measured) and pgbench -S suites
+[[ $baseline == btree || ($baseline == hash && " probe pgbench " == *" ${run_suites[*]} "*) ]] ||
+    ph_die "bench/run.sh: --baseline must be a built-in AM (btree; hash for the probe and pgbench suites), not '$baseline'"
 [[ " ${KNOWN_TABLE_AMS[*]} " == *" $table_am "* ]] ||
     ph_die "bench/run.sh: unknown table AM '$table_am' (known: ${KNOWN_TABLE_AMS[*]})"
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || ph_die "bench/run.sh: --repeat needs a positive integer, not '$repeat'"

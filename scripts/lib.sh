@@ -413,11 +413,7 @@ ph_am_ddl() {
     PH_TCOLL=""
     case $1 in
         hybrid_btree) PH_IDX_OPTS=" WITH (merge_ratio = 10)" ;;
-        # griffin hashes key bytes: text keys under COLLATE "C"
-        griffin)
-            PH_TCOLL=' COLLATE "C"'
-            PH_IDX_OPTS=" WITH (sync_ratio = 10)"
-            ;;
+        griffin) PH_IDX_OPTS=" WITH (sync_ratio = 10)" ;;
         elastic_btree)
             PH_TCOLL=' COLLATE "C"'
             [[ -n ${PH_SIZE_BOUND:-} ]] && PH_IDX_OPTS=" WITH (size_bound = '$PH_SIZE_BOUND')"

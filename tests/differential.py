@@ -190,9 +190,9 @@ class Differential:
         self.collate = ""
         self.round = 0
         self.elastic = args.am == "elastic_btree"
-        # AMs that order or hash keys by their bytes: text keys under
-        # COLLATE "C", no numeric keys
-        self.memcmp_keys = args.am in ("elastic_btree", "griffin")
+        # AMs that order keys by their bytes: text keys under COLLATE "C",
+        # no numeric keys
+        self.memcmp_keys = args.am == "elastic_btree"
         self.compact_seen = {}   # index -> max compact_leaves seen
         self.states_seen = collections.Counter()
         self.bound_changes = 0
@@ -203,8 +203,7 @@ class Differential:
         have_icu = self.pg.rows("SELECT count(*) FROM pg_collation WHERE collname = 'en-x-icu'")[0][0]
         self.collate = ' COLLATE "en-x-icu"' if have_icu != "0" else ""
         if self.memcmp_keys:
-            # elastic_btree and griffin need memcmp-able keys: text only
-            # under COLLATE "C"
+            # elastic_btree needs memcmp-able keys: text only under COLLATE "C"
             self.collate = ' COLLATE "C"'
         cols = ", ".join(
             "%s %s%s%s" % (c, "int8" if t == "id" else ("varchar(16)" if t == "varchar" else SQLTYPE.get(t, t)),
@@ -293,7 +292,7 @@ class Differential:
             if name == "i_bdesc" and self.a.no_desc_index:
                 continue
             if self.memcmp_keys and any(COLTYPE[c] == "numeric" for c, _ in cols):
-                continue   # elastic_btree and griffin refuse numeric keys (no memcmp-able encoding)
+                continue   # elastic_btree refuses numeric keys (no memcmp-able encoding)
             colsql = ", ".join(c + (" DESC NULLS LAST" if d else "") for c, d in cols)
             u = "UNIQUE " if uniq else ""
             stmts.append("CREATE %sINDEX am_%s ON t_am USING %s (%s)%s"

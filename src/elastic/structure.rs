@@ -171,7 +171,7 @@ impl BaseStructure for ElasticBase {
         tree::verify(index, desc, meta);
         if let Some(all) = all {
             let mut c = ElasticCursor::new(index, desc.clone(), &TreeRoots::of(&meta.base));
-            c.start(Dir::Fwd, &ScanRange { lower: &[], upper: None, whole_key: false, strict: (false, false), point_hash: None });
+            c.start(Dir::Fwd, &ScanRange { lower: &[], upper: None, whole_key: false, strict: (false, false), point: false });
             while let Some((k, t)) = c.peek(Dir::Fwd) {
                 all.insert((desc.keycols(k).to_vec(), t));
                 c.advance(Dir::Fwd);

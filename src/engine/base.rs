@@ -154,12 +154,12 @@ pub struct ScanRange<'a> {
     /// (lower, upper) exclude the bound itself.
     pub strict: (bool, bool),
     /// The range is one key: equality on every key column (`lower` is the
-    /// key columns, INCLUDE columns may follow them in the entries), and
-    /// this is its `IndexDesc::key_hash`. A structure with a hash path may
-    /// answer from it instead of a search; it still yields the key's
-    /// entries in TID order. None for every other range and for keys
-    /// whose equal values may differ in bytes.
-    pub point_hash: Option<u64>,
+    /// key columns; INCLUDE columns may follow them in the entries). A
+    /// structure with a hash path may answer from it instead of a search
+    /// (hashing `lower` so that equal keys agree,
+    /// `IndexDesc::canonical_hash`); it still yields the key's entries in
+    /// (key, TID) order.
+    pub point: bool,
 }
 
 /// A position in the base structure. It yields entries in index order from
@@ -230,7 +230,7 @@ pub trait BaseStructure: Sync {
     }
 
     /// Whether the structure answers equality on every key column from a
-    /// hash path (`ScanRange::point_hash`) rather than a tree descent; the
+    /// hash path (`ScanRange::point`) rather than a tree descent; the
     /// planner then costs such scans as hash index scans (cost.rs).
     fn hash_point_path(&self) -> bool {
         false

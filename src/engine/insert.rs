@@ -120,7 +120,7 @@ pub unsafe fn base_tids_of_key(index: pg_sys::Relation, desc: &Rc<IndexDesc>, ba
     }
     let mut c = structure.cursor(index, desc, base);
     // The key columns as a prefix: INCLUDE columns may follow them.
-    c.start(Dir::Fwd, &ScanRange { lower: keycols, upper: Some(keycols), whole_key: false, strict: (false, false), point_hash: desc.key_hash(keycols) });
+    c.start(Dir::Fwd, &ScanRange { lower: keycols, upper: Some(keycols), whole_key: false, strict: (false, false), point: true });
     let mut taken = 0;
     while let Some((k, t)) = c.peek(Dir::Fwd) {
         if taken == limit || desc.compare_prefix(k, keycols) != Ordering::Equal {

@@ -113,6 +113,8 @@ struct Cursor {
     /// buffer), for re-seeking after a merge.
     returned: Option<Tid>,
     point_hash: Option<u64>,
+    /// The range is one key (equality on every key column): `ScanRange::point`.
+    point: bool,
     /// The last item came from the dynamic stage.
     from_dynamic: bool,
     dead_seen: DeadSeen,
@@ -507,14 +509,11 @@ impl ScanState {
         bounds_into(&self.desc, &conds, &mut lower, &mut upper);
         let upper = if upper.is_empty() { None } else { Some(upper) };
         let desc = &self.desc;
-        let point_hash = {
-            let full_eq = (0..desc.nkeyatts).all(|c| conds.iter().any(|x| x.col == c && matches!(x.kind, CondKind::Cmp(3))));
-            if full_eq && desc.hashable && upper.as_deref() == Some(&lower[..]) {
-                Some(pg_hybrid_core::bloom::key_hash(&lower))
-            } else {
-                None
-            }
-        };
+        // Equality on every key column: one key, the range a hash path
+        // answers; its bytes' hash, when they are canonical, for the Bloom
+        // filter and the key filter.
+        let point = (0..desc.nkeyatts).all(|c| conds.iter().any(|x| x.col == c && matches!(x.kind, CondKind::Cmp(3)))) && upper.as_deref() == Some(&lower[..]);
+        let point_hash = if point && desc.hashable { Some(pg_hybrid_core::bloom::key_hash(&lower)) } else { None };
         let start = state::start_scan(index, desc, self.slot, point_hash, held);
         self.killed_epoch = start.base.vacuum_epoch;
         // SIREAD locks on the range before reading it (predlock.rs).
@@ -533,6 +532,7 @@ impl ScanState {
                 c.reader = Some(start.reader);
                 c.returned = None;
                 c.point_hash = point_hash;
+                c.point = point;
                 c
             }
             None => {
@@ -552,6 +552,7 @@ impl ScanState {
                     reader: Some(start.reader),
                     returned: None,
                     point_hash,
+                    point,
                     from_dynamic: false,
                     dead_seen: DeadSeen::default(),
                 })
@@ -577,9 +578,9 @@ impl Cursor {
                     Some(u) => (u.clone(), us),
                     None => (vec![ck::MARK_NULL_LAST], true),
                 };
-                self.base.start(dir, &ScanRange { lower: &lo, upper: Some(&hi), whole_key: true, strict: (ls, us), point_hash: self.point_hash });
+                self.base.start(dir, &ScanRange { lower: &lo, upper: Some(&hi), whole_key: true, strict: (ls, us), point: self.point });
             }
-            None => self.base.start(dir, &ScanRange { lower: &self.lower, upper: self.upper.as_deref(), whole_key: desc.natts == 1, strict: (false, false), point_hash: self.point_hash }),
+            None => self.base.start(dir, &ScanRange { lower: &self.lower, upper: self.upper.as_deref(), whole_key: desc.natts == 1, strict: (false, false), point: self.point }),
         }
     }
 

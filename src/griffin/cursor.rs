@@ -1,5 +1,5 @@
 //! griffin's `BaseCursor`: a point range (equality on every key column,
-//! `ScanRange::point_hash`) is answered from the key's hash bucket, every
+//! `ScanRange::point`) is answered from the key's hash bucket, every
 //! other range by the tree's cursor. The engine merges the dynamic stage in
 //! either way, and checks conditions and range ends.
 
@@ -11,7 +11,7 @@ use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 
 use super::hash_io;
-use super::structure::{fold, hash_header, tree_info};
+use super::structure::{hash_header, key_hash, tree_info};
 use crate::engine::base::{BaseCursor, Dir, ScanRange};
 use crate::engine::meta::BaseInfo;
 use crate::keys::IndexDesc;
@@ -51,11 +51,17 @@ impl GriffinCursor {
         self.desc.compare(self.hits.key(i), key).then(self.hits.tid(i).cmp(&tid))
     }
 
-    /// Reads the key's bucket: every entry whose key columns are `keycols`,
-    /// in (key, TID) order.
-    unsafe fn load(&mut self, hash: u64, keycols: &[u8]) {
+    /// Reads the key's bucket: every entry whose key columns equal
+    /// `keycols`, in (key, TID) order.
+    unsafe fn load(&mut self, keycols: &[u8]) {
         let desc = &self.desc;
-        hash_io::lookup(self.index, self.header, self.generation, fold(hash), &mut |k| desc.keycols(k) == keycols, &mut self.hits);
+        let hash = key_hash(desc, keycols);
+        if desc.hashable {
+            // Equal keys have equal bytes.
+            hash_io::lookup(self.index, self.header, self.generation, hash, &mut |k| desc.keycols(k) == keycols, &mut self.hits);
+        } else {
+            hash_io::lookup(self.index, self.header, self.generation, hash, &mut |k| desc.compare_keycols(k, keycols) == Ordering::Equal, &mut self.hits);
+        }
         self.order.clear();
         self.order.extend(0..self.hits.len());
         let (hits, desc) = (&self.hits, &self.desc);
@@ -65,11 +71,11 @@ impl GriffinCursor {
 
 impl BaseCursor for GriffinCursor {
     unsafe fn start(&mut self, dir: Dir, range: &ScanRange) {
-        match range.point_hash {
-            Some(h) if self.header != NO_BLOCK => {
+        match range.point {
+            true if self.header != NO_BLOCK => {
                 self.tree.stop();
                 self.point = true;
-                self.load(h, range.lower);
+                self.load(range.lower);
                 self.pos = match dir {
                     Dir::Fwd => 0,
                     Dir::Bwd => self.order.len() as isize - 1,

@@ -54,6 +54,12 @@ pub struct ColDesc {
     /// Comparison proc for OpaqueVarlena key columns.
     pub cmp_proc: pg_sys::Oid,
     cmp_finfo: RefCell<Option<Box<pg_sys::FmgrInfo>>>,
+    /// The standard hash proc of the type's default hash opclass, for
+    /// OpaqueVarlena key columns (InvalidOid when the type has none):
+    /// equal values hash alike whatever their bytes (numeric 1.0 and
+    /// 1.00, bpchar's trailing blanks, nondeterministic collations).
+    pub hash_proc: pg_sys::Oid,
+    hash_finfo: RefCell<Option<Box<pg_sys::FmgrInfo>>>,
 }
 
 pub struct IndexDesc {
@@ -97,20 +103,20 @@ unsafe fn build_desc(index: pg_sys::Relation) -> IndexDesc {
     for i in 0..natts {
         let attr = &*(*tupdesc).attrs.as_ptr().add(i);
         let typid = attr.atttypid;
-        let (enc, order, collation, cmp_proc) = if i < nkeyatts {
+        let (enc, order, collation, cmp_proc, hash_proc) = if i < nkeyatts {
             let opcintype = *(*index).rd_opcintype.add(i);
             let collation = *(*index).rd_indcollation.add(i);
             let order = ColumnOrder::from_indoption(*(*index).rd_indoption.add(i));
             let enc = enc_for_type(index, opcintype, collation, i);
-            let cmp_proc = if enc == Enc::OpaqueVarlena {
+            let (cmp_proc, hash_proc) = if enc == Enc::OpaqueVarlena {
                 let opfamily = *(*index).rd_opfamily.add(i);
-                pg_sys::get_opfamily_proc(opfamily, opcintype, opcintype, 1)
+                (pg_sys::get_opfamily_proc(opfamily, opcintype, opcintype, 1), default_hash_proc(opcintype))
             } else {
-                pg_sys::InvalidOid
+                (pg_sys::InvalidOid, pg_sys::InvalidOid)
             };
-            (enc, order, collation, cmp_proc)
+            (enc, order, collation, cmp_proc, hash_proc)
         } else {
-            (Enc::IncludedRaw, ColumnOrder::ASC, pg_sys::InvalidOid, pg_sys::InvalidOid)
+            (Enc::IncludedRaw, ColumnOrder::ASC, pg_sys::InvalidOid, pg_sys::InvalidOid, pg_sys::InvalidOid)
         };
         let kind = match enc {
             Enc::Int2 | Enc::Int4 | Enc::Int8 | Enc::Date | Enc::Time | Enc::Timestamp => ColumnKind::Int64,
@@ -134,6 +140,8 @@ unsafe fn build_desc(index: pg_sys::Relation) -> IndexDesc {
             returnable,
             cmp_proc,
             cmp_finfo: RefCell::new(None),
+            hash_proc,
+            hash_finfo: RefCell::new(None),
         });
     }
     let schema = KeySchema::new(cols.iter().map(|c| (c.kind, c.order)).collect());
@@ -150,6 +158,19 @@ unsafe fn build_desc(index: pg_sys::Relation) -> IndexDesc {
         nulls_not_distinct: (*idx).indnullsnotdistinct,
         index_oid: (*index).rd_id,
     }
+}
+
+/// Support function 1 of a hash opclass (access/hash.h).
+const HASHSTANDARD_PROC: i16 = 1;
+
+/// The standard hash support proc of `typid`'s default hash opclass.
+unsafe fn default_hash_proc(typid: pg_sys::Oid) -> pg_sys::Oid {
+    let opclass = pg_sys::GetDefaultOpClass(typid, pg_sys::HASH_AM_OID);
+    if opclass == pg_sys::InvalidOid {
+        return pg_sys::InvalidOid;
+    }
+    let intype = pg_sys::get_opclass_input_type(opclass);
+    pg_sys::get_opfamily_proc(pg_sys::get_opclass_family(opclass), intype, intype, HASHSTANDARD_PROC)
 }
 
 unsafe fn enc_for_type(index: pg_sys::Relation, typid: pg_sys::Oid, collation: pg_sys::Oid, col: usize) -> Enc {
@@ -199,6 +220,13 @@ pub unsafe fn varlena_bytes<'a>(d: pg_sys::Datum) -> &'a [u8] {
 }
 
 /// A palloc'd varlena with a 4-byte header holding `bytes`.
+/// The finaliser of SplitMix64: spreads every input bit over the output.
+fn splitmix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 pub unsafe fn make_varlena(bytes: &[u8]) -> pg_sys::Datum {
     let total = bytes.len() + pg_sys::VARHDRSZ;
     let p = pg_sys::palloc(total) as *mut pg_sys::varlena;
@@ -335,6 +363,57 @@ impl IndexDesc {
             return None;
         }
         Some(pg_hybrid_core::bloom::key_hash(self.keycols(key)))
+    }
+
+    /// Whether every key column can be hashed so that equal values hash
+    /// alike (`canonical_hash`): byte-canonical encodings, and opaque
+    /// columns whose type has a hash opclass.
+    pub fn canonically_hashable(&self) -> bool {
+        self.cols[..self.nkeyatts].iter().all(|c| c.kind != ColumnKind::Opaque || c.hash_proc != pg_sys::InvalidOid)
+    }
+
+    /// A hash of the key columns of `key` (a stored key, or a bound holding
+    /// every key column) on which equal keys agree even where their bytes
+    /// differ: `key_hash` when the bytes are canonical; otherwise each
+    /// opaque column hashed by its type's hash proc under its collation,
+    /// the others by their bytes, mixed in column order. None when a
+    /// column's type has no hash support (`canonically_hashable`).
+    pub fn canonical_hash(&self, key: &[u8]) -> Option<u64> {
+        if self.hashable {
+            return self.key_hash(key);
+        }
+        let mut h: u64 = 0x243f_6a88_85a3_08d3;
+        for (i, c) in self.schema.columns(key).take(self.nkeyatts).enumerate() {
+            let c = c.ok()?;
+            let col = &self.cols[i];
+            let part = if c.null || col.enc != Enc::OpaqueVarlena {
+                pg_hybrid_core::bloom::key_hash(c.encoded)
+            } else {
+                self.type_hash(i, c.payload)? as u64
+            };
+            h = splitmix(h ^ part);
+        }
+        Some(h)
+    }
+
+    /// The type's hash of a raw opaque value of key column `col`.
+    fn type_hash(&self, col: usize, raw: &[u8]) -> Option<u32> {
+        let c = &self.cols[col];
+        if c.hash_proc == pg_sys::InvalidOid {
+            return None;
+        }
+        unsafe {
+            let mut f = c.hash_finfo.borrow_mut();
+            let finfo = f.get_or_insert_with(|| {
+                let mut fi: Box<pg_sys::FmgrInfo> = Box::new(std::mem::zeroed());
+                pg_sys::fmgr_info_cxt(c.hash_proc, &mut *fi, pg_sys::TopMemoryContext);
+                fi
+            });
+            let d = make_varlena(raw);
+            let r = pg_sys::FunctionCall1Coll(&mut **finfo, c.collation, d);
+            pg_sys::pfree(d.cast_mut_ptr());
+            Some(r.value() as u32)
+        }
     }
 
     /// Whether any key column of `key` is NULL.
