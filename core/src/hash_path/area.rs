@@ -610,18 +610,12 @@ impl<P: HashPages> HashArea<P> {
         let n = hdr.maxbucket as usize + 1;
         let mut out = Vec::with_capacity(n);
         for index in 0..n.div_ceil(per) {
-            let Some(&blk) = hdr.dirs.get(index) else {
-                return Err(Error::Corrupt { blk: self.header_blk, kind: PageKind::Header, why: "directory page not listed" });
-            };
-            let p = self.pool.read(blk)?;
-            let d = DirView::parse(&p).map_err(|e| e.at(blk))?;
-            if d.index as usize != index || p.len() != self.cap() {
-                return Err(Error::Corrupt { blk, kind: PageKind::Directory, why: "directory page index does not match its place" });
-            }
+            let body = self.read_dir_body(hdr, index)?;
+            let d = DirView::parse(&body)?;
             for slot in 0..per.min(n - out.len()) {
                 match d.slot(slot) {
                     Some(b) if b != NO_BLOCK => out.push(b),
-                    _ => return Err(Error::Corrupt { blk, kind: PageKind::Directory, why: "bucket without a primary page" }),
+                    _ => return Err(Error::Corrupt { blk: hdr.dirs[index], kind: PageKind::Directory, why: "bucket without a primary page" }),
                 }
             }
         }
