@@ -32,29 +32,31 @@ pub struct HashBufs {
     writable: bool,
     /// Blocks handed out by `alloc` that no step wrote yet. They are not
     /// kept locked (a table's creation or a long chain's split allocates
-    /// hundreds, more than a backend may hold LWLocks): the free space map
-    /// gave each to this writer alone, or the relation was extended for it,
-    /// and VACUUM's sweep, which could hand a free page out again, waits
-    /// for the maintenance lock the writer holds.
+    /// hundreds, more than a backend may hold LWLocks). The free space map
+    /// can hand one free page to two backends at once; what settles it in
+    /// `alloc_page` is the page itself: the first to lock it changes its
+    /// kind, the second then finds it taken. So `alloc` claims each page
+    /// before it lets go of the lock: an empty hash page, WAL-logged (a
+    /// few bytes: the body is a hole). One a crash leaves unlinked is an
+    /// orphan VACUUM's sweep frees.
     pending: HashSet<u32>,
     /// Blocks the steps retired: the caller lists them for recycling
     /// (readers that routed before a split may still be on them).
     pub retired: Vec<u32>,
     /// CREATE INDEX: nobody can see the index, so retired blocks are
-    /// freed at once and reused.
+    /// freed at once (and reused through the free space map).
     pub reuse_at_once: bool,
-    reusable: Vec<u32>,
 }
 
 impl HashBufs {
     pub unsafe fn reader(rel: pg_sys::Relation) -> HashBufs {
-        HashBufs { rel, writable: false, pending: HashSet::new(), retired: Vec::new(), reuse_at_once: false, reusable: Vec::new() }
+        HashBufs { rel, writable: false, pending: HashSet::new(), retired: Vec::new(), reuse_at_once: false }
     }
 
     /// Pages for the single writer (the caller holds the maintenance lock,
     /// or builds the index).
     pub unsafe fn writer(rel: pg_sys::Relation) -> HashBufs {
-        HashBufs { rel, writable: true, pending: HashSet::new(), retired: Vec::new(), reuse_at_once: false, reusable: Vec::new() }
+        HashBufs { rel, writable: true, pending: HashSet::new(), retired: Vec::new(), reuse_at_once: false }
     }
 
     pub fn rel(&self) -> pg_sys::Relation {
@@ -71,9 +73,13 @@ impl HashPages for HashBufs {
         if !self.writable {
             return Err(hp::Error::BadInput("allocation through a read-only pool"));
         }
-        let blk = match self.reusable.pop() {
-            Some(blk) => blk,
-            None => unsafe { alloc_page(self.rel).blkno() },
+        let blk = unsafe {
+            let b = alloc_page(self.rel);
+            let mut w = WalRecord::start(self.rel);
+            let p = w.register_new(&b);
+            page::init_page(p, PageKind::Hash, 0, 0);
+            w.finish();
+            b.blkno()
         };
         self.pending.insert(blk);
         Ok(blk)
