@@ -69,10 +69,6 @@ pub fn key_hash(desc: &IndexDesc, key: &[u8]) -> u32 {
     (h ^ (h >> 32)) as u32
 }
 
-fn entry_hash(desc: &IndexDesc, key: &[u8]) -> u32 {
-    key_hash(desc, key)
-}
-
 unsafe fn area_config(index: pg_sys::Relation, initial_buckets: u32) -> Config {
     Config { initial_buckets, fill_pct: options::bucket_fill(index) as u32 }
 }
@@ -226,7 +222,7 @@ impl BaseStructure for Griffin {
             let mut tee = Tee {
                 inner: entries,
                 on: |e: &EntryRef<'_>| {
-                    pending.push(entry_hash(desc, e.key), e.key, e.tid);
+                    pending.push(key_hash(desc, e.key), e.key, e.tid);
                     if pending.bytes() >= chunk {
                         flush(&mut pending);
                     }
@@ -265,7 +261,7 @@ impl BaseStructure for Griffin {
         // What the tree's step took goes into the buckets: a step run again
         // after a crash finds its entries there and adds nothing twice.
         let taken = &step.fresh[..res.consumed];
-        let hashes: Vec<u32> = taken.iter().map(|e| entry_hash(desc, &e.key)).collect();
+        let hashes: Vec<u32> = taken.iter().map(|e| key_hash(desc, &e.key)).collect();
         let batch: Vec<HashEntry<'_>> = taken.iter().zip(&hashes).map(|(e, &h)| HashEntry::new(h, &e.key, e.tid)).collect();
         ok(index, area.insert_batch(&batch));
         res.retired.extend(area.into_pool().retired);
@@ -325,8 +321,8 @@ impl BaseStructure for Griffin {
         ok(
             index,
             area.for_each_entry(&mut |e| {
-                if misplaced.is_none() && entry_hash(desc, e.key) != e.hash {
-                    misplaced = Some(format!("hash path entry (TID {:?}) is stored under hash {:08x}, its key hashes to {:08x}", e.tid, e.hash, entry_hash(desc, e.key)));
+                if misplaced.is_none() && key_hash(desc, e.key) != e.hash {
+                    misplaced = Some(format!("hash path entry (TID {:?}) is stored under hash {:08x}, its key hashes to {:08x}", e.tid, e.hash, key_hash(desc, e.key)));
                 }
                 hashed.push((e.key.to_vec(), e.tid));
             }),
