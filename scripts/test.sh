@@ -226,15 +226,19 @@ step_differential() {
 qarg=()
 ((quick)) && qarg=(--quick)
 
-# ------------------------------------------------------ elastic_btree pass --
-# elastic_btree is installed when the extension's install script creates it
-elastic_installed() {
+# am_installed AM: the extension's install script creates access method AM
+# (says SKIP and returns 1 when it does not)
+am_installed() {
     local f
     for f in "$("$PH_PG_CONFIG" --sharedir)"/extension/pg_hybrid--*.sql; do
-        [[ -f $f ]] && grep -q 'elastic_btree' "$f" && return 0
+        [[ -f $f ]] && grep -q "ACCESS METHOD $1 " "$f" && return 0
     done
+    echo "SKIP: $1 is not installed (no 'ACCESS METHOD $1' in the extension's install script)"
     return 1
 }
+
+# ------------------------------------------------------ elastic_btree pass --
+elastic_installed() { am_installed elastic_btree; }
 ELASTIC_PASS=0
 if [[ $PH_STANDIN == 0 && $PH_AM != elastic_btree ]]; then ELASTIC_PASS=1; fi
 eqarg=(--quick)
@@ -244,18 +248,12 @@ eqarg=(--quick)
 elastic_step() {
     local script=$1 bound=$2
     shift 2
-    if ! elastic_installed; then
-        echo "SKIP: elastic_btree is not installed (no 'elastic_btree' in the extension's install script)"
-        return 77
-    fi
+    elastic_installed || return 77
     PH_AM=elastic_btree PH_SIZE_BOUND=$bound bash "$PH_REPO/tests/$script" "$@"
 }
 
 step_differential_elastic() {
-    if ! elastic_installed; then
-        echo "SKIP: elastic_btree is not installed (no 'elastic_btree' in the extension's install script)"
-        return 77
-    fi
+    elastic_installed || return 77
     local t=${PH_EDIFF_TIME:-20}
     [[ ${PH_ELASTIC_FULL:-0} == 1 ]] && ! ((quick)) && t=${PH_EDIFF_TIME:-45}
     ph_prepare_db "$MAIN" ph_differential_elastic
@@ -265,13 +263,7 @@ step_differential_elastic() {
 }
 
 # ------------------------------------------------------------ griffin pass --
-griffin_installed() {
-    local f
-    for f in "$("$PH_PG_CONFIG" --sharedir)"/extension/pg_hybrid--*.sql; do
-        [[ -f $f ]] && grep -q 'ACCESS METHOD griffin' "$f" && return 0
-    done
-    return 1
-}
+griffin_installed() { am_installed griffin; }
 GRIFFIN_PASS=0
 if [[ $PH_STANDIN == 0 && $PH_AM != griffin ]]; then GRIFFIN_PASS=1; fi
 
@@ -279,18 +271,12 @@ if [[ $PH_STANDIN == 0 && $PH_AM != griffin ]]; then GRIFFIN_PASS=1; fi
 griffin_step() {
     local script=$1
     shift
-    if ! griffin_installed; then
-        echo "SKIP: griffin is not installed (no 'ACCESS METHOD griffin' in the extension's install script)"
-        return 77
-    fi
+    griffin_installed || return 77
     PH_AM=griffin bash "$PH_REPO/tests/$script" "$@"
 }
 
 step_differential_griffin() {
-    if ! griffin_installed; then
-        echo "SKIP: griffin is not installed (no 'ACCESS METHOD griffin' in the extension's install script)"
-        return 77
-    fi
+    griffin_installed || return 77
     ph_prepare_db "$MAIN" ph_differential_griffin
     PH_PGHOST=$MAIN/sock PH_PGPORT=$(cluster_port "$MAIN") PH_DB=ph_differential_griffin PH_OUTDIR=$LOGDIR \
         python3 "$PH_REPO/tests/differential.py" --seed "${PH_SEED:-1}" --time "${PH_GDIFF_TIME:-20}" --am griffin

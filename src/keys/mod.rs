@@ -220,6 +220,16 @@ pub unsafe fn varlena_bytes<'a>(d: pg_sys::Datum) -> &'a [u8] {
 }
 
 /// A palloc'd varlena with a 4-byte header holding `bytes`.
+/// The function manager's data for `proc`, looked up on first use and
+/// kept for the life of the backend (in TopMemoryContext).
+unsafe fn lookup_once(cell: &mut Option<Box<pg_sys::FmgrInfo>>, proc: pg_sys::Oid) -> &mut Box<pg_sys::FmgrInfo> {
+    cell.get_or_insert_with(|| {
+        let mut fi: Box<pg_sys::FmgrInfo> = Box::new(std::mem::zeroed());
+        pg_sys::fmgr_info_cxt(proc, &mut *fi, pg_sys::TopMemoryContext);
+        fi
+    })
+}
+
 /// The finaliser of SplitMix64: spreads every input bit over the output.
 fn splitmix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -316,11 +326,7 @@ impl IndexDesc {
         }
         unsafe {
             let mut f = c.cmp_finfo.borrow_mut();
-            let finfo = f.get_or_insert_with(|| {
-                let mut fi: Box<pg_sys::FmgrInfo> = Box::new(std::mem::zeroed());
-                pg_sys::fmgr_info_cxt(c.cmp_proc, &mut *fi, pg_sys::TopMemoryContext);
-                fi
-            });
+            let finfo = lookup_once(&mut f, c.cmp_proc);
             let da = make_varlena(a);
             let db = make_varlena(b);
             let r = pg_sys::FunctionCall2Coll(&mut **finfo, c.collation, da, db);
@@ -404,11 +410,7 @@ impl IndexDesc {
         }
         unsafe {
             let mut f = c.hash_finfo.borrow_mut();
-            let finfo = f.get_or_insert_with(|| {
-                let mut fi: Box<pg_sys::FmgrInfo> = Box::new(std::mem::zeroed());
-                pg_sys::fmgr_info_cxt(c.hash_proc, &mut *fi, pg_sys::TopMemoryContext);
-                fi
-            });
+            let finfo = lookup_once(&mut f, c.hash_proc);
             let d = make_varlena(raw);
             let r = pg_sys::FunctionCall1Coll(&mut **finfo, c.collation, d);
             pg_sys::pfree(d.cast_mut_ptr());
