@@ -190,9 +190,6 @@ class Differential:
         self.collate = ""
         self.round = 0
         self.elastic = args.am == "elastic_btree"
-        # AMs that order keys by their bytes: text keys under COLLATE "C",
-        # no numeric keys
-        self.memcmp_keys = args.am == "elastic_btree"
         self.compact_seen = {}   # index -> max compact_leaves seen
         self.states_seen = collections.Counter()
         self.bound_changes = 0
@@ -202,13 +199,13 @@ class Differential:
         a = self.a
         have_icu = self.pg.rows("SELECT count(*) FROM pg_collation WHERE collname = 'en-x-icu'")[0][0]
         self.collate = ' COLLATE "en-x-icu"' if have_icu != "0" else ""
-        if self.memcmp_keys:
+        if self.elastic:
             # elastic_btree needs memcmp-able keys: text only under COLLATE "C"
             self.collate = ' COLLATE "C"'
         cols = ", ".join(
             "%s %s%s%s" % (c, "int8" if t == "id" else ("varchar(16)" if t == "varchar" else SQLTYPE.get(t, t)),
                            " NOT NULL" if c == "id" else "",
-                           self.collate if c == "h" or (self.memcmp_keys and c == "c") else "")
+                           self.collate if c == "h" or (self.elastic and c == "c") else "")
             for c, t in COLS)
         ddl = []
         for t in ("t_am", "t_bt"):
@@ -291,7 +288,7 @@ class Differential:
                 continue
             if name == "i_bdesc" and self.a.no_desc_index:
                 continue
-            if self.memcmp_keys and any(COLTYPE[c] == "numeric" for c, _ in cols):
+            if self.elastic and any(COLTYPE[c] == "numeric" for c, _ in cols):
                 continue   # elastic_btree refuses numeric keys (no memcmp-able encoding)
             colsql = ", ".join(c + (" DESC NULLS LAST" if d else "") for c, d in cols)
             u = "UNIQUE " if uniq else ""

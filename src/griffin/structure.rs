@@ -30,16 +30,19 @@ unsafe fn tree_settings(index: pg_sys::Relation) -> StageSettings {
 }
 
 /// Word of the base roots that holds the hash path's header block; the
-/// first four are the tree's (the static stage's fifth, `compressed`, is
-/// always 0 for griffin's tree and is not stored).
+/// first four are the tree's. The static stage's fifth, `compressed`, is
+/// always 0 for griffin's tree and is not stored: the stage plans merges
+/// by it, and griffin hands it `tree_meta` (a standby cursor that rereads
+/// the metapage sees the header block there, which reads ignore).
 const HASH_HEADER_WORD: usize = 4;
 
-/// The hash path's header block of a structure (NO_BLOCK: none yet).
+/// The hash path's header block of a structure (NO_BLOCK: none yet; block
+/// 0 is the metapage, so 0 never names a header).
 pub fn hash_header(info: &BaseInfo) -> u32 {
-    if info.roots.words[0] == NO_BLOCK && info.roots.words[HASH_HEADER_WORD] == 0 {
-        return NO_BLOCK;
+    match info.roots.words[HASH_HEADER_WORD] {
+        0 => NO_BLOCK,
+        blk => blk,
     }
-    info.roots.words[HASH_HEADER_WORD]
 }
 
 /// The tree's view of `info`: the static stage's roots, uncompressed.
@@ -260,9 +263,7 @@ impl BaseStructure for Griffin {
         };
         // What the tree's step took goes into the buckets: a step run again
         // after a crash finds its entries there and adds nothing twice.
-        let taken = &step.fresh[..res.consumed];
-        let hashes: Vec<u32> = taken.iter().map(|e| key_hash(desc, &e.key)).collect();
-        let batch: Vec<HashEntry<'_>> = taken.iter().zip(&hashes).map(|(e, &h)| HashEntry::new(h, &e.key, e.tid)).collect();
+        let batch: Vec<HashEntry<'_>> = step.fresh[..res.consumed].iter().map(|e| HashEntry::new(key_hash(desc, &e.key), &e.key, e.tid)).collect();
         ok(index, area.insert_batch(&batch));
         res.retired.extend(area.into_pool().retired);
         res.shape = with_header(res.shape, header);

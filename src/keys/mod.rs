@@ -371,19 +371,12 @@ impl IndexDesc {
         Some(pg_hybrid_core::bloom::key_hash(self.keycols(key)))
     }
 
-    /// Whether every key column can be hashed so that equal values hash
-    /// alike (`canonical_hash`): byte-canonical encodings, and opaque
-    /// columns whose type has a hash opclass.
-    pub fn canonically_hashable(&self) -> bool {
-        self.cols[..self.nkeyatts].iter().all(|c| c.kind != ColumnKind::Opaque || c.hash_proc != pg_sys::InvalidOid)
-    }
-
     /// A hash of the key columns of `key` (a stored key, or a bound holding
     /// every key column) on which equal keys agree even where their bytes
     /// differ: `key_hash` when the bytes are canonical; otherwise each
     /// opaque column hashed by its type's hash proc under its collation,
     /// the others by their bytes, mixed in column order. None when a
-    /// column's type has no hash support (`canonically_hashable`).
+    /// column's type has no hash support.
     pub fn canonical_hash(&self, key: &[u8]) -> Option<u64> {
         if self.hashable {
             return self.key_hash(key);
