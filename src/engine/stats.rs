@@ -194,18 +194,13 @@ fn verify(index: pg_sys::Oid, heapallindexed: bool) {
         // An entry whose heap tuples are dead to all may have been pruned
         // from the tree on a killed-tuple hint (state.rs,
         // prune_dead_versions): the heap says whether that is the case.
-        let snap = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+        let dead = DeadToAll::new(heap);
         for e in &log {
-            if tree.binary_search_by(|x| desc.compare(&x.0, &e.0).then(x.1.cmp(&e.1))).is_err() {
-                let mut item = tid_to_item(e.1);
-                let mut all_dead = false;
-                let found = pg_sys::table_index_fetch_tuple_check(heap, &mut item, snap, &mut all_dead);
-                if found || !all_dead {
-                    fail(&name, format!("delta log entry with TID ({},{}) is missing from the shared dynamic stage", e.1.block, e.1.offset));
-                }
+            if tree.binary_search_by(|x| desc.compare(&x.0, &e.0).then(x.1.cmp(&e.1))).is_err() && !dead.check(e.1) {
+                fail(&name, format!("delta log entry with TID ({},{}) is missing from the shared dynamic stage", e.1.block, e.1.offset));
             }
         }
-        pg_sys::UnregisterSnapshot(snap);
+        drop(dead);
         if heapallindexed {
             for (k, t) in tree {
                 all.insert((desc.keycols(&k).to_vec(), t));
@@ -214,6 +209,40 @@ fn verify(index: pg_sys::Oid, heapallindexed: bool) {
         }
         pg_sys::table_close(heap, heap_lock);
         pg_sys::relation_close(rel, pg_sys::AccessShareLock as i32);
+    }
+}
+
+/// Whether a TID's heap tuples are dead to every transaction (or gone:
+/// an LP_DEAD or unused line pointer, a block past the heap's end). A
+/// verifier tolerates such an entry where an interrupted VACUUM or a
+/// killed-tuple prune may have left it in one part of an index and not
+/// another: no scan can return it, and the next VACUUM removes it before
+/// the heap reuses the TID.
+pub struct DeadToAll {
+    heap: pg_sys::Relation,
+    snap: pg_sys::Snapshot,
+}
+
+impl DeadToAll {
+    /// `heap` must stay open and locked while this lives.
+    pub unsafe fn new(heap: pg_sys::Relation) -> Self {
+        DeadToAll { heap, snap: pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot()) }
+    }
+
+    pub unsafe fn check(&self, tid: Tid) -> bool {
+        if tid.block >= pg_sys::RelationGetNumberOfBlocksInFork(self.heap, pg_sys::ForkNumber::MAIN_FORKNUM) {
+            return true;
+        }
+        let mut item = tid_to_item(tid);
+        let mut all_dead = false;
+        let found = pg_sys::table_index_fetch_tuple_check(self.heap, &mut item, self.snap, &mut all_dead);
+        !found && all_dead
+    }
+}
+
+impl Drop for DeadToAll {
+    fn drop(&mut self) {
+        unsafe { pg_sys::UnregisterSnapshot(self.snap) }
     }
 }
 
