@@ -175,7 +175,11 @@ pub struct ScanState {
     exhausted: bool,
     started: bool,
     mark: Option<Mark>,
+    /// Where index-only scans form `xs_itup`, made on the first one (a
+    /// plain probe, most scans, never needs it) as a child of `scan_cxt`,
+    /// the context the scan began in.
     tuple_cxt: pg_sys::MemoryContext,
+    scan_cxt: pg_sys::MemoryContext,
     /// The scan's snapshot, for predicate locks.
     snapshot: pg_sys::Snapshot,
     /// Items must carry their keys (index-only scans).
@@ -798,13 +802,6 @@ pub unsafe extern "C-unwind" fn ambeginscan(index: pg_sys::Relation, nkeys: i32,
     let scan = pg_sys::RelationGetIndexScan(index, nkeys, norderbys);
     let desc = index_desc(index);
     let slot = shmem::slot_for(index);
-    let tuple_cxt = pg_sys::AllocSetContextCreateExtended(
-        pg_sys::CurrentMemoryContext,
-        c"pg_hybrid index-only tuples".as_ptr(),
-        pg_sys::ALLOCSET_SMALL_MINSIZE as usize,
-        pg_sys::ALLOCSET_SMALL_INITSIZE as usize,
-        pg_sys::ALLOCSET_SMALL_MAXSIZE as usize,
-    );
     let st = Box::new(ScanState {
         desc,
         slot,
@@ -822,7 +819,8 @@ pub unsafe extern "C-unwind" fn ambeginscan(index: pg_sys::Relation, nkeys: i32,
         exhausted: false,
         started: false,
         mark: None,
-        tuple_cxt,
+        tuple_cxt: std::ptr::null_mut(),
+        scan_cxt: pg_sys::CurrentMemoryContext,
         snapshot: std::ptr::null_mut(),
         want_keys: true,
         killed_epoch: 0,
@@ -881,7 +879,17 @@ pub unsafe extern "C-unwind" fn amgettuple(scan: pg_sys::IndexScanDesc, directio
     (*scan).xs_heaptid = tid_to_item(tid);
     (*scan).xs_recheck = false;
     if (*scan).xs_want_itup {
-        pg_sys::MemoryContextReset(st.tuple_cxt);
+        if st.tuple_cxt.is_null() {
+            st.tuple_cxt = pg_sys::AllocSetContextCreateExtended(
+                st.scan_cxt,
+                c"pg_hybrid index-only tuples".as_ptr(),
+                pg_sys::ALLOCSET_SMALL_MINSIZE as usize,
+                pg_sys::ALLOCSET_SMALL_INITSIZE as usize,
+                pg_sys::ALLOCSET_SMALL_MAXSIZE as usize,
+            );
+        } else {
+            pg_sys::MemoryContextReset(st.tuple_cxt);
+        }
         let old = pg_sys::MemoryContextSwitchTo(st.tuple_cxt);
         // An index has at most INDEX_MAX_KEYS (32) columns.
         let n = st.desc.natts.min(32);
@@ -927,7 +935,9 @@ pub unsafe extern "C-unwind" fn amendscan(scan: pg_sys::IndexScanDesc) {
         let mut st = Box::from_raw(p);
         st.close_cursor();
         st.spare = None;
-        pg_sys::MemoryContextDelete(st.tuple_cxt);
+        if !st.tuple_cxt.is_null() {
+            pg_sys::MemoryContextDelete(st.tuple_cxt);
+        }
         (*scan).opaque = std::ptr::null_mut();
     }
 }

@@ -11,7 +11,7 @@ use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 
 use super::hash_io;
-use super::structure::{hash_header, key_hash, tree_info};
+use super::structure::{hash_header, key_hash, tree_cursor};
 use crate::engine::base::{BaseCursor, Dir, ScanRange};
 use crate::engine::meta::BaseInfo;
 use crate::keys::IndexDesc;
@@ -20,7 +20,12 @@ use crate::storage::page::NO_BLOCK;
 pub struct GriffinCursor {
     index: pg_sys::Relation,
     desc: Rc<IndexDesc>,
-    tree: Box<dyn BaseCursor>,
+    /// The tree's cursor, made on the first non-point range: a probe
+    /// through the hash path (most scans of an OLTP workload) never needs
+    /// one.
+    tree: Option<Box<dyn BaseCursor>>,
+    /// The generation of the base structure the cursor reads.
+    info: BaseInfo,
     /// The hash path's header block (NO_BLOCK: none).
     header: u32,
     /// The engine generation the cursor reads (keys the routing copy).
@@ -35,8 +40,13 @@ pub struct GriffinCursor {
 }
 
 impl GriffinCursor {
-    pub fn new(index: pg_sys::Relation, desc: Rc<IndexDesc>, tree: Box<dyn BaseCursor>, info: &BaseInfo) -> GriffinCursor {
-        GriffinCursor { index, desc, tree, header: hash_header(info), generation: info.generation, point: false, hits: Matches::new(), order: Vec::new(), pos: 0 }
+    pub fn new(index: pg_sys::Relation, desc: Rc<IndexDesc>, info: &BaseInfo) -> GriffinCursor {
+        GriffinCursor { index, desc, tree: None, info: *info, header: hash_header(info), generation: info.generation, point: false, hits: Matches::new(), order: Vec::new(), pos: 0 }
+    }
+
+    fn tree(&mut self) -> &mut Box<dyn BaseCursor> {
+        let (index, desc, info) = (self.index, &self.desc, &self.info);
+        self.tree.get_or_insert_with(|| unsafe { tree_cursor(index, desc, info) })
     }
 
     fn entry(&self, at: isize) -> Option<(&[u8], Tid)> {
@@ -73,7 +83,9 @@ impl BaseCursor for GriffinCursor {
     unsafe fn start(&mut self, dir: Dir, range: &ScanRange) {
         match range.point {
             true if self.header != NO_BLOCK => {
-                self.tree.stop();
+                if let Some(t) = self.tree.as_mut() {
+                    t.stop();
+                }
                 self.point = true;
                 self.load(range.lower);
                 self.pos = match dir {
@@ -83,14 +95,14 @@ impl BaseCursor for GriffinCursor {
             }
             _ => {
                 self.point = false;
-                self.tree.start(dir, range);
+                self.tree().start(dir, range);
             }
         }
     }
 
     unsafe fn seek_after(&mut self, dir: Dir, key: &[u8], tid: Tid, inclusive: bool) {
         if !self.point {
-            return self.tree.seek_after(dir, key, tid, inclusive);
+            return self.tree().seek_after(dir, key, tid, inclusive);
         }
         let n = self.order.len();
         self.pos = match dir {
@@ -116,7 +128,7 @@ impl BaseCursor for GriffinCursor {
         if self.point {
             self.entry(self.pos)
         } else {
-            self.tree.peek(dir)
+            self.tree().peek(dir)
         }
     }
 
@@ -124,7 +136,7 @@ impl BaseCursor for GriffinCursor {
         if self.point {
             self.pos += dir.step();
         } else {
-            self.tree.advance(dir);
+            self.tree().advance(dir);
         }
     }
 
@@ -132,29 +144,34 @@ impl BaseCursor for GriffinCursor {
         if self.point {
             self.pos = self.order.len() as isize;
             self.order.clear();
-        } else {
-            self.tree.stop();
+        } else if let Some(t) = self.tree.as_mut() {
+            t.stop();
         }
     }
 
     unsafe fn key_of(&mut self, tid: Tid) -> Option<Vec<u8>> {
-        self.tree.key_of(tid)
+        self.tree().key_of(tid)
     }
 
     fn key_fetches(&self) -> u64 {
-        self.tree.key_fetches()
+        self.tree.as_ref().map_or(0, |t| t.key_fetches())
     }
 
     fn park(&mut self) {
         self.point = false;
         self.hits.clear();
         self.order.clear();
-        self.tree.park();
+        if let Some(t) = self.tree.as_mut() {
+            t.park();
+        }
     }
 
     unsafe fn reopen(&mut self, info: &BaseInfo) {
         self.header = hash_header(info);
         self.generation = info.generation;
-        self.tree.reopen(&tree_info(info));
+        self.info = *info;
+        if let Some(t) = self.tree.as_mut() {
+            t.reopen(&super::structure::tree_info(info));
+        }
     }
 }

@@ -52,6 +52,11 @@ pub fn tree_info(info: &BaseInfo) -> BaseInfo {
     t
 }
 
+/// The tree's cursor over the generation `info` (griffin's roots).
+pub unsafe fn tree_cursor(index: pg_sys::Relation, desc: &Rc<IndexDesc>, info: &BaseInfo) -> Box<dyn BaseCursor> {
+    TREE.cursor(index, desc, &tree_info(info))
+}
+
 fn tree_meta(meta: &IndexMeta) -> IndexMeta {
     let mut m = *meta;
     m.base = tree_info(&meta.base);
@@ -291,7 +296,7 @@ impl BaseStructure for Griffin {
     }
 
     unsafe fn cursor(&self, index: pg_sys::Relation, desc: &Rc<IndexDesc>, info: &BaseInfo) -> Box<dyn BaseCursor> {
-        Box::new(GriffinCursor::new(index, desc.clone(), TREE.cursor(index, desc, &tree_info(info)), info))
+        Box::new(GriffinCursor::new(index, desc.clone(), info))
     }
 
     unsafe fn can_return(&self, index: pg_sys::Relation, desc: &IndexDesc, attno: i32) -> bool {
