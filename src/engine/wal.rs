@@ -1,7 +1,10 @@
-//! pg_hybrid's WAL resource manager, for the one change too frequent for
-//! GenericXLog: appending a record to the delta log (every insert).
-//! GenericXLog diffs the whole used page byte by byte on each change; this
-//! record carries just the appended bytes and redo repeats the append.
+//! pg_hybrid's WAL resource manager, for changes too frequent for
+//! GenericXLog, which diffs the whole used page byte by byte on each
+//! change: appending a record to the delta log (every insert), whose
+//! record carries just the appended bytes and redo repeats the append; and
+//! body steps (a few pages whose new bodies are images without their zero
+//! hole, or operations an access method registered, such as griffin's
+//! "add these entries to a bucket page", replayed by the same function).
 //! Everything else (merges, VACUUM, new pages) still uses GenericXLog;
 //! two more records here carry no page, only a standby conflict (pages
 //! about to be recycled, entries a merge drops on killed-tuple hints).
@@ -24,6 +27,13 @@ const XLOG_RECYCLE_CONFLICT: u8 = 0x20;
 /// tuples removed by xids up to the record's horizon are cancelled first,
 /// as nbtree's DELETE record does for LP_DEAD items.
 const XLOG_SNAPSHOT_CONFLICT: u8 = 0x30;
+
+/// A step of whole-body changes to up to `MAX_STEP_BLOCKS` pages, applied
+/// atomically (`log_body_step`): each page's new body is either an image
+/// (its zero hole left out) or an operation an access method registered
+/// (`register_body_op`) applied to its current body with logged
+/// arguments, run alike on the primary and in redo.
+const XLOG_BODY_STEP: u8 = 0x40;
 
 static mut RMGR: pg_sys::RmgrData = pg_sys::RmgrData {
     rm_name: c"pg_hybrid".as_ptr(),
@@ -68,6 +78,188 @@ pub unsafe fn log_append(rel: pg_sys::Relation, buf: pg_sys::Buffer, rec: &[u8])
         crate::storage::wal::set_page_lsn(p, lsn);
     }
     pg_sys::CritSectionCount -= 1;
+}
+
+/// Pages of one body step (`log_body_step`), as for GenericXLog.
+pub const MAX_STEP_BLOCKS: usize = 4;
+
+/// A page body operation: the new body of `body` given `arg`, or why
+/// `arg` does not apply to `body`.
+pub type BodyOp = fn(body: &[u8], arg: &[u8]) -> Result<Vec<u8>, String>;
+
+const MAX_BODY_OPS: usize = 8;
+static mut BODY_OPS: [Option<BodyOp>; MAX_BODY_OPS] = [None; MAX_BODY_OPS];
+
+/// Registers body operation `id` (from `_PG_init`, so redo in the startup
+/// process finds it too). Ids are the on-disk names of operations: an
+/// access method keeps its id forever.
+pub unsafe fn register_body_op(id: u8, op: BodyOp) {
+    let ops = &mut *(&raw mut BODY_OPS);
+    let slot = ops.get_mut(id as usize).unwrap_or_else(|| panic!("body operation id {id} out of range"));
+    assert!(slot.is_none(), "body operation id {id} registered twice");
+    *slot = Some(op);
+}
+
+fn body_op(id: u8) -> Option<BodyOp> {
+    unsafe { (*(&raw const BODY_OPS)).get(id as usize).copied().flatten() }
+}
+
+/// A change of one page of a body step.
+pub enum BodyChange<'a> {
+    /// The new body, `BODY_CAP` bytes.
+    Image(&'a [u8]),
+    /// Registered operation `op` on the current body with `arg`.
+    Op { op: u8, arg: &'a [u8] },
+}
+
+const CHANGE_IMAGE: u8 = 1;
+const CHANGE_OP: u8 = 2;
+
+/// How a change is logged: `CHANGE_IMAGE | lead u16 | tail u16 | body[..lead]
+/// | body[tail..]` (the bytes in between are zeros: the longest zero run,
+/// a bucket page's free hole), or `CHANGE_OP | op u8 | arg`.
+fn encode_change(c: &BodyChange<'_>, out: &mut Vec<u8>) {
+    match c {
+        BodyChange::Image(body) => {
+            let (lead, tail) = longest_zero_run(body);
+            out.push(CHANGE_IMAGE);
+            out.extend_from_slice(&(lead as u16).to_le_bytes());
+            out.extend_from_slice(&(tail as u16).to_le_bytes());
+            out.extend_from_slice(&body[..lead]);
+            out.extend_from_slice(&body[tail..]);
+        }
+        BodyChange::Op { op, arg } => {
+            out.push(CHANGE_OP);
+            out.push(*op);
+            out.extend_from_slice(arg);
+        }
+    }
+}
+
+/// [start, end) of the longest run of zero 8-byte words (at offsets that
+/// are multiples of 8; empty: (len, len)). Words, not bytes: every step
+/// logs its hash header's image, and a byte loop over 8 KB per page is
+/// what made GenericXLog slow here.
+fn longest_zero_run(b: &[u8]) -> (usize, usize) {
+    let mut best = (b.len(), b.len());
+    let mut run_start = None;
+    let words = b.len() / 8;
+    for w in 0..=words {
+        let zero = w < words && u64::from_ne_bytes(b[w * 8..w * 8 + 8].try_into().unwrap()) == 0;
+        match (zero, run_start) {
+            (true, None) => run_start = Some(w * 8),
+            (false, Some(st)) => {
+                if w * 8 - st > best.1 - best.0 {
+                    best = (st, w * 8);
+                }
+                run_start = None;
+            }
+            _ => {}
+        }
+    }
+    best
+}
+
+/// The body a logged change makes of `current`.
+fn decode_change(data: &[u8], current: &[u8]) -> Result<Vec<u8>, String> {
+    match data.first() {
+        Some(&CHANGE_IMAGE) if data.len() >= 5 => {
+            let lead = u16::from_le_bytes([data[1], data[2]]) as usize;
+            let tail = u16::from_le_bytes([data[3], data[4]]) as usize;
+            let rest = &data[5..];
+            if lead > tail || tail > page::BODY_CAP || rest.len() != lead + (page::BODY_CAP - tail) {
+                return Err("malformed page image".into());
+            }
+            let mut body = vec![0u8; page::BODY_CAP];
+            body[..lead].copy_from_slice(&rest[..lead]);
+            body[tail..].copy_from_slice(&rest[lead..]);
+            Ok(body)
+        }
+        Some(&CHANGE_OP) if data.len() >= 2 => match body_op(data[1]) {
+            Some(op) => op(current, &data[2..]),
+            None => Err(format!("body operation {} is not registered", data[1])),
+        },
+        _ => Err("malformed body change".into()),
+    }
+}
+
+/// Applies `changes` to their pages, exclusively locked by the caller and
+/// distinct, as one WAL record: every new body is computed first (an
+/// operation that fails raises before anything changes), then all are
+/// written in one critical section. Each page's body becomes fully used
+/// (`BODY_CAP`). Redo locks every page of the record before changing any,
+/// so a standby reader sees the step whole, as on the primary.
+pub unsafe fn log_body_step(rel: pg_sys::Relation, changes: &[(&crate::storage::buffer::Buf, BodyChange<'_>)]) {
+    assert!(changes.len() <= MAX_STEP_BLOCKS, "a body step changes at most {MAX_STEP_BLOCKS} pages");
+    let mut bodies = Vec::with_capacity(changes.len());
+    let mut logged = Vec::with_capacity(changes.len());
+    for (buf, c) in changes {
+        let body = match c {
+            BodyChange::Image(b) => {
+                assert_eq!(b.len(), page::BODY_CAP, "a page image is BODY_CAP bytes");
+                b.to_vec()
+            }
+            BodyChange::Op { op, arg } => {
+                let f = body_op(*op).unwrap_or_else(|| panic!("body operation {op} is not registered"));
+                f(page::body(buf.page()), arg).unwrap_or_else(|e| {
+                    page::corrupted(&page::rel_name(rel), buf.blkno(), &format!("a page change does not apply: {e}"))
+                })
+            }
+        };
+        let mut data = Vec::new();
+        encode_change(c, &mut data);
+        bodies.push(body);
+        logged.push(data);
+    }
+    let wal = crate::storage::wal::relation_needs_wal(rel);
+    pg_sys::CritSectionCount += 1;
+    for ((buf, _), body) in changes.iter().zip(&bodies) {
+        let p = buf.page();
+        page::body_mut(p).copy_from_slice(body);
+        page::set_body_len(p, page::BODY_CAP);
+        pg_sys::MarkBufferDirty(buf.buffer());
+    }
+    if wal {
+        pg_sys::XLogBeginInsert();
+        for (i, ((buf, _), data)) in changes.iter().zip(&logged).enumerate() {
+            pg_sys::XLogRegisterBuffer(i as u8, buf.buffer(), pg_sys::REGBUF_STANDARD as u8);
+            pg_sys::XLogRegisterBufData(i as u8, data.as_ptr() as *mut std::os::raw::c_char, data.len() as i32);
+        }
+        let lsn = pg_sys::XLogInsert(RM_PG_HYBRID_ID, XLOG_BODY_STEP);
+        for (buf, _) in changes {
+            crate::storage::wal::set_page_lsn(buf.page(), lsn);
+        }
+    }
+    pg_sys::CritSectionCount -= 1;
+}
+
+unsafe fn redo_body_step(record: *mut pg_sys::XLogReaderState) {
+    let nblocks = ((*(*record).record).max_block_id + 1).max(0) as u8;
+    let mut bufs: Vec<(u8, pg_sys::Buffer, bool)> = Vec::with_capacity(nblocks as usize);
+    for id in 0..nblocks {
+        let mut buf: pg_sys::Buffer = 0;
+        let action = pg_sys::XLogReadBufferForRedo(record, id, &mut buf);
+        bufs.push((id, buf, action == pg_sys::XLogRedoAction::BLK_NEEDS_REDO));
+    }
+    for &(id, buf, needs) in &bufs {
+        if !needs {
+            continue;
+        }
+        let p = pg_sys::BufferGetPage(buf);
+        let mut len: usize = 0;
+        let data = pg_sys::XLogRecGetBlockData(record, id, &mut len);
+        let data = std::slice::from_raw_parts(data as *const u8, len);
+        let body = decode_change(data, page::body(p)).unwrap_or_else(|e| pgrx::error!("pg_hybrid redo: body step: {e}"));
+        page::body_mut(p).copy_from_slice(&body);
+        page::set_body_len(p, page::BODY_CAP);
+        crate::storage::wal::set_page_lsn(p, (*record).EndRecPtr);
+        pg_sys::MarkBufferDirty(buf);
+    }
+    for &(_, buf, _) in &bufs {
+        if buf != 0 {
+            pg_sys::UnlockReleaseBuffer(buf);
+        }
+    }
 }
 
 /// Logs that pages deleted before `safexid` are being recycled.
@@ -141,6 +333,10 @@ unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
         redo_snapshot_conflict(record);
         return;
     }
+    if crate::storage::wal::record_info(record) == XLOG_BODY_STEP {
+        redo_body_step(record);
+        return;
+    }
     if crate::storage::wal::record_info(record) != XLOG_DELTA_APPEND {
         pgrx::error!("pg_hybrid redo: unknown WAL record type {:#x}", crate::storage::wal::record_info(record));
     }
@@ -171,6 +367,20 @@ unsafe extern "C-unwind" fn desc(out: pg_sys::StringInfo, record: *mut pg_sys::X
         pg_sys::XLogRecGetBlockData(record, 0, &mut len);
         let s = std::ffi::CString::new(format!("delta append of {len} bytes")).unwrap();
         pg_sys::appendStringInfoString(out, s.as_ptr());
+    } else if crate::storage::wal::record_info(record) == XLOG_BODY_STEP {
+        let mut parts = Vec::new();
+        for id in 0..((*(*record).record).max_block_id + 1).max(0) as u8 {
+            let mut len: usize = 0;
+            let data = pg_sys::XLogRecGetBlockData(record, id, &mut len);
+            let kind = if data.is_null() || len == 0 { 0 } else { *(data as *const u8) };
+            parts.push(match kind {
+                CHANGE_IMAGE => format!("image of {len} bytes"),
+                CHANGE_OP if len >= 2 => format!("operation {} of {} bytes", *(data as *const u8).add(1), len - 2),
+                _ => "full-page image".to_string(),
+            });
+        }
+        let s = std::ffi::CString::new(format!("body step: {}", parts.join(", "))).unwrap();
+        pg_sys::appendStringInfoString(out, s.as_ptr());
     }
 }
 
@@ -183,6 +393,8 @@ unsafe extern "C-unwind" fn identify(info: u8) -> *const std::os::raw::c_char {
         c"RECYCLE_CONFLICT".as_ptr()
     } else if i == XLOG_SNAPSHOT_CONFLICT {
         c"SNAPSHOT_CONFLICT".as_ptr()
+    } else if i == XLOG_BODY_STEP {
+        c"BODY_STEP".as_ptr()
     } else {
         std::ptr::null()
     }

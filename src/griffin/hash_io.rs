@@ -1,7 +1,9 @@
 //! griffin's hash path on PostgreSQL pages: the core's `HashPages` over
 //! buffers (a read holds one share lock until its guard drops; each step of
-//! at most four page writes is one GenericXLog record), and errors of the
-//! core turned into PostgreSQL ERRORs naming the index and block.
+//! at most four page changes is one WAL body step, engine/wal.rs: entries
+//! added to a page are logged as entries, a rebuilt page as its image
+//! without the free hole), and errors of the core turned into PostgreSQL
+//! ERRORs naming the index and block.
 
 use std::collections::HashSet;
 
@@ -12,6 +14,7 @@ use pgrx::prelude::*;
 use crate::storage::alloc::alloc_page;
 use crate::storage::buffer::{nblocks, Buf, Lock};
 use crate::storage::page::{self, PageKind, BODY_CAP, NO_BLOCK};
+use crate::engine::wal::{log_body_step, register_body_op, BodyChange};
 use crate::storage::wal::WalRecord;
 
 /// A hash page being read: pinned and share-locked until dropped.
@@ -121,8 +124,9 @@ impl HashPages for HashBufs {
             order.sort_by_key(|&i| step[i].blk());
             let mut bufs: Vec<(usize, Buf, bool)> = Vec::with_capacity(step.len());
             for &i in &order {
-                let Change::Write { blk, .. } = step[i] else { continue };
+                let (Change::Write { blk, .. } | Change::Add { blk, .. }) = step[i] else { continue };
                 if self.pending.remove(&blk) {
+                    // Claimed by `alloc` as an empty hash page.
                     bufs.push((i, Buf::read(self.rel, blk, Lock::Exclusive), true));
                 } else {
                     {
@@ -136,20 +140,27 @@ impl HashPages for HashBufs {
                 }
             }
             if !bufs.is_empty() {
-                let mut w = WalRecord::start(self.rel);
-                for (i, b, new) in &bufs {
-                    let Change::Write { body, .. } = &step[*i] else { unreachable!() };
-                    if body.len() != BODY_CAP {
-                        return Err(hp::Error::BadInput("page body of the wrong size"));
+                // One body step: pages that gain entries log the entries
+                // (ADD_ENTRIES), rebuilt pages their image.
+                let changes: Vec<(&Buf, BodyChange<'_>)> = bufs
+                    .iter()
+                    .map(|(i, b, _)| match &step[*i] {
+                        Change::Write { body, .. } => (b, BodyChange::Image(body)),
+                        Change::Add { adds, .. } => (b, BodyChange::Op { op: ADD_ENTRIES, arg: adds }),
+                        Change::Retire(_) => unreachable!("not locked above"),
+                    })
+                    .collect();
+                for (b, c) in &changes {
+                    if let BodyChange::Image(body) = c {
+                        if body.len() != BODY_CAP {
+                            return Err(hp::Error::BadInput("page body of the wrong size"));
+                        }
                     }
-                    let p = if *new { w.register_new(b) } else { w.register(b) };
-                    if *new {
-                        page::init_page(p, PageKind::Hash, 0, 0);
+                    if matches!(c, BodyChange::Op { .. }) && page::opaque(b.page()).body_len as usize != BODY_CAP {
+                        return Err(hp::Error::BadInput("entries added to a page never written"));
                     }
-                    page::body_mut(p).copy_from_slice(body);
-                    page::set_body_len(p, BODY_CAP);
                 }
-                w.finish();
+                log_body_step(self.rel, &changes);
             }
             drop(bufs);
             for c in &step {
@@ -164,6 +175,19 @@ impl HashPages for HashBufs {
         }
         Ok(())
     }
+}
+
+/// The body operation of the WAL's body steps that adds entries to a
+/// bucket page (`hash_path::page::apply_adds`); its id is on disk.
+pub const ADD_ENTRIES: u8 = 1;
+
+fn add_entries(body: &[u8], arg: &[u8]) -> Result<Vec<u8>, String> {
+    hp::page::apply_adds(body, arg).map_err(|e| e.to_string())
+}
+
+/// Registers griffin's body operations with the WAL (from `_PG_init`).
+pub unsafe fn register_wal() {
+    register_body_op(ADD_ENTRIES, add_entries);
 }
 
 /// Whether `p` is an initialised pg_hybrid page of the hash path.

@@ -7,7 +7,7 @@
 //!
 //! - `structure.rs`: the `BaseStructure` (tree and hash path together)
 //! - `cursor.rs`: the `BaseCursor` (point ranges from a bucket)
-//! - `hash_io.rs`: the hash path's pages on buffers and GenericXLog
+//! - `hash_io.rs`: the hash path's pages on buffers and WAL body steps
 //! - `options.rs`: reloptions; `handler.rs`: the AM handler
 
 pub mod cursor;
@@ -19,5 +19,6 @@ pub mod structure;
 /// Registers the AM with the engine and its reloptions; from `_PG_init`.
 pub unsafe fn init() {
     options::register();
+    hash_io::register_wal();
     crate::engine::ams::register(&structure::GRIFFIN);
 }

@@ -423,17 +423,17 @@ fn mark_present(v: &BucketView, new: &[Entry], present: &mut [bool]) -> Result<(
     if v.is_empty() || new.is_empty() {
         return Ok(());
     }
-    let (mut i, mut j) = (v.lower_bound(new[0].hash), 0);
-    while i < v.len() && j < new.len() {
-        let e = v.entry(i)?;
-        match e.cmp(&new[j]) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Equal => {
+    // A sync adds a few entries to a page of hundreds: each is looked up
+    // by its hash in the slot array, and only the entries of that hash
+    // are read.
+    for (j, e) in new.iter().enumerate() {
+        let mut i = v.lower_bound(e.hash);
+        while v.hash(i) == Some(e.hash) {
+            if v.entry(i)? == *e {
                 present[j] = true;
-                i += 1;
-                j += 1;
+                break;
             }
-            std::cmp::Ordering::Greater => j += 1,
+            i += 1;
         }
     }
     Ok(())
@@ -832,7 +832,9 @@ impl<P: HashPages> HashArea<P> {
         let tail = views.len() - 1;
         let fresh_blks = (0..fresh.len()).map(|_| self.pool.alloc()).collect::<Result<Vec<u32>>>()?;
 
-        // New images of the existing pages that change: (blk, body, entries, bytes).
+        // The changes of the existing pages: (change, entries, bytes). A
+        // page that only gains entries is an `Add` (its entries, not its
+        // image); the tail that links new overflow pages is rewritten.
         let mut writes = Vec::new();
         let mut tail_write = None;
         for (p, v) in views.iter().enumerate() {
@@ -840,15 +842,13 @@ impl<P: HashPages> HashArea<P> {
             if placed[p].is_empty() && !link {
                 continue;
             }
-            let mut body = add_to_bucket(v.body(), &placed[p]).map_err(|x| x.at(chain[p].0))?;
+            let (cnt, bytes) = (placed[p].len() as u64, sum_cost(&placed[p]));
             if link {
+                let mut body = add_to_bucket(v.body(), &placed[p]).map_err(|x| x.at(chain[p].0))?;
                 set_next(&mut body, fresh_blks[0])?;
-            }
-            let w = (chain[p].0, body, placed[p].len() as u64, sum_cost(&placed[p]));
-            if link {
-                tail_write = Some(w);
+                tail_write = Some((chain[p].0, body, cnt, bytes));
             } else {
-                writes.push(w);
+                writes.push((Change::Add { blk: chain[p].0, adds: encode_adds(&placed[p]) }, cnt, bytes));
             }
         }
 
@@ -856,10 +856,10 @@ impl<P: HashPages> HashArea<P> {
         let mut it = writes.into_iter().peekable();
         while it.peek().is_some() {
             let mut step = Vec::with_capacity(MAX_STEP_PAGES);
-            for (blk, body, cnt, bytes) in it.by_ref().take(MAX_STEP_PAGES - 1) {
+            for (change, cnt, bytes) in it.by_ref().take(MAX_STEP_PAGES - 1) {
                 hdr.nentries = hdr.nentries.saturating_add(cnt);
                 hdr.entry_bytes = hdr.entry_bytes.saturating_add(bytes);
-                step.push(write(blk, body));
+                step.push(change);
             }
             step.push(self.hdr_change(hdr));
             self.pool.apply(step)?;

@@ -595,7 +595,12 @@ pub fn add_to_bucket(body: &[u8], new: &[Entry]) -> Result<Vec<u8>> {
         } else if j == m {
             true
         } else {
-            match v.entry(i)?.cmp(&new[j]) {
+            // Slots carry the hash: entry bodies are read only on a tie.
+            let order = match v.slot_hash(i).cmp(&new[j].hash) {
+                std::cmp::Ordering::Equal => v.entry(i)?.cmp(&new[j]),
+                o => o,
+            };
+            match order {
                 std::cmp::Ordering::Less => true,
                 std::cmp::Ordering::Greater => false,
                 std::cmp::Ordering::Equal => return Err(Error::BadInput("entry already on the page")),
@@ -618,6 +623,49 @@ pub fn add_to_bucket(body: &[u8], new: &[Entry]) -> Result<Vec<u8>> {
     wr_u16(&mut b, 20, (n + m) as u16);
     wr_u16(&mut b, 22, upper as u16);
     Ok(b)
+}
+
+/// Entries to add to a bucket page, as [`Change::Add`] carries them and
+/// the glue logs them: per entry `hash u32 | TID block u32 | TID offset u16
+/// | key length varint | key`, in the order given (sorted, as
+/// [`add_to_bucket`] wants them).
+pub fn encode_adds(entries: &[Entry]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(entries.iter().map(|e| 4 + entry_len(e.key.len())).sum());
+    for e in entries {
+        out.extend_from_slice(&e.hash.to_le_bytes());
+        out.extend_from_slice(&e.tid.block.to_le_bytes());
+        out.extend_from_slice(&e.tid.offset.to_le_bytes());
+        varint::put_u64(&mut out, e.key.len() as u64);
+        out.extend_from_slice(e.key);
+    }
+    out
+}
+
+/// The entries [`encode_adds`] encoded.
+pub fn decode_adds(mut b: &[u8]) -> Result<Vec<Entry<'_>>> {
+    let bad = || Error::BadInput("malformed bucket additions");
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        if b.len() < 4 + TID_BYTES {
+            return Err(bad());
+        }
+        let hash = rd_u32(b, 0);
+        let tid = Tid::new(rd_u32(b, 4), rd_u16(b, 8));
+        let (len, n) = varint::get_u64(&b[4 + TID_BYTES..]).ok_or_else(bad)?;
+        let k = 4 + TID_BYTES + n;
+        if len == 0 || len > MAX_KEY as u64 || b.len() < k + len as usize {
+            return Err(bad());
+        }
+        out.push(Entry { hash, key: &b[k..k + len as usize], tid });
+        b = &b[k + len as usize..];
+    }
+    Ok(out)
+}
+
+/// The body [`add_to_bucket`] makes of `body` and the entries `adds`
+/// encodes: the same function on the primary and in WAL redo.
+pub fn apply_adds(body: &[u8], adds: &[u8]) -> Result<Vec<u8>> {
+    add_to_bucket(body, &decode_adds(adds)?)
 }
 
 /// Rewrites the next-overflow link of a bucket body.

@@ -8,6 +8,12 @@ use super::*;
 pub enum Change {
     /// The whole body of `blk` (`body_cap` bytes).
     Write { blk: u32, body: Vec<u8> },
+    /// Entries added to the bucket page `blk`, encoded by
+    /// [`encode_adds`](super::page::encode_adds): the new body is
+    /// [`apply_adds`](super::page::apply_adds) of the current one. A sync
+    /// adds a few entries to most bucket pages; the glue logs these bytes
+    /// and replays the same function, rather than diffing whole pages.
+    Add { blk: u32, adds: Vec<u8> },
     /// `blk` is no longer reachable from the header. Readers that started
     /// before this step may still be on it, so the glue must not reuse it
     /// before every such reader is gone (retire by generation). Counts as
@@ -18,7 +24,7 @@ pub enum Change {
 impl Change {
     pub fn blk(&self) -> u32 {
         match self {
-            Change::Write { blk, .. } | Change::Retire(blk) => *blk,
+            Change::Write { blk, .. } | Change::Add { blk, .. } | Change::Retire(blk) => *blk,
         }
     }
 }
@@ -177,9 +183,19 @@ impl HashPages for MemPool {
             let live = matches!(self.pages.get(c.blk() as usize), Some(Slot::Live(_)));
             match c {
                 Change::Write { body, .. } if body.len() != self.cap => return Err(Error::BadInput("page body of the wrong size")),
-                Change::Write { .. } if !live => return Err(Error::BadInput("write to a block that is not live")),
+                Change::Write { .. } | Change::Add { .. } if !live => return Err(Error::BadInput("write to a block that is not live")),
                 Change::Retire(_) if !live => return Err(Error::BadInput("retire of a block that is not live")),
                 _ => {}
+            }
+        }
+        // Adds are computed before anything changes, so a bad one fails the
+        // whole step.
+        let mut step = step;
+        for c in step.iter_mut() {
+            if let Change::Add { blk, adds } = c {
+                let Some(Slot::Live(old)) = self.pages.get(*blk as usize) else { unreachable!("checked live above") };
+                let body = super::page::apply_adds(old, adds).map_err(|e| e.at(*blk))?;
+                *c = Change::Write { blk: *blk, body };
             }
         }
         self.steps += 1;
@@ -187,6 +203,7 @@ impl HashPages for MemPool {
         for c in step {
             match c {
                 Change::Write { blk, body } => self.pages[blk as usize] = Slot::Live(body),
+                Change::Add { .. } => unreachable!("made a write above"),
                 Change::Retire(blk) => {
                     let s = std::mem::replace(&mut self.pages[blk as usize], Slot::Free);
                     if let Slot::Live(b) = s {

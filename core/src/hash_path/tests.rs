@@ -985,3 +985,37 @@ fn lower_bound_matches_binary_search() {
         }
     }
 }
+
+/// A step's `Change::Add` carries encoded entries; the glue logs them and
+/// WAL redo replays `apply_adds`, so it must equal `add_to_bucket` of the
+/// decoded entries, and refuse what it cannot decode.
+#[test]
+fn bucket_additions_round_trip() {
+    let keys: Vec<Vec<u8>> = (0..40u64).map(|i| key(i, 0)).collect();
+    let mut ents: Vec<Entry> = keys.iter().enumerate().map(|(i, k)| Entry::new(fnv(k), k, tid(i as u64))).collect();
+    ents.sort();
+    let (old, new) = ents.split_at(25);
+    let body = build_bucket(4096, 3, NO_BLOCK, 5, true, old).unwrap();
+    let adds = encode_adds(new);
+    assert_eq!(decode_adds(&adds).unwrap(), new.to_vec());
+    assert_eq!(apply_adds(&body, &adds).unwrap(), add_to_bucket(&body, new).unwrap());
+    assert_eq!(decode_adds(&[]).unwrap(), Vec::<Entry>::new());
+    // Cut anywhere inside the last entry: an error, never a shorter list.
+    let last = encode_adds(&new[..new.len() - 1]).len();
+    for cut in last + 1..adds.len() {
+        assert!(decode_adds(&adds[..cut]).is_err(), "cut at {cut}");
+    }
+    // An entry already on the page is refused, as add_to_bucket refuses it.
+    assert!(apply_adds(&body, &encode_adds(&old[..1])).is_err());
+    // Through a pool: an Add is one page change of a step.
+    let mut pool = MemPool::new(4096);
+    let b = pool.alloc().unwrap();
+    pool.apply(vec![Change::Write { blk: b, body: body.clone() }]).unwrap();
+    pool.apply(vec![Change::Add { blk: b, adds: adds.clone() }]).unwrap();
+    assert_eq!(pool.read(b).unwrap(), &add_to_bucket(&body, new).unwrap()[..]);
+    // A failing add fails the whole step.
+    let c = pool.alloc().unwrap();
+    let before = pool.read(b).unwrap().to_vec();
+    assert!(pool.apply(vec![Change::Write { blk: c, body: body.clone() }, Change::Add { blk: b, adds }]).is_err());
+    assert_eq!(pool.read(b).unwrap(), &before[..]);
+}
