@@ -21,12 +21,13 @@
 #                                        input fails cleanly; TPC-H answers checked; no timing limits)
 # Third pass, with griffin (skipped when the AM under test is griffin or
 # btree, or when griffin is not installed); always short (--quick).
-# `--only griffin` / `--skip griffin` select all five:
+# `--only griffin` / `--skip griffin` select all six:
 #   differential-griffin  differential.py --am griffin (20 s)
 #   crash-griffin         crash.sh (kill -9 during inserts and during a sync)
 #   standby-griffin       standby.sh (the replica's hash path answers like the primary's)
 #   concurrency-griffin   concurrency.sh (pgbench upserts on a UNIQUE griffin index, exact counts)
 #   isolation-griffin     isolation.sh (SERIALIZABLE and UNIQUE interleavings, same output as btree)
+#   corrupt-griffin       corrupt.sh (damaged tree, delta and bucket pages: XX002, REINDEX repairs)
 # Second pass, with elastic_btree (skipped when the AM under test is already
 # elastic_btree or btree, or when elastic_btree is not installed); always short
 # (--quick), set PH_ELASTIC_FULL=1 for the full forms.  `--only elastic` /
@@ -59,7 +60,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ELASTIC_STEPS=(differential-elastic crash-elastic standby-elastic concurrency-elastic isolation-elastic convert-elastic corrupt-elastic)
-GRIFFIN_STEPS=(differential-griffin crash-griffin standby-griffin concurrency-griffin isolation-griffin)
+GRIFFIN_STEPS=(differential-griffin crash-griffin standby-griffin concurrency-griffin isolation-griffin corrupt-griffin)
 ALL_STEPS=(setup core regress differential crash standby concurrency isolation hasis corrupt arena bench "${ELASTIC_STEPS[@]}" "${GRIFFIN_STEPS[@]}")
 quick=0
 only=()
@@ -340,6 +341,7 @@ else
         run_step standby-griffin griffin_step standby.sh --quick
         run_step concurrency-griffin griffin_step concurrency.sh --quick
         run_step isolation-griffin griffin_step isolation.sh --quick
+        run_step corrupt-griffin griffin_step corrupt.sh --quick
     fi
 fi
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tests/corrupt.sh [--quick] — a corrupted hybrid_btree page is a clean ERROR.
+# tests/corrupt.sh [--quick] — a corrupted hybrid_btree, elastic_btree or
+# griffin page is a clean ERROR.
 #
 # A table with a hybrid_btree index on an int8 column (enough rows for a few
 # dozen static leaves, plus inserts after CREATE INDEX so delta pages exist).
@@ -18,6 +19,14 @@
 #             of its body), three seeds
 #   entries   random bytes over page bytes 38..200 of a static leaf (its
 #             entries; the leaf header is kept), two seeds
+# griffin (corrupt-griffin) runs every case above on its tree and its
+# delta log, and three on its hash path, whose bucket pages (kind 10, body
+# magic "GRFB") a full scan never reads, so their scan is a nested loop of
+# point lookups of every key (the hash path), plan checked:
+#   bucket    wrong body magic on a bucket page
+#   hashpage  wrong magic in the special area of a bucket page
+#   buckets   random bytes over page bytes 40..200 of a bucket page (its
+#             slots), lenient
 # A full index scan (enable_seqscan=off, plan checked) and
 # pg_hybrid.verify(idx, true) must each fail with SQLSTATE XX002
 # (index_corrupted) and a message naming the index; for garbage/entries they
@@ -41,7 +50,7 @@ fi
 # elastic_btree shares hybrid_btree's metapage and delta log; its tree leaves
 # (kind 7) are damaged instead of static leaves, compact ones (body format
 # 0x12) under a size_bound small enough to make most leaves compact.
-[[ $PH_AM == hybrid_btree || $PH_AM == elastic_btree ]] || { echo "SKIP: corrupt.sh damages pg_hybrid's own page formats (am=$PH_AM)"; exit 77; }
+[[ $PH_AM == hybrid_btree || $PH_AM == elastic_btree || $PH_AM == griffin ]] || { echo "SKIP: corrupt.sh damages pg_hybrid's own page formats (am=$PH_AM)"; exit 77; }
 
 ph_trap_install
 DIR=$(ph_scratch corrupt)
@@ -106,7 +115,8 @@ elif cmd == "list":
         magic, ver, kind, level, gen, left, right, blen, fpos = struct.unpack_from("<IHBBIIIIQ", pg, BLCKSZ - 32)
         if magic != MAGIC:
             kind = 0
-        print(b, kind, level, gen, blen, pg[24])
+        body = pg[24:28].decode("ascii") if all(48 <= c < 123 for c in pg[24:28]) else "-"
+        print(b, kind, level, gen, blen, pg[24], body)
 else:
     blk = int(sys.argv[3])
     with open(path, "r+b") as f:
@@ -325,6 +335,41 @@ for seed in 1 2; do
     say "  damaged: bytes 38..200 of static leaf block $blk (seed $seed)"
     check_damaged "entries/$seed" lenient
 done
+
+# ----------------------------------------------------- hash path --
+if [[ $PH_AM == griffin ]]; then
+    # Every key, looked up one by one: a nested loop whose inner side is a
+    # point scan of the index (the hash path).
+    Q="SELECT count(*) || ' ' || coalesce(md5(string_agg(id || ':' || v, ',' ORDER BY id)), '-') FROM generate_series(0, $rows + 100000) g JOIN cr ON cr.id = g"
+    FORCE+=("SET enable_hashjoin=off" "SET enable_mergejoin=off" "SET enable_material=off" "SET enable_memoize=off")
+    bucket_page() {  # FILE SEED: a bucket page of the file (kind 10, body "GRFB")
+        local blks
+        mapfile -t blks < <(pagetool list "$1" | awk '$2 == 10 && $7 == "GRFB" {print $1}')
+        ((${#blks[@]} > 0)) || ph_die "no bucket page in $1"
+        echo "${blks[(${#blks[@]} * $2) / 5]}"
+    }
+
+    prepare_case bucket
+    blk=$(bucket_page "$FILE" 2)
+    restart_with pagetool poke "$FILE" "$blk" 24 '<I' 0x12345678
+    start_case
+    say "  damaged: body magic of bucket page block $blk"
+    check_damaged bucket strict
+
+    prepare_case hashpage
+    blk=$(bucket_page "$FILE" 3)
+    restart_with pagetool poke "$FILE" "$blk" $((8192 - 32)) '<I' 0x12345678
+    start_case
+    say "  damaged: special-area magic of bucket page block $blk"
+    check_damaged hashpage strict
+
+    prepare_case buckets
+    blk=$(bucket_page "$FILE" 1)
+    restart_with pagetool garble "$FILE" "$blk" 40 200 7
+    start_case
+    say "  damaged: bytes 40..200 (slots) of bucket page block $blk"
+    check_damaged buckets lenient
+fi
 
 if ((failures)); then
     echo "corrupt: FAIL ($failures problems; cluster log $DIR/postgres.log)"
