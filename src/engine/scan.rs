@@ -180,6 +180,8 @@ pub struct ScanState {
     /// the context the scan began in.
     tuple_cxt: pg_sys::MemoryContext,
     scan_cxt: pg_sys::MemoryContext,
+    /// How index-only tuples are formed without palloc, made on the first.
+    itup_layout: Option<FixedTuple>,
     /// The scan's snapshot, for predicate locks.
     snapshot: pg_sys::Snapshot,
     /// Items must carry their keys (index-only scans).
@@ -821,6 +823,7 @@ pub unsafe extern "C-unwind" fn ambeginscan(index: pg_sys::Relation, nkeys: i32,
         mark: None,
         tuple_cxt: std::ptr::null_mut(),
         scan_cxt: pg_sys::CurrentMemoryContext,
+        itup_layout: None,
         snapshot: std::ptr::null_mut(),
         want_keys: true,
         killed_epoch: 0,
@@ -890,16 +893,86 @@ pub unsafe extern "C-unwind" fn amgettuple(scan: pg_sys::IndexScanDesc, directio
         } else {
             pg_sys::MemoryContextReset(st.tuple_cxt);
         }
-        let old = pg_sys::MemoryContextSwitchTo(st.tuple_cxt);
         // An index has at most INDEX_MAX_KEYS (32) columns.
         let n = st.desc.natts.min(32);
         let mut values = [pg_sys::Datum::from(0usize); 32];
         let mut nulls = [true; 32];
         st.desc.decode(&st.last_key, &mut values[..n], &mut nulls[..n]);
-        (*scan).xs_itup = pg_sys::index_form_tuple((*index).rd_att, values.as_mut_ptr(), nulls.as_mut_ptr());
-        pg_sys::MemoryContextSwitchTo(old);
+        let layout = st.itup_layout.get_or_insert_with(|| FixedTuple::of((*index).rd_att));
+        match layout.form(&values[..n], &nulls[..n]) {
+            Some(t) => (*scan).xs_itup = t,
+            None => {
+                let old = pg_sys::MemoryContextSwitchTo(st.tuple_cxt);
+                (*scan).xs_itup = pg_sys::index_form_tuple((*index).rd_att, values.as_mut_ptr(), nulls.as_mut_ptr());
+                pg_sys::MemoryContextSwitchTo(old);
+            }
+        }
     }
     true
+}
+
+/// The IndexTuple of an index whose columns are all fixed-length and
+/// passed by value (int2/4/8, float, date, timestamp, ...), formed in
+/// place as `index_form_tuple` would form it for a row without NULLs:
+/// an index-only scan returns a tuple per row, and a palloc, a size
+/// computation and a fill per row cost index-only probes and ranges more
+/// than btree pays to point into its page. `xs_itup` stays valid until
+/// the next amgettuple, as the API asks.
+pub struct FixedTuple {
+    /// (offset from the tuple's start, attlen) of each column; None when
+    /// some column is not fixed-length by value.
+    cols: Option<Vec<(usize, i16)>>,
+    buf: Box<[u64]>,
+}
+
+impl FixedTuple {
+    unsafe fn of(tupdesc: pg_sys::TupleDesc) -> FixedTuple {
+        let natts = (*tupdesc).natts as usize;
+        // Data starts at MAXALIGN(sizeof(IndexTupleData)) without a null bitmap.
+        let mut off = 8usize;
+        let mut cols = Vec::with_capacity(natts);
+        for i in 0..natts {
+            let a = &*(*tupdesc).attrs.as_ptr().add(i);
+            if !a.attbyval || !matches!(a.attlen, 1 | 2 | 4 | 8) {
+                return FixedTuple { cols: None, buf: Box::new([]) };
+            }
+            let align = match a.attalign as u8 {
+                b'c' => 1,
+                b's' => 2,
+                b'i' => 4,
+                _ => 8,
+            };
+            off = off.div_ceil(align) * align;
+            cols.push((off, a.attlen));
+            off += a.attlen as usize;
+        }
+        let size = off.div_ceil(8) * 8;
+        FixedTuple { cols: Some(cols), buf: vec![0u64; size / 8].into_boxed_slice() }
+    }
+
+    /// The formed tuple, or None (NULLs, or columns this cannot form).
+    unsafe fn form(&mut self, values: &[pg_sys::Datum], nulls: &[bool]) -> Option<pg_sys::IndexTuple> {
+        let cols = self.cols.as_ref()?;
+        if nulls.iter().any(|&n| n) {
+            return None;
+        }
+        let size = self.buf.len() * 8;
+        let b = std::slice::from_raw_parts_mut(self.buf.as_mut_ptr() as *mut u8, size);
+        b.fill(0);
+        // t_tid stays zero (index_form_tuple leaves it for the caller);
+        // t_info is the size: no null bitmap, no variable-width column.
+        b[6..8].copy_from_slice(&(size as u16).to_ne_bytes());
+        for (&(off, len), v) in cols.iter().zip(values) {
+            let d = v.value() as u64;
+            match len {
+                1 => b[off] = d as u8,
+                2 => b[off..off + 2].copy_from_slice(&(d as u16).to_ne_bytes()),
+                4 => b[off..off + 4].copy_from_slice(&(d as u32).to_ne_bytes()),
+                _ => b[off..off + 8].copy_from_slice(&d.to_ne_bytes()),
+            }
+        }
+        Some(self.buf.as_mut_ptr() as pg_sys::IndexTuple)
+    }
 }
 
 #[pg_guard]
