@@ -175,9 +175,9 @@ pub struct ScanState {
     exhausted: bool,
     started: bool,
     mark: Option<Mark>,
-    /// Where index-only scans form `xs_itup`, made on the first one (a
-    /// plain probe, most scans, never needs it) as a child of `scan_cxt`,
-    /// the context the scan began in.
+    /// Where index-only scans form the `xs_itup` that `itup_layout` cannot
+    /// (NULLs, variable-length columns), made on the first as a child of
+    /// `scan_cxt`, the context the scan began in.
     tuple_cxt: pg_sys::MemoryContext,
     scan_cxt: pg_sys::MemoryContext,
     /// How index-only tuples are formed without palloc, made on the first.
@@ -882,17 +882,6 @@ pub unsafe extern "C-unwind" fn amgettuple(scan: pg_sys::IndexScanDesc, directio
     (*scan).xs_heaptid = tid_to_item(tid);
     (*scan).xs_recheck = false;
     if (*scan).xs_want_itup {
-        if st.tuple_cxt.is_null() {
-            st.tuple_cxt = pg_sys::AllocSetContextCreateExtended(
-                st.scan_cxt,
-                c"pg_hybrid index-only tuples".as_ptr(),
-                pg_sys::ALLOCSET_SMALL_MINSIZE as usize,
-                pg_sys::ALLOCSET_SMALL_INITSIZE as usize,
-                pg_sys::ALLOCSET_SMALL_MAXSIZE as usize,
-            );
-        } else {
-            pg_sys::MemoryContextReset(st.tuple_cxt);
-        }
         // An index has at most INDEX_MAX_KEYS (32) columns.
         let n = st.desc.natts.min(32);
         let mut values = [pg_sys::Datum::from(0usize); 32];
@@ -902,6 +891,17 @@ pub unsafe extern "C-unwind" fn amgettuple(scan: pg_sys::IndexScanDesc, directio
         match layout.form(&values[..n], &nulls[..n]) {
             Some(t) => (*scan).xs_itup = t,
             None => {
+                if st.tuple_cxt.is_null() {
+                    st.tuple_cxt = pg_sys::AllocSetContextCreateExtended(
+                        st.scan_cxt,
+                        c"pg_hybrid index-only tuples".as_ptr(),
+                        pg_sys::ALLOCSET_SMALL_MINSIZE as usize,
+                        pg_sys::ALLOCSET_SMALL_INITSIZE as usize,
+                        pg_sys::ALLOCSET_SMALL_MAXSIZE as usize,
+                    );
+                } else {
+                    pg_sys::MemoryContextReset(st.tuple_cxt);
+                }
                 let old = pg_sys::MemoryContextSwitchTo(st.tuple_cxt);
                 (*scan).xs_itup = pg_sys::index_form_tuple((*index).rd_att, values.as_mut_ptr(), nulls.as_mut_ptr());
                 pg_sys::MemoryContextSwitchTo(old);

@@ -122,12 +122,12 @@ impl HashPages for HashBufs {
             // Lock in block order; new pages are locked already.
             let mut order: Vec<usize> = (0..step.len()).collect();
             order.sort_by_key(|&i| step[i].blk());
-            let mut bufs: Vec<(usize, Buf, bool)> = Vec::with_capacity(step.len());
+            let mut bufs: Vec<(usize, Buf)> = Vec::with_capacity(step.len());
             for &i in &order {
                 let (Change::Write { blk, .. } | Change::Add { blk, .. }) = step[i] else { continue };
                 if self.pending.remove(&blk) {
                     // Claimed by `alloc` as an empty hash page.
-                    bufs.push((i, Buf::read(self.rel, blk, Lock::Exclusive), true));
+                    bufs.push((i, Buf::read(self.rel, blk, Lock::Exclusive)));
                 } else {
                     {
                         if blk == 0 || blk >= nblocks(self.rel) {
@@ -135,7 +135,7 @@ impl HashPages for HashBufs {
                         }
                         let b = Buf::read(self.rel, blk, Lock::Exclusive);
                         page::check_page(self.rel, blk, b.page(), &[PageKind::Hash]);
-                        bufs.push((i, b, false));
+                        bufs.push((i, b));
                     }
                 }
             }
@@ -144,7 +144,7 @@ impl HashPages for HashBufs {
                 // (ADD_ENTRIES), rebuilt pages their image.
                 let changes: Vec<(&Buf, BodyChange<'_>)> = bufs
                     .iter()
-                    .map(|(i, b, _)| match &step[*i] {
+                    .map(|(i, b)| match &step[*i] {
                         Change::Write { body, .. } => (b, BodyChange::Image(body)),
                         Change::Add { adds, .. } => (b, BodyChange::Op { op: ADD_ENTRIES, arg: adds }),
                         Change::Retire(_) => unreachable!("not locked above"),
