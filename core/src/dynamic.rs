@@ -71,6 +71,28 @@ impl fmt::Display for DynError {
 
 impl std::error::Error for DynError {}
 
+/// What `DynTree::rewrite_from` does with one entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rewrite {
+    Keep,
+    /// Keep it with this value.
+    Set(u64),
+    Drop,
+    /// End the walk before this entry (it is kept).
+    Stop,
+}
+
+/// How a `rewrite_from` walk ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RewriteEnd {
+    pub visited: usize,
+    pub removed: usize,
+    pub changed: usize,
+    /// The entry the walk stopped before (by `Stop` or the budget); None
+    /// when it ran off the end of the tree.
+    pub stopped_at: Option<(Vec<u8>, Tid)>,
+}
+
 /// Header of one dynamic stage, stored by value in shared memory.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -233,10 +255,12 @@ fn node_insert(b: &mut [u8], lvl: usize, idx: usize, e: &Ent) {
     b[o + f..o + f + e.key.len()].copy_from_slice(e.key);
 }
 
-fn node_append_raw(b: &mut [u8], raw: &[u8]) {
+/// Appends an entry copied from another node; returns its offset.
+fn node_append_raw(b: &mut [u8], raw: &[u8]) -> usize {
     let n = nkeys(b);
     let o = make_room(b, n, raw.len());
     b[o..o + raw.len()].copy_from_slice(raw);
+    o
 }
 
 /// Where the entry (key, tid) belongs in a leaf: (index, already present).
@@ -595,8 +619,12 @@ impl DynTree {
             let dst = if v < s { &mut *b } else { &mut *nb };
             match v.cmp(&ins) {
                 Ordering::Equal => node_insert(dst, lvl, nkeys(dst), ent),
-                Ordering::Less => node_append_raw(dst, raw_at(old, lvl, v)),
-                Ordering::Greater => node_append_raw(dst, raw_at(old, lvl, v - 1)),
+                Ordering::Less => {
+                    node_append_raw(dst, raw_at(old, lvl, v));
+                }
+                Ordering::Greater => {
+                    node_append_raw(dst, raw_at(old, lvl, v - 1));
+                }
             }
         }
     }
@@ -806,6 +834,160 @@ impl DynTree {
         first == Some(Ordering::Equal)
     }
 
+    /// Atomically ORs `mask` into the value of the leaf entry (key, tid),
+    /// if present, and returns its value from before. Callers may hold only
+    /// a shared lock: the bytes `mask` touches must be bits that nothing
+    /// reading under that lock depends on (a hint such as the hot tier's
+    /// reference bit, `hot_tier.rs`), and whoever clears them holds the
+    /// lock exclusively. Each byte of the value is written with one atomic
+    /// byte operation, so concurrent setters never lose each other's bits.
+    pub fn or_value_bits<P: BlockPool + ?Sized>(
+        &self,
+        pool: &P,
+        cmp: &mut dyn FnMut(&[u8], &[u8]) -> Ordering,
+        key: &[u8],
+        tid: Tid,
+        mask: u64,
+    ) -> Option<u64> {
+        let mut id = self.root;
+        if id == NONE {
+            return None;
+        }
+        for lvl in (1..self.height as usize).rev() {
+            // SAFETY: read-only view of a live block.
+            let b = unsafe { self.node(pool, id) };
+            id = val_at(b, lvl, off(b, inner_child(b, lvl, cmp, key, tid))) as u32;
+        }
+        // SAFETY: as above.
+        let b = unsafe { self.node(pool, id) };
+        let (idx, exists) = leaf_lower_bound(b, cmp, key, tid);
+        if !exists {
+            return None;
+        }
+        let o = off(b, idx);
+        let old = val_at(b, 0, o);
+        if old & mask == mask {
+            return Some(old);
+        }
+        let base = pool.block(id);
+        for (i, m) in mask.to_le_bytes().into_iter().enumerate() {
+            if m != 0 {
+                // SAFETY: `o + 8 + i` lies inside the live block (a leaf
+                // entry's value is bytes 8..16 of the entry); the byte is
+                // only ever written atomically while readers share the tree.
+                let cell = unsafe { std::sync::atomic::AtomicU8::from_ptr(base.add(o + 8 + i)) };
+                cell.fetch_or(m, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        Some(old)
+    }
+
+    /// Walks the entries in order from the first whose key is not below the
+    /// bound (from the first entry when `cmp_bound` is None) and applies
+    /// what `step` says to each, until it says `Stop` or `max_visit`
+    /// entries were seen. Like `prune_key`, only leaves that change are
+    /// rewritten and no block is taken or given back (leaves may be left
+    /// sparse; `retain` or `repack` packs them), so it cannot fail.
+    pub fn rewrite_from<P: BlockPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        cmp_bound: Option<&mut dyn FnMut(&[u8]) -> Ordering>,
+        max_visit: usize,
+        step: &mut dyn FnMut(&[u8], Tid, u64) -> Rewrite,
+    ) -> RewriteEnd {
+        let mut end = RewriteEnd { visited: 0, removed: 0, changed: 0, stopped_at: None };
+        if self.root == NONE {
+            return end;
+        }
+        let (mut leaf, mut idx) = match cmp_bound {
+            Some(c) => self.seek(pool, c),
+            None => (self.leftmost(pool)[0], 0),
+        };
+        let ns = self.ns();
+        let mut scratch = [0u8; DYN_BLOCK_SIZE];
+        let mut acts: Vec<Rewrite> = Vec::new();
+        let mut budget = max_visit;
+        while leaf != NONE {
+            // SAFETY: one leaf borrowed at a time; `step` sees its bytes
+            // before the leaf is rewritten.
+            let b = unsafe { self.node_mut(pool, leaf) };
+            let n = nkeys(b);
+            acts.clear();
+            let mut any = false;
+            let mut stopped = false;
+            for i in idx..n {
+                if budget == 0 {
+                    stopped = true;
+                    break;
+                }
+                let o = off(b, i);
+                let a = step(key_at(b, 0, o), tid_at(b, o), val_at(b, 0, o));
+                if a == Rewrite::Stop {
+                    stopped = true;
+                    break;
+                }
+                budget -= 1;
+                end.visited += 1;
+                any |= a != Rewrite::Keep;
+                acts.push(a);
+            }
+            if stopped {
+                let i = idx + acts.len();
+                if i < n {
+                    let o = off(b, i);
+                    end.stopped_at = Some((key_at(b, 0, o).to_vec(), tid_at(b, o)));
+                }
+            }
+            if any {
+                scratch[..ns].copy_from_slice(b);
+                let old = &scratch[..ns];
+                node_init(b, 0);
+                set_next(b, next(old));
+                for i in 0..n {
+                    let act = if i >= idx && i - idx < acts.len() { acts[i - idx] } else { Rewrite::Keep };
+                    match act {
+                        Rewrite::Drop => {
+                            end.removed += 1;
+                            self.key_bytes -= rd16(old, off(old, i) + 6) as u64;
+                        }
+                        Rewrite::Set(v) => {
+                            let at = node_append_raw(b, raw_at(old, 0, i));
+                            b[at + 8..at + 16].copy_from_slice(&v.to_le_bytes());
+                            end.changed += 1;
+                        }
+                        Rewrite::Keep | Rewrite::Stop => {
+                            node_append_raw(b, raw_at(old, 0, i));
+                        }
+                    }
+                }
+            }
+            if stopped {
+                break;
+            }
+            leaf = next(b);
+            idx = 0;
+        }
+        self.nentries -= end.removed as u64;
+        end
+    }
+
+    /// Packs the tree into fewer blocks when leaves were left sparse (by
+    /// `rewrite_from`, `prune_key`, `prune_range`); see `retain`.
+    pub fn repack<P: BlockPool + ?Sized>(&mut self, pool: &mut P) {
+        if self.root == NONE {
+            return;
+        }
+        if self.nentries == 0 {
+            self.clear(pool);
+            return;
+        }
+        if let Some(total) = self.rebuild_blocks(pool) {
+            if total < self.nblocks as usize {
+                self.rebuild(pool, total);
+            }
+        }
+    }
+
     /// Removes the entries whose key equals the bound (`cmp_bound(stored)` =
     /// stored.cmp(bound)) and whose TID `dead` accepts; returns how many.
     /// This is the insert path's counterpart of nbtree's simple deletion:
@@ -924,6 +1106,16 @@ impl DynTree {
         pool: &mut P,
         mut keep: impl FnMut(&[u8], Tid, u64) -> bool,
     ) -> usize {
+        self.retain_map(pool, |k, t, v| keep(k, t, v).then_some(v))
+    }
+
+    /// `retain` whose test also gives each kept entry its new value: None
+    /// removes the entry, Some(v) keeps it with value v.
+    pub fn retain_map<P: BlockPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        mut keep: impl FnMut(&[u8], Tid, u64) -> Option<u64>,
+    ) -> usize {
         if self.root == NONE {
             return 0;
         }
@@ -941,8 +1133,12 @@ impl DynTree {
             for i in 0..nkeys(old) {
                 let o = off(old, i);
                 let k = key_at(old, 0, o);
-                if keep(k, tid_at(old, o), val_at(old, 0, o)) {
-                    node_append_raw(b, raw_at(old, 0, i));
+                let val = val_at(old, 0, o);
+                if let Some(new_val) = keep(k, tid_at(old, o), val) {
+                    let at = node_append_raw(b, raw_at(old, 0, i));
+                    if new_val != val {
+                        b[at + 8..at + 16].copy_from_slice(&new_val.to_le_bytes());
+                    }
                 } else {
                     removed += 1;
                     self.key_bytes -= k.len() as u64;

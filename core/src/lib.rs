@@ -7,6 +7,7 @@ pub mod keys;
 pub mod varint;
 pub mod bloom;
 pub mod dynamic;
+pub mod hot_tier;
 pub mod static_stage;
 pub mod clock_cache;
 pub mod elastic;
