@@ -405,7 +405,8 @@ ph_parse_quick() {
 
 # ph_am_ddl AM: the index options and text collation the tests use for AM.
 #   PH_IDX_OPTS  a WITH clause (hybrid_btree: merge_ratio 10; elastic_btree:
-#                size_bound PH_SIZE_BOUND when set, so leaves turn compact)
+#                size_bound PH_SIZE_BOUND when set, so leaves turn compact;
+#                tiered_btree: hot_size PH_HOT_SIZE, default 256kB)
 #   PH_TCOLL     collation clause for indexed text columns (elastic_btree
 #                needs a memcmp-able encoding: COLLATE "C")
 ph_am_ddl() {
@@ -414,6 +415,8 @@ ph_am_ddl() {
     case $1 in
         hybrid_btree) PH_IDX_OPTS=" WITH (merge_ratio = 10)" ;;
         griffin) PH_IDX_OPTS=" WITH (sync_ratio = 10)" ;;
+        # a small hot tier, so sweeps and promotions run during the tests
+        tiered_btree) PH_IDX_OPTS=" WITH (hot_size = '${PH_HOT_SIZE:-256kB}', sample_rate = 0.3)" ;;
         elastic_btree)
             PH_TCOLL=' COLLATE "C"'
             [[ -n ${PH_SIZE_BOUND:-} ]] && PH_IDX_OPTS=" WITH (size_bound = '$PH_SIZE_BOUND')"

@@ -28,6 +28,15 @@
 #   concurrency-griffin   concurrency.sh (pgbench upserts on a UNIQUE griffin index, exact counts)
 #   isolation-griffin     isolation.sh (SERIALIZABLE and UNIQUE interleavings, same output as btree)
 #   corrupt-griffin       corrupt.sh (damaged tree, delta and bucket pages: XX002, REINDEX repairs)
+# Fourth pass, with tiered_btree (skipped likewise), short, with 256kB hot
+# tiers so promotions and CLOCK sweeps run all the time.
+# `--only tiered` / `--skip tiered` select all five:
+#   differential-tiered   differential.py --am tiered_btree (30 s, point bursts)
+#   crash-tiered          crash.sh (kill -9 during inserts and merges; the hot
+#                         tier comes back as its dirty entries)
+#   standby-tiered        standby.sh (the replica, which never migrates, answers like the primary)
+#   concurrency-tiered    concurrency.sh (pgbench upserts on a UNIQUE tiered index, exact counts)
+#   isolation-tiered      isolation.sh (SERIALIZABLE and UNIQUE interleavings, same output as btree)
 # Second pass, with elastic_btree (skipped when the AM under test is already
 # elastic_btree or btree, or when elastic_btree is not installed); always short
 # (--quick), set PH_ELASTIC_FULL=1 for the full forms.  `--only elastic` /
@@ -61,7 +70,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ELASTIC_STEPS=(differential-elastic crash-elastic standby-elastic concurrency-elastic isolation-elastic convert-elastic corrupt-elastic)
 GRIFFIN_STEPS=(differential-griffin crash-griffin standby-griffin concurrency-griffin isolation-griffin corrupt-griffin)
-ALL_STEPS=(setup core regress differential crash standby concurrency isolation hasis corrupt arena bench "${ELASTIC_STEPS[@]}" "${GRIFFIN_STEPS[@]}")
+TIERED_STEPS=(differential-tiered crash-tiered standby-tiered concurrency-tiered isolation-tiered)
+ALL_STEPS=(setup core regress differential crash standby concurrency isolation hasis corrupt arena bench "${ELASTIC_STEPS[@]}" "${GRIFFIN_STEPS[@]}" "${TIERED_STEPS[@]}")
 quick=0
 only=()
 skip=()
@@ -91,6 +101,7 @@ expand_steps() {
         case $x in
             elastic) printf '%s\n' "${ELASTIC_STEPS[@]}" ;;
             griffin) printf '%s\n' "${GRIFFIN_STEPS[@]}" ;;
+            tiered) printf '%s\n' "${TIERED_STEPS[@]}" ;;
             *) printf '%s\n' "$x" ;;
         esac
     done
@@ -98,7 +109,7 @@ expand_steps() {
 ((${#only[@]})) && mapfile -t only < <(expand_steps "${only[@]}")
 ((${#skip[@]})) && mapfile -t skip < <(expand_steps "${skip[@]}")
 for s in "${only[@]}" "${skip[@]}"; do
-    [[ " ${ALL_STEPS[*]} " == *" $s "* ]] || ph_die "unknown step '$s' (steps: ${ALL_STEPS[*]} elastic griffin)"
+    [[ " ${ALL_STEPS[*]} " == *" $s "* ]] || ph_die "unknown step '$s' (steps: ${ALL_STEPS[*]} elastic griffin tiered)"
 done
 
 selected() {
@@ -283,6 +294,27 @@ step_differential_griffin() {
         python3 "$PH_REPO/tests/differential.py" --seed "${PH_SEED:-1}" --time "${PH_GDIFF_TIME:-20}" --am griffin
 }
 
+# ------------------------------------------------------------- tiered pass --
+tiered_installed() { am_installed tiered_btree; }
+TIERED_PASS=0
+if [[ $PH_STANDIN == 0 && $PH_AM != tiered_btree ]]; then TIERED_PASS=1; fi
+
+# tiered_step TEST-SCRIPT ARGS...: run a tests/*.sh script with
+# PH_AM=tiered_btree (its indexes get a 256kB hot tier: scripts/lib.sh)
+tiered_step() {
+    local script=$1
+    shift
+    tiered_installed || return 77
+    PH_AM=tiered_btree bash "$PH_REPO/tests/$script" "$@"
+}
+
+step_differential_tiered() {
+    tiered_installed || return 77
+    ph_prepare_db "$MAIN" ph_differential_tiered
+    PH_PGHOST=$MAIN/sock PH_PGPORT=$(cluster_port "$MAIN") PH_DB=ph_differential_tiered PH_OUTDIR=$LOGDIR \
+        python3 "$PH_REPO/tests/differential.py" --seed "${PH_SEED:-1}" --time "${PH_TDIFF_TIME:-30}" --am tiered_btree
+}
+
 # ------------------------------------------------------------------- main --
 ph_scratch logs >/dev/null
 LOGDIR=$(ph_scratch logs)
@@ -297,13 +329,14 @@ if ((setup_ok == 0)); then
     ns=(core regress differential crash standby concurrency isolation hasis corrupt arena bench)
     ((ELASTIC_PASS)) && ns+=("${ELASTIC_STEPS[@]}")
     ((GRIFFIN_PASS)) && ns+=("${GRIFFIN_STEPS[@]}")
+    ((TIERED_PASS)) && ns+=("${TIERED_STEPS[@]}")
     for s in "${ns[@]}"; do
         selected "$s" && record "$s" FAIL 0 "(not run: setup failed)"
     done
 else
     run_step core step_core
     if selected regress || selected differential || { ((ELASTIC_PASS)) && selected differential-elastic; } ||
-        { ((GRIFFIN_PASS)) && selected differential-griffin; }; then
+        { ((GRIFFIN_PASS)) && selected differential-griffin; } || { ((TIERED_PASS)) && selected differential-tiered; }; then
         if (main_cluster) >"$LOGDIR/main_cluster.log" 2>&1; then
             # started in a subshell for its log; register it in this shell too
             MAIN=$PH_SCRATCH/main
@@ -312,10 +345,11 @@ else
             run_step differential step_differential
             ((ELASTIC_PASS)) && run_step differential-elastic step_differential_elastic
             ((GRIFFIN_PASS)) && run_step differential-griffin step_differential_griffin
+            ((TIERED_PASS)) && run_step differential-tiered step_differential_tiered
             cluster_stop "$MAIN" fast
         else
             cat "$LOGDIR/main_cluster.log"
-            for s in regress differential differential-elastic differential-griffin; do
+            for s in regress differential differential-elastic differential-griffin differential-tiered; do
                 selected "$s" && record "$s" FAIL 0 "(scratch cluster did not start; $LOGDIR/main_cluster.log)"
             done
         fi
@@ -342,6 +376,12 @@ else
         run_step concurrency-griffin griffin_step concurrency.sh --quick
         run_step isolation-griffin griffin_step isolation.sh --quick
         run_step corrupt-griffin griffin_step corrupt.sh --quick
+    fi
+    if ((TIERED_PASS)); then
+        run_step crash-tiered tiered_step crash.sh --quick
+        run_step standby-tiered tiered_step standby.sh --quick
+        run_step concurrency-tiered tiered_step concurrency.sh --quick
+        run_step isolation-tiered tiered_step isolation.sh --quick
     fi
 fi
 

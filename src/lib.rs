@@ -14,6 +14,7 @@ pub mod griffin;
 pub mod guc;
 pub mod hasis;
 pub mod hybrid;
+pub mod tiered;
 pub mod keys;
 pub mod shmem;
 pub mod static_stage;
@@ -43,6 +44,7 @@ pub extern "C-unwind" fn _PG_init() {
         engine::init();
         hybrid::init();
         griffin::init();
+        tiered::init();
         elastic::init();
         hasis::init();
         install_shmem_hooks();

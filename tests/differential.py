@@ -271,6 +271,17 @@ class Differential:
             if r.random() < 0.4:
                 opts.append("bucket_fill = %d" % r.choice([10, 30, 75, 100]))
             return " WITH (%s)" % ", ".join(opts) if opts else ""
+        if self.a.am == "tiered_btree":
+            # Tiny hot tiers, so sweeps and promotions run all the time.
+            # The unique id index, which the point bursts read, always
+            # gets the smallest hot tier and a high sampling rate.
+            r = random.Random("%d-%s" % (self.a.seed, name))
+            if name == "ux_id":
+                return " WITH (hot_size = '64kB', sample_rate = %s)" % r.choice(["0.3", "1"])
+            opts = ["hot_size = '%s'" % r.choice(["64kB", "96kB", "128kB", "256kB", "1MB"])]
+            if r.random() < 0.6:
+                opts.append("sample_rate = %s" % r.choice(["0.05", "0.3", "1"]))
+            return " WITH (%s)" % ", ".join(opts)
         if self.a.am != "hybrid_btree":
             return ""
         r = random.Random("%d-%s" % (self.a.seed, name))
@@ -667,10 +678,35 @@ class Differential:
                 self.stats["vacuums"] += 1
         if stmts:
             self.exec(stmts, "maint")
+        if self.a.am == "tiered_btree" and r.random() < 0.35:
+            self.point_burst()
         if self.elastic:
             self.elastic_stats()
         if r.random() < 0.08:
             self.verify_all()
+
+    def point_burst(self):
+        """tiered_btree: a burst of skewed point reads by id (promotions,
+        then hot-tier hits and CLOCK sweeps in the tiny hot tiers), summed
+        on both tables: t_am through its index, t_bt through btree's."""
+        r = self.r
+        top = max(1, self.next_id)
+        n = r.choice([1000, 4000, 8000])
+        off = r.randint(0, top)
+        # ids skewed towards `off`: a cube of a uniform spread
+        q = ("SELECT count(s.a), sum(s.a), sum(s.id) FROM generate_series(1, %d) gs(n), "
+             "LATERAL (SELECT id, a FROM {T} WHERE id = ((((gs.n * 7919) %% 4000)::float8 ^ 3 / 6.4e10 * %d)::int8 + %d) %% %d + 1) s"
+             % (n, top, off, top))
+        # One index probe per row of the series: a nested loop.
+        nl = ("SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_hashjoin = off; "
+              "SET enable_mergejoin = off; SET enable_material = off; ")
+        res = self.exec([nl + q.replace("{T}", "t_am") + "; RESET ALL",
+                         nl + q.replace("{T}", "t_bt") + "; RESET ALL"],
+                        "burst")
+        a, b = res["burst0"], res["burst1"]
+        if a != b:
+            raise Mismatch("point burst differs: %s on %s, %s on btree's table" % (a, "t_am", b))
+        self.stats["bursts"] = self.stats.get("bursts", 0) + 1
 
     def elastic_stats(self):
         items = [("s_" + idx, "SELECT compact_leaves, state FROM pg_hybrid.index_stats('%s'::regclass)" % idx)
@@ -733,6 +769,15 @@ class Differential:
         if s["plans_index_only"] == 0:
             print("  note: no index-only scan was used (does the AM set amcanreturn?%s)"
                   % (" elastic_btree offers none on an index with a size_bound" if self.elastic else ""))
+        if self.a.am == "tiered_btree":
+            rows = self.exec(["SELECT coalesce(sum(promotions), 0), coalesce(sum(evictions), 0), "
+                              "coalesce(sum(sweeps), 0), max(hot_hit_ratio) FROM ("
+                              + " UNION ALL ".join("SELECT * FROM pg_hybrid.index_stats('%s')" % i
+                                                   for i in self.am_indexes) + ") s"], tag="tiered")["tiered0"]
+            print("  tiered: promotions %s, records evicted %s, sweep steps %s, best hot hit ratio %s"
+                  % tuple(rows[0]))
+            if int(rows[0][0]) == 0 or int(rows[0][1]) == 0:
+                raise Mismatch("no record was promoted or evicted: the test did not exercise the hot tier")
         if self.elastic:
             self.elastic_stats()
             comp = sorted(i for i, n in self.compact_seen.items() if n > 0)

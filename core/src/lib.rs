@@ -3,6 +3,7 @@
 //! wraps these structures in buffers, WAL records and shared memory.
 
 pub mod tid;
+pub mod units;
 pub mod keys;
 pub mod varint;
 pub mod bloom;

@@ -24,26 +24,7 @@ pub struct ElasticOptions {
 /// Smallest bound: four pages (a metapage, a root and two leaves).
 const MIN_BOUND: u64 = 4 * pg_sys::BLCKSZ as u64;
 
-/// Parses '256MB', '1 GB', '500kB', '123456' (bytes). Units are powers of
-/// 1024, as in PostgreSQL's memory GUCs.
-pub fn parse_size(v: &str) -> Result<u64, String> {
-    let t = v.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    if num.is_empty() {
-        return Err(format!("\"{v}\" is not a size"));
-    }
-    let n: u64 = num.parse().map_err(|_| format!("\"{v}\" is out of range"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" | "bytes" => 1,
-        "kb" | "k" => 1 << 10,
-        "mb" | "m" => 1 << 20,
-        "gb" | "g" => 1 << 30,
-        "tb" | "t" => 1 << 40,
-        u => return Err(format!("unknown unit \"{u}\" in \"{v}\"")),
-    };
-    n.checked_mul(mult).ok_or_else(|| format!("\"{v}\" is out of range"))
-}
+use pg_hybrid_core::units::parse_size;
 
 #[pg_guard]
 unsafe extern "C-unwind" fn validate_size_bound(value: *const std::os::raw::c_char) {
@@ -142,20 +123,4 @@ pub unsafe fn config(rel: pg_sys::Relation) -> Config {
         c.slack = o.slack as u8;
     }
     c
-}
-
-#[cfg(test)]
-mod unit {
-    use super::parse_size;
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("256MB"), Ok(256 << 20));
-        assert_eq!(parse_size(" 1 gb "), Ok(1 << 30));
-        assert_eq!(parse_size("500kB"), Ok(500 << 10));
-        assert_eq!(parse_size("12345"), Ok(12345));
-        assert!(parse_size("-1MB").is_err());
-        assert!(parse_size("MB").is_err());
-        assert!(parse_size("12 parsecs").is_err());
-        assert!(parse_size("99999999999999999999").is_err());
-    }
 }

@@ -126,6 +126,19 @@ pub struct VacuumResult {
     pub key_fetches: u64,
 }
 
+/// A tiered index's hot tier (`core/src/hot_tier.rs`): complete records of
+/// hot keys kept in the dynamic stage beside its unmerged entries.
+#[derive(Clone, Copy, Debug)]
+pub struct HotTierSettings {
+    /// Bound on the hot tier's live bytes (entries, markers, keys); a
+    /// CLOCK sweep evicts records past it and a merge writes dirty entries
+    /// down when they alone pass half of it.
+    pub hot_bytes: u64,
+    /// Chance that a point read which had to read the cold tier copies the
+    /// key's record up (the paper's F).
+    pub sample_rate: f64,
+}
+
 /// Columns of `pg_hybrid.index_stats` only some structures have.
 #[derive(Default)]
 pub struct BaseStats {
@@ -234,6 +247,16 @@ pub trait BaseStructure: Sync {
     /// planner then costs such scans as hash index scans (cost.rs).
     fn hash_point_path(&self) -> bool {
         false
+    }
+
+    /// The hot tier of a tiered index, None for every other structure. With
+    /// one, the engine keeps complete records of hot keys in the dynamic
+    /// stage (clean copies of cold entries behind a marker), answers point
+    /// reads of such keys without the base structure, samples cold point
+    /// reads for promotion and runs the CLOCK sweep; merges turn the merged
+    /// entries of those keys into clean copies instead of dropping them.
+    unsafe fn hot_tier(&self, _index: pg_sys::Relation) -> Option<HotTierSettings> {
+        None
     }
 
     /// Raises an ERROR (with a hint) for index definitions the structure

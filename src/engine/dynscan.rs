@@ -16,6 +16,7 @@
 use std::cmp::Ordering;
 use std::rc::Rc;
 
+use pg_hybrid_core::hot_tier;
 use pg_hybrid_core::tid::Tid;
 
 use super::base::Dir;
@@ -69,6 +70,10 @@ pub struct DynReader {
     more: bool,
     next_size: usize,
     stale: bool,
+    /// A tiered index's hot tier holds the point key's whole record (its
+    /// marker came first in the range): every entry of the key is read
+    /// from here, merged ones included, and the base need not be.
+    complete: bool,
 }
 
 impl DynReader {
@@ -88,6 +93,7 @@ impl DynReader {
             more: false,
             next_size: FIRST_CHUNK,
             stale: false,
+            complete: false,
         }
     }
 
@@ -112,12 +118,19 @@ impl DynReader {
         self.more = false;
         self.next_size = FIRST_CHUNK;
         self.stale = false;
+        self.complete = false;
+    }
+
+    /// Whether the point key's record is complete here (`complete`).
+    pub fn complete(&self) -> bool {
+        self.complete
     }
 
     /// Positions before the first entry of the range in `dir`.
     pub unsafe fn start(&mut self, index: pgrx::pg_sys::Relation, dir: Dir, filter: &mut dyn FnMut(&[u8]) -> bool) {
         self.dir = dir;
         self.next_size = FIRST_CHUNK;
+        self.complete = false;
         self.fill(index, Resume::Edge, filter);
     }
 
@@ -125,6 +138,7 @@ impl DynReader {
     pub unsafe fn seek_after(&mut self, index: pgrx::pg_sys::Relation, dir: Dir, key: &[u8], tid: Tid, filter: &mut dyn FnMut(&[u8]) -> bool) {
         self.dir = dir;
         self.next_size = FIRST_CHUNK;
+        self.complete = false;
         self.fill(index, Resume::After(key.to_vec(), tid), filter);
     }
 
@@ -188,9 +202,21 @@ impl DynReader {
             let desc = self.desc.clone();
             let merged = self.merged_upto;
             let (lower, upper) = (&self.lower, &self.upper);
+            // Only a forward point read from the range's start meets the
+            // key's marker before its entries.
+            let point_start = matches!(from, Resume::Edge) && self.dir == Dir::Fwd && upper.as_deref() == Some(&lower[..]);
+            let mut marker_referenced = None;
+            let complete = &mut self.complete;
             let (keys, items, more) = (&mut self.keys, &mut self.items, &mut self.more);
             let mut take = |k: &[u8], t: Tid, p: u64| -> bool {
-                if p >= merged && filter(k) {
+                if hot_tier::is_marker(t) {
+                    if point_start && desc.compare_prefix(k, lower) == Ordering::Equal {
+                        *complete = true;
+                        marker_referenced = Some(matches!(hot_tier::classify(t, p), hot_tier::HotKind::Marker { referenced: true }));
+                    }
+                    return true;
+                }
+                if (p >= merged || *complete) && filter(k) {
                     items.push(ChunkItem { off: keys.len() as u32, len: k.len() as u32, tid: t });
                     keys.extend_from_slice(k);
                     if items.len() == limit {
@@ -226,6 +252,13 @@ impl DynReader {
                         Resume::After(key, tid) => desc.compare(k, key).then(t.cmp(tid)) == Ordering::Less,
                     };
                     st.tree.scan_before(&ArenaPool, &mut cmp, &mut before, visit);
+                }
+            }
+            if let Some(referenced) = marker_referenced {
+                st.hot.hot_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if !referenced {
+                    // CLOCK's reference bit: a hint, set without WAL.
+                    hot_tier::touch(&st.tree, &ArenaPool, &mut |a, b| desc.compare(a, b), lower);
                 }
             }
             return;

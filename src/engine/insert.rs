@@ -255,7 +255,7 @@ unsafe fn merge_if_overrun(index: pg_sys::Relation, merge_now: bool) {
 /// has released its locks.
 unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8], tid: Tid, dead: &DeadVersions) -> bool {
     let pos = delta::append(index, key, tid, &slot.state().tail_hint);
-    let (fits, want_merge, others_should_merge, overrun) = {
+    let (mut fits, want_merge, others_should_merge, overrun, sweep_due, hot) = {
         let _g = slot.exclusive();
         let st = &mut slot.state();
         if pos >= st.base.merged_upto {
@@ -264,9 +264,14 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         }
         let fits = pos < st.base.merged_upto || st.insert(desc, key, tid, pos);
         // Merges follow the delta log's growth, not the tree's: pruned
-        // versions leave the tree but stay in the log until a merge.
-        let logged = (pos + 1).saturating_sub(st.base.merged_upto).max(st.tree.nentries);
+        // versions leave the tree but stay in the log until a merge. A
+        // tiered index's tree also holds clean copies, which no merge
+        // moves: only the log counts there.
         let base = ams::base(index);
+        let hot = base.hot_tier(index);
+        let unmerged = (pos + 1).saturating_sub(st.base.merged_upto);
+        let logged = if hot.is_some() { unmerged } else { unmerged.max(st.tree.nentries) };
+        let sweep_due = hot.as_ref().is_some_and(|h| super::hot::over_bound(st, h));
         let mut threshold = super::state::merge_threshold(&st.base, base.merge_ratio(index), delta::record_len(128, key));
         let cap = base.delta_cap(index, key.len());
         let capped = cap.is_some();
@@ -287,10 +292,21 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         // any): a bulk load then runs at the speed of its merges and the
         // file stays within the bound.
         let overrun = capped && logged >= threshold.saturating_mul(2);
-        (fits, want || overrun, short && !share, overrun)
+        (fits, want || overrun, short && !share, overrun, sweep_due, hot)
     };
+    if let (true, Some(h)) = (sweep_due || !fits, hot.as_ref()) {
+        // The hot tier is past its bound (or the arena is full): evict
+        // unreferenced records before anything else.
+        super::hot::sweep_to_bound(slot, desc, h);
+    }
     if others_should_merge && crate::guc::BACKGROUND_MERGE.get() {
         shmem::merge_largest_elsewhere(slot);
+    }
+    if !fits && hot.is_some() {
+        // Evicting may have made room.
+        let _g = slot.exclusive();
+        let st = &mut slot.state();
+        fits = pos < st.base.merged_upto || st.insert(desc, key, tid, pos);
     }
     if !fits {
         // The arena is full: the entry is durable in the log, so merging

@@ -180,11 +180,11 @@ pub unsafe fn merge_locked(
         // only after the queries that could still see the tuples are gone.
         wal::log_snapshot_conflict(index, d.horizon);
     }
-    let mut dropped: Vec<Tid> = Vec::new();
+    let dropped: std::cell::RefCell<Vec<Tid>> = std::cell::RefCell::new(Vec::new());
     let mut drop_hinted = |t: Tid| {
         let hit = droppable.as_ref().is_some_and(|d| d.tids.binary_search(&t).is_ok());
         if hit {
-            dropped.push(t);
+            dropped.borrow_mut().push(t);
         }
         hit
     };
@@ -253,7 +253,14 @@ pub unsafe fn merge_locked(
             let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.base.generation);
             Switch { new_base, new_head: m.delta_head, recycle_head, ndead_delta: 0, millis, key_filter: None, fresh_hashes: Vec::new(), drained: None, lockmap }
         };
-        switch.apply(index, &desc, slot, &m);
+        // A tiered index's hot records lose what the merge pruned from the
+        // cold tier (VACUUM's dead TIDs, hinted ones), so no clean copy
+        // outlives its cold entry.
+        let mut pruned = |t: Tid| match dead.as_mut() {
+            Some(d) => d(t),
+            None => droppable.as_ref().is_some_and(|d| d.tids.binary_search(&t).is_ok()),
+        };
+        switch.apply(index, &desc, slot, &m, &mut pruned);
         // With no reader left on the old generation its pages are free
         // right away, for the next step to reuse.
         recycle_if_safe(index);
@@ -266,7 +273,7 @@ pub unsafe fn merge_locked(
         m = meta::read(index);
     }
     // The cells of hints whose entries are gone take new hints.
-    killed::forget(slot, &dropped, m.base.vacuum_epoch);
+    killed::forget(slot, &dropped.borrow(), m.base.vacuum_epoch);
     outcome
 }
 
@@ -292,7 +299,7 @@ impl Switch {
     /// The metapage (new base, delta head, recycle list) in one WAL record,
     /// then the shared state. Metapage first, so the lock order (buffer,
     /// then slot LWLock) matches inserters.
-    unsafe fn apply(self, index: pg_sys::Relation, desc: &crate::keys::IndexDesc, slot: SlotRef, m: &meta::IndexMeta) {
+    unsafe fn apply(self, index: pg_sys::Relation, desc: &crate::keys::IndexDesc, slot: SlotRef, m: &meta::IndexMeta, pruned: &mut dyn FnMut(Tid) -> bool) {
         // The previous newest recycle segment keeps its own horizon from
         // now on, stamped in the same WAL record, so it can be freed before
         // ours.
@@ -332,7 +339,13 @@ impl Switch {
                 st.key_filter.generation = self.new_base.generation;
             }
             if let Some(cutoff) = self.drained {
-                st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff);
+                if ams::base(index).hot_tier(index).is_some() {
+                    // A tiered index keeps its hot records' merged entries
+                    // as clean copies (hot.rs).
+                    super::hot::settle(st, desc, cutoff, pruned);
+                } else {
+                    st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff);
+                }
                 let carried = st.key_filter.generation == old_gen && old_gen != 0;
                 if self.key_filter.is_none() && carried && !self.fresh_hashes.is_empty() {
                     // Bloom filters take more keys: the old stage's keys plus

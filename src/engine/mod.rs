@@ -13,6 +13,7 @@ pub mod cost;
 pub mod delta;
 pub mod dynscan;
 pub mod handler;
+pub mod hot;
 pub mod insert;
 pub mod killed;
 pub mod merge;

@@ -20,11 +20,12 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use super::ams;
-use super::base::{BaseCursor, Dir, ScanRange};
+use super::base::{BaseCursor, Dir, HotTierSettings, ScanRange};
+use super::meta::BaseInfo;
 use super::dynscan::{DynPeek, DynReader};
 use super::predlock;
 use super::build::tid_to_item;
-use super::state;
+use super::state::{self, SlotState};
 use crate::keys::{index_desc, IndexDesc};
 use crate::shmem::{self, SlotRef};
 
@@ -118,6 +119,13 @@ struct Cursor {
     /// The last item came from the dynamic stage.
     from_dynamic: bool,
     dead_seen: DeadSeen,
+    /// The index's hot tier (tiered indexes), and whether this point read
+    /// found the key's whole record there and so leaves the base alone.
+    hot: Option<HotTierSettings>,
+    base_skipped: bool,
+    /// The metapage snapshot the cursor reads (a promotion checks that
+    /// nothing moved since).
+    info: BaseInfo,
 }
 
 impl Cursor {
@@ -525,8 +533,12 @@ impl ScanState {
         // SIREAD locks on the range before reading it (predlock.rs).
         predlock::lock_scan(index, desc, start.lockmap, &lower, upper.as_deref(), self.snapshot);
         let none = !start.dynamic_may_contain;
+        let hot = if point { ams::base(index).hot_tier(index) } else { None };
         match spare {
             Some(mut c) => {
+                c.hot = hot;
+                c.base_skipped = false;
+                c.info = start.base;
                 c.base.reopen(&start.base);
                 c.keyless = if c.base.keyless() && !self.want_keys { keyless_bounds(desc, &conds) } else { None };
                 c.implied = bounds_imply(desc, &conds);
@@ -561,6 +573,9 @@ impl ScanState {
                     point,
                     from_dynamic: false,
                     dead_seen: DeadSeen::default(),
+                    hot,
+                    base_skipped: false,
+                    info: start.base,
                 })
             }
         }
@@ -574,6 +589,19 @@ impl Cursor {
         self.dynamic.start(index, dir, &mut |k| passes(desc, implied, conds, lower, upper, k));
         self.memo.valid = false;
         self.returned = None;
+        self.base_skipped = false;
+        if let Some(hot) = self.hot {
+            self.slot.state().hot.point_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if self.dynamic.complete() {
+                // The hot tier holds every entry of the key: no page of
+                // the cold tier is read.
+                self.base_skipped = true;
+                return;
+            }
+            if dir == Dir::Fwd && super::hot::sampled(hot.sample_rate) {
+                super::hot::promote(self.slot, desc, &mut *self.base, &self.info, &self.lower, &hot);
+            }
+        }
         match self.keyless {
             Some((ls, us)) => {
                 // A missing bound is the edge of the non-NULL keys: every
@@ -595,6 +623,8 @@ impl Cursor {
         let (conds, implied, lower, upper) = (&self.conds, self.implied, &self.lower, self.upper.as_deref());
         self.dynamic.seek_after(index, dir, key, tid, &mut |k| passes(desc, implied, conds, lower, upper, k));
         self.memo.valid = false;
+        // Both tiers from here on: an entry in both is returned once.
+        self.base_skipped = false;
         self.base.seek_after(dir, key, tid, false);
         self.returned = Some(tid);
     }
@@ -606,6 +636,7 @@ impl Cursor {
         let start = state::start_scan(index, desc, self.slot, self.point_hash, None);
         state::add_key_fetches(self.slot, self.base.key_fetches());
         self.base = ams::base(index).cursor(index, desc, &start.base);
+        self.info = start.base;
         self.reader = Some(start.reader);
         self.dynamic.reset(start.base.generation, start.base.merged_upto, &self.lower, self.upper.as_deref(), !start.dynamic_may_contain);
         match self.returned {
@@ -638,6 +669,9 @@ impl Cursor {
     /// Moves the base cursor to its next entry in range that matches the
     /// conditions, and returns it (None at the end of the range).
     unsafe fn settle_base(&mut self, desc: &IndexDesc, dir: Dir) -> Option<(&[u8], Tid)> {
+        if self.base_skipped {
+            return None;
+        }
         loop {
             let (k, _) = self.base.peek(dir)?;
             let out_of_range = match dir {
@@ -686,7 +720,7 @@ impl Cursor {
             self.reseek(index, desc, dir, key_out);
             return self.next_inner(index, desc, dir, key_out);
         }
-        if self.keyless.is_some() && dir == Dir::Fwd && self.dynamic.exhausted() && self.base.bounded_forward() {
+        if self.keyless.is_some() && dir == Dir::Fwd && !self.base_skipped && self.dynamic.exhausted() && self.base.bounded_forward() {
             // Past the dynamic entries: the structure's entries in the
             // searched range, in order, without keys.
             let t = self.base.peek_tid()?;

@@ -6,6 +6,7 @@ use std::cmp::Ordering;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use pg_hybrid_core::bloom;
+use pg_hybrid_core::hot_tier;
 use pg_hybrid_core::dynamic::{BlockPool, DynTree, DYN_BLOCK_SIZE};
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
@@ -168,6 +169,8 @@ pub struct DualStageState {
     /// Arena blocks of the killed-tuple hints of every backend's scans
     /// (killed.rs; none until the first hint).
     pub hints: super::killed::HintBlocks,
+    /// A tiered index's hot tier: counters and the CLOCK hand (hot.rs).
+    pub hot: super::hot::HotState,
 }
 
 impl DualStageState {
@@ -184,6 +187,7 @@ impl DualStageState {
         self.merge_running = false;
         self.readers.clear();
         self.hints.init();
+        self.hot.clear();
     }
 
     /// Frees everything and marks the state as needing a rebuild.
@@ -207,6 +211,7 @@ impl DualStageState {
         self.key_fetches = AtomicU64::new(0);
         // The hint block stays with the slot (killed.rs), emptied.
         self.hints.clear(0);
+        self.hot.clear();
     }
 
     /// Switches to another static stage; readers of the one left behind
@@ -550,6 +555,7 @@ pub unsafe fn snapshot(
             continue;
         }
         let mut items = Vec::new();
+        let mut complete = false;
         if st.tree.nentries > 0 {
             let skip = match point_hash {
                 Some(h) => {
@@ -571,14 +577,24 @@ pub unsafe fn snapshot(
                             return false;
                         }
                     }
-                    if p >= merged && filter(k) {
+                    if hot_tier::is_marker(t) {
+                        // A tiered index's record of the point key: every
+                        // entry of the key is here, merged ones included.
+                        complete |= upper == Some(lower) && desc.compare_prefix(k, lower) == Ordering::Equal;
+                        return true;
+                    }
+                    if (p >= merged || complete) && filter(k) {
                         items.push((k.to_vec(), t));
                     }
                     true
                 });
             }
         }
-        let static_may_contain = point_hash.is_none_or(|h| st.key_filter.may_contain(st.base.generation, h));
+        if complete {
+            let mut cmp = |a: &[u8], b: &[u8]| desc.compare(a, b);
+            hot_tier::touch(&st.tree, &ArenaPool, &mut cmp, lower);
+        }
+        let static_may_contain = !complete && point_hash.is_none_or(|h| st.key_filter.may_contain(st.base.generation, h));
         let reader = super::readers::ReaderToken::register(slot, st);
         return DynSnapshot { base: st.base, items, static_may_contain, reader };
     }

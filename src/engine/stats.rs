@@ -3,6 +3,7 @@
 use std::cmp::Ordering;
 use std::collections::HashSet;
 
+use pg_hybrid_core::hot_tier;
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -26,9 +27,12 @@ CREATE FUNCTION pg_hybrid.index_stats(index regclass) RETURNS TABLE (
     bloom_checks bigint, bloom_skips bigint, bytes_per_entry double precision,
     standard_leaves bigint, compact_leaves bigint, state text, size_bound bigint,
     key_fetches bigint, hash_buckets bigint, hash_entries bigint,
-    hash_pages bigint, overflow_pages bigint)
+    hash_pages bigint, overflow_pages bigint,
+    hot_records bigint, hot_entries bigint, hot_bytes bigint,
+    hot_hit_ratio double precision, promotions bigint, evictions bigint,
+    sweeps bigint)
     LANGUAGE c STRICT VOLATILE AS 'MODULE_PATHNAME', 'index_stats_wrapper';
-COMMENT ON FUNCTION pg_hybrid.index_stats(regclass) IS 'sizes and counters of both stages of an index of pg_hybrid (leaf forms, state and bound: elastic_btree only; hash buckets: griffin only)';
+COMMENT ON FUNCTION pg_hybrid.index_stats(regclass) IS 'sizes and counters of both stages of an index of pg_hybrid (leaf forms, state and bound: elastic_btree only; hash buckets: griffin only; hot tier: tiered_btree only)';
 ")]
 fn index_stats(
     index: pg_sys::Oid,
@@ -58,6 +62,13 @@ fn index_stats(
         name!(hash_entries, Option<i64>),
         name!(hash_pages, Option<i64>),
         name!(overflow_pages, Option<i64>),
+        name!(hot_records, Option<i64>),
+        name!(hot_entries, Option<i64>),
+        name!(hot_bytes, Option<i64>),
+        name!(hot_hit_ratio, Option<f64>),
+        name!(promotions, Option<i64>),
+        name!(evictions, Option<i64>),
+        name!(sweeps, Option<i64>),
     ),
 > {
     unsafe {
@@ -84,6 +95,10 @@ fn index_stats(
         };
         // Key fetches are counted for structures that read keys from the heap.
         let key_fetches = base_stats.fetches_keys.then_some(fetches as i64);
+        // A tiered index's tree holds its hot records beside the unmerged
+        // entries: dynamic_entries counts the latter only.
+        let hot = ams::base(rel).hot_tier(rel).map(|_| super::hot::figures(slot, &desc));
+        let dyn_entries = hot.as_ref().map(|h| h.dirty as u64).unwrap_or(dyn_entries);
         let rel_bytes = nblocks(rel) as u64 * BLCKSZ as u64;
         let entries = m.base.entries + dyn_entries;
         let bpe = if entries == 0 { 0.0 } else { (rel_bytes + dyn_bytes) as f64 / entries as f64 };
@@ -112,6 +127,13 @@ fn index_stats(
             base_stats.hash_entries,
             base_stats.hash_pages,
             base_stats.overflow_pages,
+            hot.as_ref().map(|h| h.records),
+            hot.as_ref().map(|h| h.entries),
+            hot.as_ref().map(|h| h.bytes),
+            hot.as_ref().and_then(|h| h.hit_ratio),
+            hot.as_ref().map(|h| h.promotions),
+            hot.as_ref().map(|h| h.evictions),
+            hot.as_ref().map(|h| h.sweeps),
         ))
     }
 }
@@ -176,7 +198,10 @@ fn verify(index: pg_sys::Oid, heapallindexed: bool) {
             let st = slot.state();
             if st.base.generation == m.base.generation {
                 st.tree.scan_all(&ArenaPool, |k: &[u8], t: Tid, p: u64| {
-                    if p >= m.base.merged_upto {
+                    // The log's entries: not a tiered index's markers or
+                    // clean copies (checked against the base below).
+                    let logged = matches!(hot_tier::classify(t, p), hot_tier::HotKind::Dirty { .. });
+                    if p >= m.base.merged_upto && logged {
                         tree.push((k.to_vec(), t));
                     }
                     true
@@ -198,6 +223,32 @@ fn verify(index: pg_sys::Oid, heapallindexed: bool) {
         for e in &log {
             if tree.binary_search_by(|x| desc.compare(&x.0, &e.0).then(x.1.cmp(&e.1))).is_err() && !dead.check(e.1) {
                 fail(&name, format!("delta log entry with TID ({},{}) is missing from the shared dynamic stage", e.1.block, e.1.offset));
+            }
+        }
+        // A tiered index's hot records: each holds every entry of its key
+        // (the base's, the log's), and its clean copies are in the base.
+        // The maintenance lock keeps merges and VACUUM out; an entry in
+        // one tier only because a killed-tuple hint pruned it from the
+        // other is dead to all.
+        if ams::base(rel).hot_tier(rel).is_some() && !in_recovery {
+            let (info, records) = super::hot::records(slot, &desc);
+            if info.generation == m.base.generation {
+                for r in &records {
+                    let mut cold = Vec::new();
+                    super::insert::base_tids_of_key(rel, &desc, &info, &r.marker, usize::MAX, &mut cold);
+                    for &(t, clean) in &r.entries {
+                        // A merge drops hinted dead TIDs from the cold
+                        // tier and VACUUM later takes their clean copies.
+                        if clean && !cold.contains(&t) && !dead.check(t) {
+                            fail(&name, format!("the hot tier's clean copy of TID ({},{}) is not in the cold tier", t.block, t.offset));
+                        }
+                    }
+                    for &t in &cold {
+                        if !r.entries.iter().any(|&(h, _)| h == t) && !dead.check(t) {
+                            fail(&name, format!("the cold tier's entry with TID ({},{}) is missing from its key's hot record", t.block, t.offset));
+                        }
+                    }
+                }
             }
         }
         drop(dead);

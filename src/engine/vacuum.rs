@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 
+use pg_hybrid_core::hot_tier;
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -48,6 +49,7 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
     // The base structure first: it drops dead TIDs in place, or asks for a
     // merge that drops them.
     let desc = crate::keys::index_desc(index);
+    let hot = ams::base(index).hot_tier(index).is_some();
     let res = ams::base(index).bulk_delete(index, &desc, &m, &mut dead);
     let mut removed_static = res.removed;
     let mut kept_static = res.kept;
@@ -98,7 +100,18 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
             // frees the cells (and keeps an epoch tag from ever coming round
             // again to a hint that old).
             st.hints.clear(super::killed::owner_of(slot.key));
-            if !dead_delta.is_empty() {
+            if hot {
+                // A tiered index's clean copies leave with the cold
+                // entries they copy, so a hot record stays complete; a
+                // promotion that read the cold tier before the bulk delete
+                // added its copies before this (it checks the epoch, which
+                // moves here), so none survives.
+                st.tree.retain(&mut ArenaPool, |_k: &[u8], t: Tid, p: u64| match hot_tier::classify(t, p) {
+                    hot_tier::HotKind::Marker { .. } => true,
+                    hot_tier::HotKind::Clean => !dead(t),
+                    hot_tier::HotKind::Dirty { .. } => !dead_delta.contains(&t),
+                });
+            } else if !dead_delta.is_empty() {
                 st.tree.retain(&mut ArenaPool, |_k: &[u8], t: Tid, _p: u64| !dead_delta.contains(&t));
             }
             if st.base.generation == mm.base.generation {

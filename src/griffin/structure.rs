@@ -26,7 +26,7 @@ use crate::storage::page::{self, PageKind, BODY_CAP, NO_BLOCK};
 static TREE: StaticStage = StaticStage { am: c"griffin", settings: tree_settings };
 
 unsafe fn tree_settings(index: pg_sys::Relation) -> StageSettings {
-    StageSettings { merge_ratio: options::sync_ratio(index), compress: false }
+    StageSettings { merge_ratio: options::sync_ratio(index), compress: false, hot_tier: None }
 }
 
 /// Word of the base roots that holds the hash path's header block; the

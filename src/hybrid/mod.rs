@@ -15,7 +15,7 @@ use crate::static_stage::stage::{StageSettings, StaticStage};
 pub static HYBRID: StaticStage = StaticStage { am: c"hybrid_btree", settings: settings };
 
 unsafe fn settings(index: pgrx::pg_sys::Relation) -> StageSettings {
-    StageSettings { merge_ratio: options::merge_ratio(index), compress: options::compression_lz4(index) }
+    StageSettings { merge_ratio: options::merge_ratio(index), compress: options::compression_lz4(index), hot_tier: None }
 }
 
 /// Registers the AM with the engine and its reloptions; from `_PG_init`.

@@ -18,7 +18,7 @@ use pgrx::pg_sys;
 
 use super::cursor::StaticCursor;
 use super::static_io;
-use crate::engine::base::{BaseCursor, BaseShape, BaseStructure, BuildResult, Entry, EntryRef, MergeResult, MergeStep, Prune, VacuumResult};
+use crate::engine::base::{BaseCursor, BaseShape, BaseStructure, BuildResult, Entry, EntryRef, HotTierSettings, MergeResult, MergeStep, Prune, VacuumResult};
 use crate::engine::meta::{self, BaseInfo, BaseRoots, IndexMeta};
 use crate::engine::stats::fail;
 use crate::keys::IndexDesc;
@@ -57,6 +57,9 @@ pub struct StageSettings {
     pub merge_ratio: i32,
     /// Write LZ4 leaves.
     pub compress: bool,
+    /// A tiered index's hot tier in front of the stage (the stage is then
+    /// its cold tier); None for a dual-stage index.
+    pub hot_tier: Option<HotTierSettings>,
 }
 
 /// The static stage served to the engine as the base structure of `am`.
@@ -80,6 +83,18 @@ impl BaseStructure for StaticStage {
 
     unsafe fn merge_ratio(&self, index: pg_sys::Relation) -> i32 {
         (self.settings)(index).merge_ratio
+    }
+
+    unsafe fn hot_tier(&self, index: pg_sys::Relation) -> Option<HotTierSettings> {
+        (self.settings)(index).hot_tier
+    }
+
+    /// A hot tier counts its unmerged entries against its bound: a merge
+    /// starts when they take half of it, and inserters wait for merges
+    /// past the whole of it.
+    unsafe fn delta_cap(&self, index: pg_sys::Relation, key_len: usize) -> Option<u64> {
+        let hot = (self.settings)(index).hot_tier?;
+        Some((hot.hot_bytes / 2 / (pg_hybrid_core::hot_tier::ENTRY_OVERHEAD + key_len as u64)).max(1))
     }
 
     fn is_empty(&self, info: &BaseInfo) -> bool {
