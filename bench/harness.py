@@ -101,6 +101,21 @@ def check_am(cl, name, kind):
         raise SystemExit("ERROR: '%s' is not a %s access method (pg_am.amtype = %s)" % (name, what, row[0]))
 
 
+def set_cap(a, on):
+    """Sets (on) or lifts the memory limit of the cluster's cgroup, when
+    run.sh made one (--cache-cap): what the OS may cache of the cluster's
+    files beyond its shared memory, so that reads past it are real reads."""
+    if not a.cgroup:
+        return False
+    path = os.path.join(a.cgroup, "memory.limit_in_bytes")
+    try:
+        with open(path, "w") as f:
+            f.write(str(a.cap_bytes) if on else "-1")
+    except OSError as e:
+        raise BenchError("cannot %s the memory limit of %s: %s" % ("set" if on else "lift", a.cgroup, e))
+    return True
+
+
 # --------------------------------------------------------- index handling --
 def index_bytes(c, schema="public"):
     """Total bytes of every index in `schema`: relation size, plus the dynamic
@@ -335,14 +350,14 @@ def write_report(a, res, facts):
 
 # ------------------------------------------------------------------- main --
 SMOKE = {"probe_rows": 20000, "scale": 2, "seconds": 3, "ycsb_rows": 20000, "ycsb_seconds": 2,
-         "warehouses": 1, "tpcc_seconds": 10, "sf": 0.1}
+         "warehouses": 1, "tpcc_seconds": 10, "sf": 0.1, "tiered_rows": 20000, "tiered_seconds": 2}
 FULL = {"probe_rows": 5000000, "scale": 50, "seconds": 60, "ycsb_rows": 1000000, "ycsb_seconds": 20,
-        "warehouses": 1, "tpcc_seconds": 60, "sf": 1.0}
+        "warehouses": 1, "tpcc_seconds": 60, "sf": 1.0, "tiered_rows": 10000000, "tiered_seconds": 30}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("suite", choices=["probe", "pgbench", "ycsb", "tpcc", "tpch", "elastic", "engine"])
+    ap.add_argument("suite", choices=["probe", "pgbench", "ycsb", "tpcc", "tpch", "elastic", "engine", "tiered"])
     ap.add_argument("--index-am", required=True)
     ap.add_argument("--table-am", default="heap")
     ap.add_argument("--baseline", default="btree")
@@ -366,6 +381,8 @@ def main():
     ap.add_argument("--warehouses", type=int)
     ap.add_argument("--sf", type=float)
     ap.add_argument("--reloptions", default="")
+    ap.add_argument("--cgroup", help="memory cgroup of the cluster (run.sh --cache-cap)")
+    ap.add_argument("--cap-bytes", type=int, help="the limit a suite sets on --cgroup while it measures")
     a = ap.parse_args()
     size = SMOKE if a.smoke else FULL
     a.size = size
@@ -407,6 +424,9 @@ def main():
         elif a.suite == "engine":
             import suite_engine
             suite_engine.run(a, cl, res)
+        elif a.suite == "tiered":
+            import suite_tiered
+            suite_tiered.run(a, cl, res)
     except BenchError as e:
         ok = False
         log("FAILED: %s" % e)

@@ -18,19 +18,28 @@
 #                     (2M rows + 50k unmerged) vs after a merge, SERIALIZABLE read+insert mix
 #                     (failures per 1000 tx), UNIQUE index bytes after a 5M build and 5M random
 #                     inserts, relation bytes around a merge of an empty dynamic stage; PASS/FAIL
-#            all      all of the above, one report set per suite (elastic only with --index-am elastic_btree)
+#            tiered   issue 11: kv(k int8, 120-byte payload) 10M rows, UNIQUE (k) INCLUDE (payload);
+#                     YCSB C (zipfian 0.9 and uniform), A (zipfian), 100-row scans, random-order load;
+#                     TPS, latency, buffer reads per transaction; the AM side's C-zipfian against its
+#                     hot-tier size. shared_buffers 128MB and --cache-cap 256MB unless given
+#            all      all of the above but tiered, one report set per suite (elastic only with
+#                     --index-am elastic_btree)
 # Options:
 #   --smoke               tiny sizes (the test suite's step); results go to
 #                         $PH_SCRATCH/bench_results unless --out is given
 #   --index-am AM         index AM under test: btree, hybrid_btree (default: pgrx.toml am);
-#                         elastic_btree, griffin; later tiered_btree, tiered_hash. --am is an alias
+#                         elastic_btree, griffin, tiered_btree; later tiered_hash. --am is an alias
 #   --table-am AM         table AM of the AM side: heap (default) or hasis
 #   --baseline AM         built-in index AM to compare with (default btree; hash for the
 #                         probe and pgbench suites, whose hash side is not UNIQUE and has no ranges)
 #   --repeat N            measure each side N times (alternating order); reports the
 #                         median and min–max
 #   --out DIR             where reports go (default bench/results)
-#   --shared-buffers SIZE default 1GB;  --shared-memory SIZE: pg_hybrid.shared_memory, default 256MB
+#   --shared-buffers SIZE default 1GB (tiered: 128MB);  --shared-memory SIZE: pg_hybrid.shared_memory,
+#                         default 256MB
+#   --cache-cap SIZE      put the cluster in a cgroup v1 memory group limited to shared_buffers +
+#                         shared memory + SIZE, so the OS caches about SIZE of its files and the rest
+#                         are real reads (default: none; tiered: 256MB; 0 = none)
 #   --clients N --threads N   load generators (default 4 clients, 2 threads)
 #   --seconds S           measured seconds per workload and side (pgbench, ycsb, tpcc; engine: per
 #                         scan measurement and SERIALIZABLE mix)
@@ -53,7 +62,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
-SUITES=(probe pgbench ycsb tpcc tpch elastic engine)
+SUITES=(probe pgbench ycsb tpcc tpch elastic engine tiered)
 # AMs the project knows about; anything else is a typo.  The planned ones fail
 # later with "not installed" until their code lands.
 KNOWN_INDEX_AMS=(btree hybrid_btree elastic_btree griffin tiered_btree tiered_hash)
@@ -67,8 +76,9 @@ table_am=heap
 baseline=btree
 repeat=1
 out=
-sb=1GB
+sb=
 shm=256MB
+cache_cap=
 plot=1
 production_wal=0
 pyargs=()
@@ -83,6 +93,7 @@ while (($#)); do
         --out) need_arg "$@"; shift; out=$1 ;;
         --shared-buffers) need_arg "$@"; shift; sb=$1 ;;
         --shared-memory) need_arg "$@"; shift; shm=$1 ;;
+        --cache-cap) need_arg "$@"; shift; cache_cap=$1 ;;
         --no-plot) plot=0 ;;
         --production-wal) production_wal=1 ;;
         --clients | --threads | --seconds | --rows | --scale | --warehouses | --sf | --reloptions)
@@ -97,6 +108,12 @@ while (($#)); do
 done
 
 [[ -n $suite ]] || ph_die "bench/run.sh: name a suite: ${SUITES[*]} all (see --help)"
+# the tiered suite wants buffer misses: small shared_buffers, a capped page cache
+if [[ $suite == tiered ]]; then
+    sb=${sb:-128MB}
+    cache_cap=${cache_cap:-256MB}
+fi
+sb=${sb:-1GB}
 if [[ $suite == all ]]; then
     run_suites=(probe pgbench ycsb tpcc tpch engine)
     # the elastic suite is about elastic_btree's size bound; with another AM it is only a stand-in
@@ -199,6 +216,15 @@ conf=("fsync = off" "synchronous_commit = off" "${wal_conf[@]}"
 [[ " ${run_suites[*]} " == *" tpcc "* ]] && conf+=("listen_addresses = '127.0.0.1'")
 PH_ALLOW_FSYNC_OFF=1 cluster_init "$DIR" "$PH_BENCH_PORT" "${conf[@]}"
 cluster_start "$DIR"
+cap_args=()
+if [[ -n $cache_cap && $cache_cap != 0 ]]; then
+    # The suite sets the limit around its measurements only: loading and
+    # CREATE INDEX (whose sorts may use maintenance_work_mem) run without it.
+    cap_bytes=$(($(ph_size_bytes "$sb") + $(ph_size_bytes "$shm") + $(ph_size_bytes "$cache_cap")))
+    ph_cap_memory "$DIR" -1
+    cap_args=(--cgroup "${PH_CGROUPS[-1]}" --cap-bytes "$cap_bytes")
+    ph_log "cluster in memory cgroup ${PH_CGROUPS[-1]}: measurements capped at $cap_bytes bytes (shared_buffers $sb + shared memory $shm + page cache $cache_cap)"
+fi
 ph_prepare_db "$DIR" bench
 ph_log "bench cluster $DIR (port $PH_BENCH_PORT, shared_buffers $sb): ${run_suites[*]}, $baseline vs $index_am (table AM $table_am)"
 
@@ -206,6 +232,7 @@ args=(--index-am "$index_am" --table-am "$table_am" --baseline "$baseline" --rep
       --host "$DIR/sock" --port "$PH_BENCH_PORT" --user "$PH_USER" --db bench --pgbin "$PH_PGBIN"
       --gotpc "$venv/bin/go-tpc" --work "$DIR/work")
 ((smoke)) && args+=(--smoke)
+((${#cap_args[@]})) && args+=("${cap_args[@]}")
 ((plot)) || args+=(--no-plot)
 ((PH_STANDIN)) && args+=(--standin)
 mkdir -p "$DIR/work"

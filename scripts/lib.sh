@@ -373,12 +373,52 @@ ph_cleanup() {
     for d in "${PH_CLUSTERS[@]}"; do
         cluster_stop "$d" "${PH_STOP_MODE:-fast}"
     done
+    for d in "${PH_CGROUPS[@]}"; do rmdir "$d" 2>/dev/null || true; done
+    PH_CGROUPS=()
     if [[ $rc == 0 && ${PH_KEEP:-0} != 1 ]]; then
         for d in "${PH_CLUSTERS[@]}"; do rm -rf "$d/data"; done
     elif [[ ${#PH_CLUSTERS[@]} -gt 0 ]]; then
         ph_log "scratch clusters kept for inspection: ${PH_CLUSTERS[*]} (logs: */postgres.log)"
     fi
     PH_CLUSTERS=()
+}
+
+# ph_size_bytes SIZE: '256MB', '1GB', '512kB', '1048576' -> bytes (powers of 1024).
+ph_size_bytes() {
+    local v=${1// /} n u
+    [[ $v =~ ^([0-9]+)([A-Za-z]*)$ ]] || ph_die "not a size: '$1'"
+    n=${BASH_REMATCH[1]}
+    u=${BASH_REMATCH[2],,}
+    case $u in
+        "" | b) echo "$n" ;;
+        kb | k) echo $((n << 10)) ;;
+        mb | m) echo $((n << 20)) ;;
+        gb | g) echo $((n << 30)) ;;
+        tb | t) echo $((n << 40)) ;;
+        *) ph_die "unknown unit in size '$1'" ;;
+    esac
+}
+
+# ph_cap_memory DIR BYTES: moves the postmaster of the cluster in DIR (the
+# backends it starts from then on follow) into a cgroup v1 memory group
+# limited to BYTES (-1: no limit yet; whoever runs the measurement writes
+# the limit to the group's memory.limit_in_bytes; the group is the last
+# entry of PH_CGROUPS):
+# shared memory its processes touch and the page cache of the files they
+# read count against it, so reads past it go to the disk. The group is
+# removed at exit (ph_cleanup).
+PH_CGROUPS=()
+ph_cap_memory() {
+    local dir=$1 bytes=$2 root=/sys/fs/cgroup/memory g pid
+    [[ -d $root && -w $root ]] ||
+        ph_die "cannot cap the cluster's memory: no writable cgroup v1 memory controller at $root (run without --cache-cap, or as root on a host with it)"
+    pid=$(ph_cluster_pid "$dir")
+    [[ -n $pid ]] || ph_die "ph_cap_memory: the cluster in $dir is not running"
+    g=$root/pg_hybrid_$(basename "$dir")_$$
+    mkdir -p "$g"
+    echo "$bytes" >"$g/memory.limit_in_bytes"
+    echo "$pid" >"$g/cgroup.procs"
+    PH_CGROUPS+=("$g")
 }
 
 # ph_trap_install: stop everything this script started when it exits.

@@ -390,11 +390,21 @@ mod tests {
         }
 
         fn merge(&mut self) {
+            self.merge_pruning(&BTreeSet::new());
+        }
+
+        /// A merge that also drops `dead` TIDs (dead to all: a killed-tuple
+        /// hint, bottom-up deletion) from the batch and the cold tier.
+        fn merge_pruning(&mut self, dead: &BTreeSet<Tid>) {
             for (k, t, _) in self.delta.drain(..) {
-                self.cold.insert((k, t));
+                if !dead.contains(&t) {
+                    self.cold.insert((k, t));
+                }
             }
+            self.cold.retain(|(_, t)| !dead.contains(t));
+            self.truth.retain(|(_, t)| !dead.contains(t));
             self.merged_upto = self.next_pos;
-            settle_after_merge(&mut self.tree, &mut self.pool, &mut same_key, self.merged_upto, &mut |_| false);
+            settle_after_merge(&mut self.tree, &mut self.pool, &mut same_key, self.merged_upto, &mut |t| dead.contains(&t));
         }
 
         fn promote(&mut self, key: u16) {
@@ -496,7 +506,12 @@ mod tests {
                         let hot = m.hot();
                         seen.2 += hot.iter().any(|(hk, t, _)| is_marker(*t) && same_key(hk, k)) as usize;
                     }
-                    m.merge()
+                    if rng.below(3) == 0 {
+                        let dead: BTreeSet<Tid> = m.truth.iter().filter(|_| rng.below(8) == 0).map(|(_, t)| *t).collect();
+                        m.merge_pruning(&dead);
+                    } else {
+                        m.merge()
+                    }
                 }
                 55..=79 => {
                     let k = rng.below(keys as u64) as u16;

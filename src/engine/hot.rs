@@ -23,6 +23,8 @@ use crate::shmem::{ArenaPool, SlotRef};
 const HAND_MAX: usize = 256;
 /// Records one sweep step looks at under the slot's exclusive lock.
 const SWEEP_RECORDS: usize = 256;
+/// Promotions stop while less than this share of the arena is free.
+const ARENA_RESERVE: f64 = 0.25;
 /// A key with more cold entries than this is not promoted (a key with many
 /// versions would take the hot tier's room for one record).
 const PROMOTE_MAX_ENTRIES: usize = 64;
@@ -156,6 +158,12 @@ pub fn sampled(rate: f64) -> bool {
 /// Returns whether it promoted. Never on a standby (it never migrates).
 pub unsafe fn promote(slot: SlotRef, desc: &IndexDesc, base: &mut dyn BaseCursor, info: &BaseInfo, keycols: &[u8], settings: &HotTierSettings) -> bool {
     if pg_sys::RecoveryInProgress() {
+        return false;
+    }
+    // The arena is every index's: when it runs short, hot tiers stop
+    // growing (the others' dynamic stages need it, and an insert that
+    // cannot get a block even after its merge is an ERROR).
+    if crate::shmem::header().free_fraction() < ARENA_RESERVE {
         return false;
     }
     base.start(Dir::Fwd, &ScanRange { lower: keycols, upper: Some(keycols), whole_key: false, strict: (false, false), point: true });
