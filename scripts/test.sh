@@ -274,45 +274,29 @@ step_differential_elastic() {
         --size-bound "${PH_ELASTIC_DIFF_BOUND:-mixed}"
 }
 
-# ------------------------------------------------------------ griffin pass --
-griffin_installed() { am_installed griffin; }
+# ------------------------------------------- griffin and tiered passes --
+# Each runs when its AM is installed and is not the AM under test.
 GRIFFIN_PASS=0
 if [[ $PH_STANDIN == 0 && $PH_AM != griffin ]]; then GRIFFIN_PASS=1; fi
-
-# griffin_step TEST-SCRIPT ARGS...: run a tests/*.sh script with PH_AM=griffin
-griffin_step() {
-    local script=$1
-    shift
-    griffin_installed || return 77
-    PH_AM=griffin bash "$PH_REPO/tests/$script" "$@"
-}
-
-step_differential_griffin() {
-    griffin_installed || return 77
-    ph_prepare_db "$MAIN" ph_differential_griffin
-    PH_PGHOST=$MAIN/sock PH_PGPORT=$(cluster_port "$MAIN") PH_DB=ph_differential_griffin PH_OUTDIR=$LOGDIR \
-        python3 "$PH_REPO/tests/differential.py" --seed "${PH_SEED:-1}" --time "${PH_GDIFF_TIME:-20}" --am griffin
-}
-
-# ------------------------------------------------------------- tiered pass --
-tiered_installed() { am_installed tiered_btree; }
 TIERED_PASS=0
 if [[ $PH_STANDIN == 0 && $PH_AM != tiered_btree ]]; then TIERED_PASS=1; fi
 
-# tiered_step TEST-SCRIPT ARGS...: run a tests/*.sh script with
-# PH_AM=tiered_btree (its indexes get a 256kB hot tier: scripts/lib.sh)
-tiered_step() {
-    local script=$1
-    shift
-    tiered_installed || return 77
-    PH_AM=tiered_btree bash "$PH_REPO/tests/$script" "$@"
+# am_step AM TEST-SCRIPT ARGS...: run a tests/*.sh script with PH_AM=AM
+# (scripts/lib.sh gives tiered_btree's indexes a 256kB hot tier)
+am_step() {
+    local am=$1 script=$2
+    shift 2
+    am_installed "$am" || return 77
+    PH_AM=$am bash "$PH_REPO/tests/$script" "$@"
 }
 
-step_differential_tiered() {
-    tiered_installed || return 77
-    ph_prepare_db "$MAIN" ph_differential_tiered
-    PH_PGHOST=$MAIN/sock PH_PGPORT=$(cluster_port "$MAIN") PH_DB=ph_differential_tiered PH_OUTDIR=$LOGDIR \
-        python3 "$PH_REPO/tests/differential.py" --seed "${PH_SEED:-1}" --time "${PH_TDIFF_TIME:-30}" --am tiered_btree
+# am_differential AM SECONDS: differential.py --am AM in a database of its own
+am_differential() {
+    local am=$1 t=$2 db=ph_differential_${1%_btree}
+    am_installed "$am" || return 77
+    ph_prepare_db "$MAIN" "$db"
+    PH_PGHOST=$MAIN/sock PH_PGPORT=$(cluster_port "$MAIN") PH_DB=$db PH_OUTDIR=$LOGDIR \
+        python3 "$PH_REPO/tests/differential.py" --seed "${PH_SEED:-1}" --time "$t" --am "$am"
 }
 
 # ------------------------------------------------------------------- main --
@@ -344,8 +328,8 @@ else
             run_step regress step_regress
             run_step differential step_differential
             ((ELASTIC_PASS)) && run_step differential-elastic step_differential_elastic
-            ((GRIFFIN_PASS)) && run_step differential-griffin step_differential_griffin
-            ((TIERED_PASS)) && run_step differential-tiered step_differential_tiered
+            ((GRIFFIN_PASS)) && run_step differential-griffin am_differential griffin "${PH_GDIFF_TIME:-20}"
+            ((TIERED_PASS)) && run_step differential-tiered am_differential tiered_btree "${PH_TDIFF_TIME:-30}"
             cluster_stop "$MAIN" fast
         else
             cat "$LOGDIR/main_cluster.log"
@@ -371,17 +355,17 @@ else
         run_step corrupt-elastic elastic_step corrupt.sh "" "${eqarg[@]}"
     fi
     if ((GRIFFIN_PASS)); then
-        run_step crash-griffin griffin_step crash.sh --quick
-        run_step standby-griffin griffin_step standby.sh --quick
-        run_step concurrency-griffin griffin_step concurrency.sh --quick
-        run_step isolation-griffin griffin_step isolation.sh --quick
-        run_step corrupt-griffin griffin_step corrupt.sh --quick
+        run_step crash-griffin am_step griffin crash.sh --quick
+        run_step standby-griffin am_step griffin standby.sh --quick
+        run_step concurrency-griffin am_step griffin concurrency.sh --quick
+        run_step isolation-griffin am_step griffin isolation.sh --quick
+        run_step corrupt-griffin am_step griffin corrupt.sh --quick
     fi
     if ((TIERED_PASS)); then
-        run_step crash-tiered tiered_step crash.sh --quick
-        run_step standby-tiered tiered_step standby.sh --quick
-        run_step concurrency-tiered tiered_step concurrency.sh --quick
-        run_step isolation-tiered tiered_step isolation.sh --quick
+        run_step crash-tiered am_step tiered_btree crash.sh --quick
+        run_step standby-tiered am_step tiered_btree standby.sh --quick
+        run_step concurrency-tiered am_step tiered_btree concurrency.sh --quick
+        run_step isolation-tiered am_step tiered_btree isolation.sh --quick
     fi
 fi
 

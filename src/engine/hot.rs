@@ -235,6 +235,10 @@ pub struct HotFigures {
     pub promotions: i64,
     pub evictions: i64,
     pub sweeps: i64,
+    /// Point reads of the index since the slot was made, and those the hot
+    /// tier answered alone (their ratio is `hit_ratio`).
+    pub point_reads: i64,
+    pub hot_hits: i64,
 }
 
 /// Counts the hot tier's records and entries (clean copies and unmerged
@@ -273,6 +277,8 @@ pub fn figures(slot: SlotRef, desc: &IndexDesc) -> HotFigures {
         promotions: st.hot.promotions.load(AtomicOrdering::Relaxed) as i64,
         evictions: st.hot.evictions.load(AtomicOrdering::Relaxed) as i64,
         sweeps: st.hot.sweeps.load(AtomicOrdering::Relaxed) as i64,
+        point_reads: reads as i64,
+        hot_hits: hits as i64,
     }
 }
 

@@ -30,7 +30,7 @@ CREATE FUNCTION pg_hybrid.index_stats(index regclass) RETURNS TABLE (
     hash_pages bigint, overflow_pages bigint,
     hot_records bigint, hot_entries bigint, hot_bytes bigint,
     hot_hit_ratio double precision, promotions bigint, evictions bigint,
-    sweeps bigint)
+    sweeps bigint, point_reads bigint, hot_hits bigint)
     LANGUAGE c STRICT VOLATILE AS 'MODULE_PATHNAME', 'index_stats_wrapper';
 COMMENT ON FUNCTION pg_hybrid.index_stats(regclass) IS 'sizes and counters of both stages of an index of pg_hybrid (leaf forms, state and bound: elastic_btree only; hash buckets: griffin only; hot tier: tiered_btree only)';
 ")]
@@ -69,6 +69,8 @@ fn index_stats(
         name!(promotions, Option<i64>),
         name!(evictions, Option<i64>),
         name!(sweeps, Option<i64>),
+        name!(point_reads, Option<i64>),
+        name!(hot_hits, Option<i64>),
     ),
 > {
     unsafe {
@@ -134,6 +136,8 @@ fn index_stats(
             hot.as_ref().map(|h| h.promotions),
             hot.as_ref().map(|h| h.evictions),
             hot.as_ref().map(|h| h.sweeps),
+            hot.as_ref().map(|h| h.point_reads),
+            hot.as_ref().map(|h| h.hot_hits),
         ))
     }
 }
