@@ -71,6 +71,20 @@ impl fmt::Display for DynError {
 
 impl std::error::Error for DynError {}
 
+/// Most entries a leaf can hold (entries with empty keys).
+const MAX_LEAF_ENTRIES: usize = (DYN_BLOCK_SIZE - HDR) / (LEAF_FIXED + SLOT) + 1;
+
+/// A pruning walk's action for an entry: stop past the run, drop the dead.
+fn prune_step(in_run: bool, tid: Tid, dead: &mut dyn FnMut(Tid) -> bool) -> Rewrite {
+    if !in_run {
+        Rewrite::Stop
+    } else if dead(tid) {
+        Rewrite::Drop
+    } else {
+        Rewrite::Keep
+    }
+}
+
 /// What `DynTree::rewrite_from` does with one entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rewrite {
@@ -885,9 +899,10 @@ impl DynTree {
     /// Walks the entries in order from the first whose key is not below the
     /// bound (from the first entry when `cmp_bound` is None) and applies
     /// what `step` says to each, until it says `Stop` or `max_visit`
-    /// entries were seen. Like `prune_key`, only leaves that change are
-    /// rewritten and no block is taken or given back (leaves may be left
-    /// sparse; `retain` or `repack` packs them), so it cannot fail.
+    /// entries were seen. Only leaves that change are rewritten and no
+    /// block is taken or given back (leaves may be left sparse, separators
+    /// staying valid bounds as in `retain`; `retain` or `repack` packs
+    /// them), so it cannot fail and never changes the tree's shape.
     pub fn rewrite_from<P: BlockPool + ?Sized>(
         &mut self,
         pool: &mut P,
@@ -895,24 +910,38 @@ impl DynTree {
         max_visit: usize,
         step: &mut dyn FnMut(&[u8], Tid, u64) -> Rewrite,
     ) -> RewriteEnd {
-        let mut end = RewriteEnd { visited: 0, removed: 0, changed: 0, stopped_at: None };
         if self.root == NONE {
-            return end;
+            return RewriteEnd::default();
         }
-        let (mut leaf, mut idx) = match cmp_bound {
+        let (leaf, idx) = match cmp_bound {
             Some(c) => self.seek(pool, c),
             None => (self.leftmost(pool)[0], 0),
         };
+        self.rewrite_at(pool, leaf, idx, max_visit, step)
+    }
+
+    /// `rewrite_from` from leaf `leaf`, index `idx`. Each leaf's actions
+    /// are kept on the stack (a leaf holds at most `MAX_LEAF_ENTRIES`), so
+    /// the insert path's pruning allocates nothing.
+    fn rewrite_at<P: BlockPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        mut leaf: u32,
+        mut idx: usize,
+        max_visit: usize,
+        step: &mut dyn FnMut(&[u8], Tid, u64) -> Rewrite,
+    ) -> RewriteEnd {
+        let mut end = RewriteEnd::default();
         let ns = self.ns();
         let mut scratch = [0u8; DYN_BLOCK_SIZE];
-        let mut acts: Vec<Rewrite> = Vec::new();
+        let mut acts = [Rewrite::Keep; MAX_LEAF_ENTRIES];
         let mut budget = max_visit;
         while leaf != NONE {
             // SAFETY: one leaf borrowed at a time; `step` sees its bytes
             // before the leaf is rewritten.
             let b = unsafe { self.node_mut(pool, leaf) };
             let n = nkeys(b);
-            acts.clear();
+            let mut nacts = 0;
             let mut any = false;
             let mut stopped = false;
             for i in idx..n {
@@ -929,10 +958,11 @@ impl DynTree {
                 budget -= 1;
                 end.visited += 1;
                 any |= a != Rewrite::Keep;
-                acts.push(a);
+                acts[nacts] = a;
+                nacts += 1;
             }
             if stopped {
-                let i = idx + acts.len();
+                let i = idx + nacts;
                 if i < n {
                     let o = off(b, i);
                     end.stopped_at = Some((key_at(b, 0, o).to_vec(), tid_at(b, o)));
@@ -944,7 +974,7 @@ impl DynTree {
                 node_init(b, 0);
                 set_next(b, next(old));
                 for i in 0..n {
-                    let act = if i >= idx && i - idx < acts.len() { acts[i - idx] } else { Rewrite::Keep };
+                    let act = if i >= idx && i - idx < nacts { acts[i - idx] } else { Rewrite::Keep };
                     match act {
                         Rewrite::Drop => {
                             end.removed += 1;
@@ -992,7 +1022,7 @@ impl DynTree {
     /// stored.cmp(bound)) and whose TID `dead` accepts; returns how many.
     /// This is the insert path's counterpart of nbtree's simple deletion:
     /// versions of one key found dead pile up under a hot key, and every
-    /// probe of that key would walk them. See `prune_run`.
+    /// probe of that key would walk them. Leaves shrink in place (`rewrite_from`).
     pub fn prune_key<P: BlockPool + ?Sized>(
         &mut self,
         pool: &mut P,
@@ -1000,7 +1030,8 @@ impl DynTree {
         dead: &mut dyn FnMut(Tid) -> bool,
     ) -> usize {
         let (leaf, idx) = self.seek(pool, cmp_bound);
-        self.prune_from(pool, leaf, idx, usize::MAX, &mut |k| cmp_bound(k) == Ordering::Equal, dead)
+        let mut step = |k: &[u8], t: Tid, _v: u64| prune_step(cmp_bound(k) == Ordering::Equal, t, dead);
+        self.rewrite_at(pool, leaf, idx, usize::MAX, &mut step).removed
     }
 
     /// Removes the entries with `lower <= key <= upper` (by `cmp`) whose
@@ -1019,69 +1050,8 @@ impl DynTree {
         dead: &mut dyn FnMut(Tid) -> bool,
     ) -> usize {
         let (leaf, idx) = self.seek(pool, &mut |k| cmp(k, lower));
-        self.prune_from(pool, leaf, idx, max_visit, &mut |k| cmp(k, upper) != Ordering::Greater, dead)
-    }
-
-    /// Removes, from (leaf, idx) on while `in_run(key)` holds and for at
-    /// most `max_visit` entries, the entries whose TID `dead` accepts. Only
-    /// the leaves holding the run are
-    /// touched; a leaf is rewritten only when it loses an entry. Leaves
-    /// shrink in place (separators stay valid bounds, as in `retain`, and a
-    /// leaf may become empty); no block goes back to the pool, so this
-    /// never fails and never changes the tree's shape.
-    fn prune_from<P: BlockPool + ?Sized>(
-        &mut self,
-        pool: &mut P,
-        mut leaf: u32,
-        mut idx: usize,
-        mut max_visit: usize,
-        in_run: &mut dyn FnMut(&[u8]) -> bool,
-        dead: &mut dyn FnMut(Tid) -> bool,
-    ) -> usize {
-        let ns = self.ns();
-        let mut removed = 0usize;
-        let mut scratch = [0u8; DYN_BLOCK_SIZE];
-        while leaf != NONE {
-            // SAFETY: one leaf borrowed at a time; `dead` sees TIDs only.
-            let b = unsafe { self.node_mut(pool, leaf) };
-            let n = nkeys(b);
-            let mut end = idx;
-            let mut any = false;
-            while end < n && max_visit > 0 {
-                let o = off(b, end);
-                if !in_run(key_at(b, 0, o)) {
-                    break;
-                }
-                any |= dead(tid_at(b, o));
-                end += 1;
-                max_visit -= 1;
-            }
-            if any {
-                // Rebuild the leaf without the run's dead entries. `dead`
-                // is asked again per entry and this answer counts (one
-                // that changed since the first pass is just as good).
-                scratch[..ns].copy_from_slice(b);
-                let old = &scratch[..ns];
-                node_init(b, 0);
-                set_next(b, next(old));
-                for i in 0..n {
-                    let o = off(old, i);
-                    if i >= idx && i < end && dead(tid_at(old, o)) {
-                        removed += 1;
-                        self.key_bytes -= rd16(old, o + 6) as u64;
-                    } else {
-                        node_append_raw(b, raw_at(old, 0, i));
-                    }
-                }
-            }
-            if end < n || max_visit == 0 {
-                break;
-            }
-            leaf = next(b);
-            idx = 0;
-        }
-        self.nentries -= removed as u64;
-        removed
+        let mut step = |k: &[u8], t: Tid, _v: u64| prune_step(cmp(k, upper) != Ordering::Greater, t, dead);
+        self.rewrite_at(pool, leaf, idx, max_visit, &mut step).removed
     }
 
     /// Removes every entry for which `keep` returns false; returns how many.

@@ -323,19 +323,7 @@ mod tests {
         v
     }
 
-    /// xorshift; deterministic without a dependency.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use crate::test_rng::Rng;
 
     /// The index as the tiers hold it, plus what the model knows is true.
     struct Model {

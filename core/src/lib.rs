@@ -17,3 +17,5 @@ pub mod killed;
 pub mod fast_hash;
 pub mod hasis;
 pub mod hash_path;
+#[cfg(test)]
+mod test_rng;

@@ -23,10 +23,10 @@ use crate::static_stage::stage::{StageSettings, StaticStage};
 use crate::storage::page::{self, PageKind, BODY_CAP, NO_BLOCK};
 
 /// The range path: the static stage, synced at `sync_ratio`, never LZ4.
-static TREE: StaticStage = StaticStage { am: c"griffin", settings: tree_settings };
+static TREE: StaticStage = StaticStage { am: c"griffin", settings: tree_settings, hot_tier: None };
 
 unsafe fn tree_settings(index: pg_sys::Relation) -> StageSettings {
-    StageSettings { merge_ratio: options::sync_ratio(index), compress: false, hot_tier: None }
+    StageSettings { merge_ratio: options::sync_ratio(index), compress: false }
 }
 
 /// Word of the base roots that holds the hash path's header block; the

@@ -12,10 +12,10 @@ pub mod options;
 use crate::static_stage::stage::{StageSettings, StaticStage};
 
 /// hybrid_btree's base structure: the static stage, under its reloptions.
-pub static HYBRID: StaticStage = StaticStage { am: c"hybrid_btree", settings: settings };
+pub static HYBRID: StaticStage = StaticStage { am: c"hybrid_btree", settings: settings, hot_tier: None };
 
 unsafe fn settings(index: pgrx::pg_sys::Relation) -> StageSettings {
-    StageSettings { merge_ratio: options::merge_ratio(index), compress: options::compression_lz4(index), hot_tier: None }
+    StageSettings { merge_ratio: options::merge_ratio(index), compress: options::compression_lz4(index) }
 }
 
 /// Registers the AM with the engine and its reloptions; from `_PG_init`.

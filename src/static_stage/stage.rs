@@ -57,9 +57,6 @@ pub struct StageSettings {
     pub merge_ratio: i32,
     /// Write LZ4 leaves.
     pub compress: bool,
-    /// A tiered index's hot tier in front of the stage (the stage is then
-    /// its cold tier); None for a dual-stage index.
-    pub hot_tier: Option<HotTierSettings>,
 }
 
 /// The static stage served to the engine as the base structure of `am`.
@@ -68,6 +65,10 @@ pub struct StaticStage {
     pub am: &'static CStr,
     /// The index's settings, from its reloptions.
     pub settings: unsafe fn(pg_sys::Relation) -> StageSettings,
+    /// A tiered index's hot tier in front of the stage (the stage is then
+    /// its cold tier), from its reloptions; None for a dual-stage AM, which
+    /// then pays nothing for the question on its scans and inserts.
+    pub hot_tier: Option<unsafe fn(pg_sys::Relation) -> HotTierSettings>,
 }
 
 /// The shape of a stage written by `static_io::write_stage`.
@@ -86,14 +87,14 @@ impl BaseStructure for StaticStage {
     }
 
     unsafe fn hot_tier(&self, index: pg_sys::Relation) -> Option<HotTierSettings> {
-        (self.settings)(index).hot_tier
+        self.hot_tier.map(|f| f(index))
     }
 
     /// A hot tier counts its unmerged entries against its bound: a merge
     /// starts when they take half of it, and inserters wait for merges
     /// past the whole of it.
     unsafe fn delta_cap(&self, index: pg_sys::Relation, key_len: usize) -> Option<u64> {
-        let hot = (self.settings)(index).hot_tier?;
+        let hot = self.hot_tier?(index);
         Some((hot.hot_bytes / 2 / (pg_hybrid_core::hot_tier::ENTRY_OVERHEAD + key_len as u64)).max(1))
     }
 

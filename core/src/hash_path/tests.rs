@@ -37,18 +37,7 @@ fn hash_of(mode: Mode, k: &[u8]) -> u32 {
 
 type Oracle = BTreeSet<(u32, Vec<u8>, Tid)>;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use crate::test_rng::Rng;
 
 /// Key number `id` in a case spelled by `case` bits; 1..~40 bytes.
 fn key(id: u64, case: u64) -> Vec<u8> {
