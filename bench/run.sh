@@ -28,7 +28,7 @@
 #   --smoke               tiny sizes (the test suite's step); results go to
 #                         $PH_SCRATCH/bench_results unless --out is given
 #   --index-am AM         index AM under test: btree, hybrid_btree (default: pgrx.toml am);
-#                         elastic_btree, griffin, tiered_btree; later tiered_hash. --am is an alias
+#                         elastic_btree, griffin, tiered_btree, tiered_hash. --am is an alias
 #   --table-am AM         table AM of the AM side: heap (default) or hasis
 #   --baseline AM         built-in index AM to compare with (default btree; hash for the
 #                         probe and pgbench suites, whose hash side is not UNIQUE and has no ranges)
@@ -126,9 +126,9 @@ fi
 [[ " ${KNOWN_INDEX_AMS[*]} " == *" $index_am "* ]] ||
     ph_die "bench/run.sh: unknown index AM '$index_am' (known: ${KNOWN_INDEX_AMS[*]})"
 # PostgreSQL's hash index answers equality only: a baseline of the probe
-# (ranges not measured) and pgbench -S suites
-[[ $baseline == btree || ($baseline == hash && " probe pgbench " == *" ${run_suites[*]} "*) ]] ||
-    ph_die "bench/run.sh: --baseline must be a built-in AM (btree; hash for the probe and pgbench suites), not '$baseline'"
+# (ranges not measured), pgbench -S and tiered (tiered_hash's) suites
+[[ $baseline == btree || ($baseline == hash && " probe pgbench tiered " == *" ${run_suites[*]} "*) ]] ||
+    ph_die "bench/run.sh: --baseline must be a built-in AM (btree; hash for the probe, pgbench and tiered suites), not '$baseline'"
 [[ " ${KNOWN_TABLE_AMS[*]} " == *" $table_am "* ]] ||
     ph_die "bench/run.sh: unknown table AM '$table_am' (known: ${KNOWN_TABLE_AMS[*]})"
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || ph_die "bench/run.sh: --repeat needs a positive integer, not '$repeat'"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/smoke.sh — the test suite's benchmark step (scripts/test.sh step "bench").
 #
-# 1. Bad input must fail cleanly: unknown suite, unknown index AM, a planned AM
-#    that is not installed (tiered_hash), an unknown table AM, a port in use,
+# 1. Bad input must fail cleanly: unknown suite, unknown index AM, a hash
+#    baseline for a suite with ranges, an unknown table AM, a port in use,
 #    a cluster that cannot start (bad shared_buffers).  Each must exit non-zero
 #    with the expected message and leave no server of ours running.
 # 2. `bench/run.sh all --smoke` with the AM under test (PH_AM; btree in stand-in
@@ -15,8 +15,9 @@
 #    type; with PH_AM=elastic_btree it already ran in step 2; if elastic_btree
 #    is not installed, with PH_AM as a stand-in): report, Figure 5 curve CSV,
 #    targets, and no wrong counts (the harness fails on those).
-# 4. `bench/run.sh tiered --smoke --index-am tiered_btree --cache-cap 0`
-#    (skipped when tiered_btree is not installed): every workload measured.
+# 4. `bench/run.sh tiered --smoke --cache-cap 0` with tiered_btree against
+#    btree and tiered_hash against hash (each skipped when not installed):
+#    every workload measured.
 # No timing thresholds.  Reports go to $PH_SCRATCH/bench_smoke.
 #
 # Usage: bench/smoke.sh [--quick]     (--quick: accepted for test.sh, same sizes)
@@ -55,8 +56,8 @@ expect_fail() {
 expect_fail unknown_suite "unknown suite 'nosuch'" nosuch --smoke
 expect_fail unknown_am "unknown index AM 'nosuch_am'" probe --smoke --index-am nosuch_am
 expect_fail unknown_table_am "unknown table AM" probe --smoke --table-am nosuch
-# a planned AM that has no code yet (elastic_btree, griffin and tiered_btree have landed)
-expect_fail planned_am "'tiered_hash' is not installed|pg_hybrid is not installed" probe --smoke --index-am tiered_hash
+# hash answers equality only: no baseline of the range suites
+expect_fail hash_baseline "--baseline must be a built-in AM" ycsb --smoke --baseline hash
 expect_fail bad_start "could not start cluster" probe --smoke --shared-buffers nonsense
 
 # a port in use: a plain TCP listener on the bench port
@@ -128,25 +129,30 @@ if [[ -n $csv ]]; then
 fi
 if grep -qs "WRONG COUNT\|VERIFY FAILED" "$out"/elastic-*-smoke.md; then fail "elastic: wrong counts or verify failures"; fi
 
-# the tiered suite (tiered_btree vs btree), without the page-cache cap: a
-# fresh machine may lack the cgroup v1 memory controller
-if grep -qs "CREATE ACCESS METHOD tiered_btree" "$("$PH_PG_CONFIG" --sharedir)"/extension/pg_hybrid--*.sql; then
+# the tiered suite (tiered_btree vs btree, tiered_hash vs hash), without the
+# page-cache cap: a fresh machine may lack the cgroup v1 memory controller
+for pair in tiered_btree:btree tiered_hash:hash; do
+    am=${pair%%:*} base=${pair#*:}
+    if ! grep -qs "CREATE ACCESS METHOD $am" "$("$PH_PG_CONFIG" --sharedir)"/extension/pg_hybrid--*.sql; then
+        echo "note: $am is not installed; its tiered suite is skipped"
+        continue
+    fi
     rc=0
-    bash "$PH_REPO/bench/run.sh" tiered --smoke --index-am tiered_btree --cache-cap 0 --out "$out" || rc=$?
-    ((rc == 0)) || fail "bench/run.sh tiered --smoke --index-am tiered_btree exited $rc"
+    bash "$PH_REPO/bench/run.sh" tiered --smoke --index-am "$am" --baseline "$base" --cache-cap 0 --out "$out" || rc=$?
+    ((rc == 0)) || fail "bench/run.sh tiered --smoke --index-am $am --baseline $base exited $rc"
     no_server_left "tiered"
-    csv=$(ls "$out/tiered-"*"-smoke.csv" 2>/dev/null | head -n1 || true)
+    csv=$(ls "$out/tiered-$am-"*"-smoke.csv" 2>/dev/null | head -n1 || true)
+    cases="C-zipfian C-uniform A-zipfian"
+    [[ $base == btree ]] && cases+=" scan100"
     if [[ -n $csv ]]; then
-        for c in C-zipfian C-uniform A-zipfian scan100; do
+        for c in $cases; do
             grep -q "^tiered,$c,tps," "$csv" || fail "tiered: no tps for '$c' in $csv"
         done
         echo "ok: tiered report $(basename "$csv")"
     else
-        fail "tiered: no .csv report in $out"
+        fail "tiered: no .csv report for $am in $out"
     fi
-else
-    echo "note: tiered_btree is not installed; the tiered suite is skipped"
-fi
+done
 
 if ((fails)); then
     echo "bench smoke: $fails failure(s); logs in $out" >&2

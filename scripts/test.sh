@@ -28,15 +28,24 @@
 #   concurrency-griffin   concurrency.sh (pgbench upserts on a UNIQUE griffin index, exact counts)
 #   isolation-griffin     isolation.sh (SERIALIZABLE and UNIQUE interleavings, same output as btree)
 #   corrupt-griffin       corrupt.sh (damaged tree, delta and bucket pages: XX002, REINDEX repairs)
-# Fourth pass, with tiered_btree (skipped likewise), short, with 256kB hot
-# tiers so promotions and CLOCK sweeps run all the time.
-# `--only tiered` / `--skip tiered` select all five:
+# Fourth pass, with tiered_btree and tiered_hash (each skipped likewise),
+# short, with 256kB hot tiers so promotions and CLOCK sweeps run all the
+# time. `--only tiered` / `--skip tiered` select all twelve:
 #   differential-tiered   differential.py --am tiered_btree (30 s, point bursts)
 #   crash-tiered          crash.sh (kill -9 during inserts and merges; the hot
 #                         tier comes back as its dirty entries)
 #   standby-tiered        standby.sh (the replica, which never migrates, answers like the primary)
 #   concurrency-tiered    concurrency.sh (pgbench upserts on a UNIQUE tiered index, exact counts)
 #   isolation-tiered      isolation.sh (SERIALIZABLE and UNIQUE interleavings, same output as btree)
+#   corrupt-tiered        corrupt.sh (damaged cold-tier leaves, metapage and delta pages)
+#   differential-thash, crash-thash, standby-thash, concurrency-thash,
+#   isolation-thash, corrupt-thash
+#                         the same with tiered_hash, equality only: the
+#                         differential's queries are equality (every key
+#                         column, leading ones, IN lists), the index-vs-seqscan
+#                         checks probe every key in a nested loop, isolation
+#                         runs tests/isolation/schedule_equality, corrupt damages
+#                         the metapage, delta and bucket pages
 # Second pass, with elastic_btree (skipped when the AM under test is already
 # elastic_btree or btree, or when elastic_btree is not installed); always short
 # (--quick), set PH_ELASTIC_FULL=1 for the full forms.  `--only elastic` /
@@ -70,7 +79,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ELASTIC_STEPS=(differential-elastic crash-elastic standby-elastic concurrency-elastic isolation-elastic convert-elastic corrupt-elastic)
 GRIFFIN_STEPS=(differential-griffin crash-griffin standby-griffin concurrency-griffin isolation-griffin corrupt-griffin)
-TIERED_STEPS=(differential-tiered crash-tiered standby-tiered concurrency-tiered isolation-tiered)
+TIERED_STEPS=(differential-tiered crash-tiered standby-tiered concurrency-tiered isolation-tiered corrupt-tiered
+    differential-thash crash-thash standby-thash concurrency-thash isolation-thash corrupt-thash)
 ALL_STEPS=(setup core regress differential crash standby concurrency isolation hasis corrupt arena bench "${ELASTIC_STEPS[@]}" "${GRIFFIN_STEPS[@]}" "${TIERED_STEPS[@]}")
 quick=0
 only=()
@@ -280,6 +290,8 @@ GRIFFIN_PASS=0
 if [[ $PH_STANDIN == 0 && $PH_AM != griffin ]]; then GRIFFIN_PASS=1; fi
 TIERED_PASS=0
 if [[ $PH_STANDIN == 0 && $PH_AM != tiered_btree ]]; then TIERED_PASS=1; fi
+THASH_PASS=0
+if [[ $PH_STANDIN == 0 && $PH_AM != tiered_hash ]]; then THASH_PASS=1; fi
 
 # am_step AM TEST-SCRIPT ARGS...: run a tests/*.sh script with PH_AM=AM
 # (scripts/lib.sh gives tiered_btree's indexes a 256kB hot tier)
@@ -313,14 +325,14 @@ if ((setup_ok == 0)); then
     ns=(core regress differential crash standby concurrency isolation hasis corrupt arena bench)
     ((ELASTIC_PASS)) && ns+=("${ELASTIC_STEPS[@]}")
     ((GRIFFIN_PASS)) && ns+=("${GRIFFIN_STEPS[@]}")
-    ((TIERED_PASS)) && ns+=("${TIERED_STEPS[@]}")
+    ((TIERED_PASS || THASH_PASS)) && ns+=("${TIERED_STEPS[@]}")
     for s in "${ns[@]}"; do
         selected "$s" && record "$s" FAIL 0 "(not run: setup failed)"
     done
 else
     run_step core step_core
     if selected regress || selected differential || { ((ELASTIC_PASS)) && selected differential-elastic; } ||
-        { ((GRIFFIN_PASS)) && selected differential-griffin; } || { ((TIERED_PASS)) && selected differential-tiered; }; then
+        { ((GRIFFIN_PASS)) && selected differential-griffin; } || { ((TIERED_PASS)) && selected differential-tiered; } || { ((THASH_PASS)) && selected differential-thash; }; then
         if (main_cluster) >"$LOGDIR/main_cluster.log" 2>&1; then
             # started in a subshell for its log; register it in this shell too
             MAIN=$PH_SCRATCH/main
@@ -330,10 +342,11 @@ else
             ((ELASTIC_PASS)) && run_step differential-elastic step_differential_elastic
             ((GRIFFIN_PASS)) && run_step differential-griffin am_differential griffin "${PH_GDIFF_TIME:-20}"
             ((TIERED_PASS)) && run_step differential-tiered am_differential tiered_btree "${PH_TDIFF_TIME:-30}"
+            ((THASH_PASS)) && run_step differential-thash am_differential tiered_hash "${PH_TDIFF_TIME:-30}"
             cluster_stop "$MAIN" fast
         else
             cat "$LOGDIR/main_cluster.log"
-            for s in regress differential differential-elastic differential-griffin differential-tiered; do
+            for s in regress differential differential-elastic differential-griffin differential-tiered differential-thash; do
                 selected "$s" && record "$s" FAIL 0 "(scratch cluster did not start; $LOGDIR/main_cluster.log)"
             done
         fi
@@ -366,6 +379,14 @@ else
         run_step standby-tiered am_step tiered_btree standby.sh --quick
         run_step concurrency-tiered am_step tiered_btree concurrency.sh --quick
         run_step isolation-tiered am_step tiered_btree isolation.sh --quick
+        run_step corrupt-tiered am_step tiered_btree corrupt.sh --quick
+    fi
+    if ((THASH_PASS)); then
+        run_step crash-thash am_step tiered_hash crash.sh --quick
+        run_step standby-thash am_step tiered_hash standby.sh --quick
+        run_step concurrency-thash am_step tiered_hash concurrency.sh --quick
+        run_step isolation-thash am_step tiered_hash isolation.sh --quick
+        run_step corrupt-thash am_step tiered_hash corrupt.sh --quick
     fi
 fi
 

@@ -12,6 +12,7 @@ pub mod elastic;
 pub mod engine;
 pub mod griffin;
 pub mod guc;
+pub mod hash_path;
 pub mod hasis;
 pub mod hybrid;
 pub mod tiered;
@@ -42,6 +43,7 @@ pub extern "C-unwind" fn _PG_init() {
         guc::define();
         pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_hybrid".as_ptr());
         engine::init();
+        hash_path::io::register_wal();
         hybrid::init();
         griffin::init();
         tiered::init();

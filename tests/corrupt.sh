@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/corrupt.sh [--quick] — a corrupted hybrid_btree, elastic_btree or
-# griffin page is a clean ERROR.
+# tests/corrupt.sh [--quick] — a corrupted hybrid_btree, elastic_btree,
+# griffin, tiered_btree or tiered_hash page is a clean ERROR.
 #
 # A table with a hybrid_btree index on an int8 column (enough rows for a few
 # dozen static leaves, plus inserts after CREATE INDEX so delta pages exist).
@@ -19,8 +19,10 @@
 #             of its body), three seeds
 #   entries   random bytes over page bytes 38..200 of a static leaf (its
 #             entries; the leaf header is kept), two seeds
+# tiered_btree runs every case above (its cold tier is the static stage).
 # griffin (corrupt-griffin) runs every case above on its tree and its
-# delta log, and three on its hash path, whose bucket pages (kind 10, body
+# delta log, and three on its hash path (tiered_hash: version, metaver and
+# delta, then these three, every scan a nested loop of point lookups), whose bucket pages (kind 10, body
 # magic "GRFB") a full scan never reads, so their scan is a nested loop of
 # point lookups of every key (the hash path), plan checked:
 #   bucket    wrong body magic on a bucket page
@@ -50,7 +52,18 @@ fi
 # elastic_btree shares hybrid_btree's metapage and delta log; its tree leaves
 # (kind 7) are damaged instead of static leaves, compact ones (body format
 # 0x12) under a size_bound small enough to make most leaves compact.
-[[ $PH_AM == hybrid_btree || $PH_AM == elastic_btree || $PH_AM == griffin ]] || { echo "SKIP: corrupt.sh damages pg_hybrid's own page formats (am=$PH_AM)"; exit 77; }
+# tiered_btree's cold tier is the static stage, so it takes every case
+# hybrid_btree takes; tiered_hash's is a hash path without a tree: it takes
+# the metapage, delta and hash-path cases, every scan a nested loop of point
+# lookups.
+case $PH_AM in
+    hybrid_btree | elastic_btree | griffin | tiered_btree | tiered_hash) ;;
+    *) echo "SKIP: corrupt.sh damages pg_hybrid's own page formats (am=$PH_AM)"; exit 77 ;;
+esac
+TREE=1
+[[ $PH_AM == tiered_hash ]] && TREE=0
+HASHPATH=0
+[[ $PH_AM == griffin || $PH_AM == tiered_hash ]] && HASHPATH=1
 
 ph_trap_install
 DIR=$(ph_scratch corrupt)
@@ -144,6 +157,14 @@ PY
 FORCE=("SET enable_seqscan=off" "SET enable_bitmapscan=off" "SET enable_indexonlyscan=off")
 SEQ=("SET enable_indexscan=off" "SET enable_bitmapscan=off" "SET enable_indexonlyscan=off")
 Q="SELECT count(*) || ' ' || coalesce(md5(string_agg(id || ':' || v, ',' ORDER BY id)), '-') FROM cr WHERE id >= 0"
+# Every key, looked up one by one: a nested loop whose inner side is a
+# point scan of the index (the hash path).
+Q_POINTS="SELECT count(*) || ' ' || coalesce(md5(string_agg(id || ':' || v, ',' ORDER BY id)), '-') FROM generate_series(0, $rows + 100000) g JOIN cr ON cr.id = g"
+FORCE_POINTS=("SET enable_hashjoin=off" "SET enable_mergejoin=off" "SET enable_material=off" "SET enable_memoize=off")
+if ((!TREE)); then
+    Q=$Q_POINTS
+    FORCE+=("${FORCE_POINTS[@]}")
+fi
 
 # run_sql OUT ERR SQL...: psql with ON_ERROR_STOP=0 and verbose errors (SQLSTATE shown);
 # returns 1 if an ERROR was printed.
@@ -201,7 +222,7 @@ prepare_case() {  # NAME: fresh delta pages, expected result, file facts
     deltas=$(cluster_sql "$DIR" "$DB" "SELECT delta_pages FROM pg_hybrid.index_stats('$IDX')")
     mapfile -t LEAVES < <(current_leaves "$FILE" "$GEN")
     say "== case $1: ${EXPECT%% *} rows, ${#LEAVES[@]} static leaves of generation $GEN, $deltas delta pages, file ${FILE#"$DIR"/data/}"
-    ((${#LEAVES[@]} >= 4)) || ph_die "$1: expected several static leaves, found ${#LEAVES[@]}"
+    ((${#LEAVES[@]} >= 4 || !TREE)) || ph_die "$1: expected several static leaves, found ${#LEAVES[@]}"
     ((deltas > 0)) || fail "$1: expected delta pages after the late inserts, index_stats says $deltas"
 }
 
@@ -286,12 +307,14 @@ else
 fi
 
 # ----------------------------------------------------------- magic --
+if ((TREE)); then
 prepare_case magic
 blk=${LEAVES[${#LEAVES[@]} / 2]}
 restart_with pagetool poke "$FILE" "$blk" $((8192 - 32)) '<I' 0x12345678
 start_case
 say "  damaged: magic of static leaf block $blk"
 check_damaged magic strict
+fi
 
 # --------------------------------------------------------- version --
 prepare_case version
@@ -317,7 +340,7 @@ say "  damaged: magic of delta page block $blk (the dynamic stage is rebuilt fro
 check_damaged delta strict
 
 # --------------------------------------------------------- garbage --
-for seed in 1 2 3; do
+((TREE)) && for seed in 1 2 3; do
     prepare_case "garbage/$seed"
     blk=${LEAVES[(${#LEAVES[@]} * seed) / 4]}
     restart_with pagetool garble "$FILE" "$blk" 24 200 "$seed"
@@ -327,7 +350,7 @@ for seed in 1 2 3; do
 done
 
 # --------------------------------------------------------- entries --
-for seed in 1 2; do
+((TREE)) && for seed in 1 2; do
     prepare_case "entries/$seed"
     blk=${LEAVES[(${#LEAVES[@]} * (seed % 4)) / 4]}
     restart_with pagetool garble "$FILE" "$blk" 38 200 "$seed"
@@ -337,11 +360,11 @@ for seed in 1 2; do
 done
 
 # ----------------------------------------------------- hash path --
-if [[ $PH_AM == griffin ]]; then
-    # Every key, looked up one by one: a nested loop whose inner side is a
-    # point scan of the index (the hash path).
-    Q="SELECT count(*) || ' ' || coalesce(md5(string_agg(id || ':' || v, ',' ORDER BY id)), '-') FROM generate_series(0, $rows + 100000) g JOIN cr ON cr.id = g"
-    FORCE+=("SET enable_hashjoin=off" "SET enable_mergejoin=off" "SET enable_material=off" "SET enable_memoize=off")
+if ((HASHPATH)); then
+    if ((TREE)); then
+        Q=$Q_POINTS
+        FORCE+=("${FORCE_POINTS[@]}")
+    fi
     bucket_page() {  # FILE SEED: a bucket page of the file (kind 10, body "GRFB")
         local blks
         mapfile -t blks < <(pagetool list "$1" | awk '$2 == 10 && $7 == "GRFB" {print $1}')

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/differential.py — differential test of an ordered index AM against btree.
+"""tests/differential.py — differential test of an index AM against btree.
 
 Two identical tables, t_am (indexed by the AM under test) and t_bt (indexed by
 btree, the oracle copy), receive the same random data and the same random DML.
@@ -22,6 +22,13 @@ crosses it, and between rounds ALTER INDEX ... SET/RESET (size_bound) moves
 bounds up and down so leaves convert both ways (to compact and back) while
 the queries keep checking.  The run fails if no index ever held a compact
 leaf (then the bound mode did not do its job).
+
+With --am tiered_btree or tiered_hash the indexes get tiny hot tiers and
+rounds add bursts of skewed point reads, so promotions and CLOCK sweeps run
+all the time; the run fails if nothing was promoted and evicted.
+tiered_hash, which offers `=` alone, gets equality queries only: on every
+key column (the bucket probe), on leading key columns of a multi-column
+index, and IN / = ANY lists through bitmap scans.
 
 Connects with psql (CSV output) run as the cluster's OS user (runuser when we
 are root).  Python 3 stdlib only.
@@ -190,6 +197,10 @@ class Differential:
         self.collate = ""
         self.round = 0
         self.elastic = args.am == "elastic_btree"
+        self.tiered = args.am in ("tiered_btree", "tiered_hash")
+        # tiered_hash offers `=` alone, like PostgreSQL's hash index: no
+        # ranges, no ORDER BY, no IS NULL, no = ANY in plain index scans.
+        self.equality_only = args.am == "tiered_hash"
         self.compact_seen = {}   # index -> max compact_leaves seen
         self.states_seen = collections.Counter()
         self.bound_changes = 0
@@ -271,7 +282,7 @@ class Differential:
             if r.random() < 0.4:
                 opts.append("bucket_fill = %d" % r.choice([10, 30, 75, 100]))
             return " WITH (%s)" % ", ".join(opts) if opts else ""
-        if self.a.am == "tiered_btree":
+        if self.tiered:
             # Tiny hot tiers, so sweeps and promotions run all the time.
             # The unique id index, which the point bursts read, always
             # gets the smallest hot tier and a high sampling rate.
@@ -281,6 +292,8 @@ class Differential:
             opts = ["hot_size = '%s'" % r.choice(["64kB", "96kB", "128kB", "256kB", "1MB"])]
             if r.random() < 0.6:
                 opts.append("sample_rate = %s" % r.choice(["0.05", "0.3", "1"]))
+            if self.equality_only and r.random() < 0.5:
+                opts.append("bucket_fill = %d" % r.choice([10, 30, 75, 100]))
             return " WITH (%s)" % ", ".join(opts)
         if self.a.am != "hybrid_btree":
             return ""
@@ -301,6 +314,8 @@ class Differential:
                 continue
             if self.elastic and any(COLTYPE[c] == "numeric" for c, _ in cols):
                 continue   # elastic_btree refuses numeric keys (no memcmp-able encoding)
+            if self.equality_only:
+                cols = [(c, False) for c, _ in cols]   # no ASC/DESC without order
             colsql = ", ".join(c + (" DESC NULLS LAST" if d else "") for c, d in cols)
             u = "UNIQUE " if uniq else ""
             stmts.append("CREATE %sINDEX am_%s ON t_am USING %s (%s)%s"
@@ -382,8 +397,35 @@ class Differential:
             return "%s IS NOT NULL" % col
         raise ValueError(k)
 
+    def gen_query_equality(self):
+        """tiered_hash: equality on every key column (the bucket probe), on
+        leading key columns of a multi-column index (a walk of every
+        bucket), or = ANY / IN lists (bitmap scans: the executor splits the
+        array), with filters on other columns."""
+        r = self.r
+        name, icols, uniq = r.choice(self.index_defs())
+        cols_of = [c for c, _ in icols]
+        kind = r.choices(["point", "prefix", "list"], [60, 20 if len(cols_of) > 1 else 0, 20])[0]
+        where = []
+        if kind == "point":
+            where += [self.pred(c, ["eq"]) for c in cols_of]
+        elif kind == "prefix":
+            where += [self.pred(c, ["eq"]) for c in cols_of[:r.randint(1, len(cols_of) - 1)]]
+        else:
+            where.append(self.pred(cols_of[0], ["in", "any"]))
+            where += [self.pred(c, ["eq"]) for c in cols_of[1:] if r.random() < 0.7]
+        if r.random() < 0.2:
+            extra = r.choice([c for c, _ in COLS if c != "id"])
+            where.append(self.pred(extra, ["<", ">=", "notnull", "isnull", "eq"]))
+        mode = "bitmap" if kind == "list" else r.choice(["index", "bitmap", "ios"])
+        cols = cols_of if mode == "ios" else [c for c, _ in COLS]
+        sql = "SELECT %s FROM @T@ WHERE %s" % (", ".join(cols), " AND ".join(where))
+        return dict(sql=sql, mode=mode, cols=cols, order=None, limit=None, kind=kind, index=name)
+
     def gen_query(self):
         """Returns dict(sql with @T@, mode, cols, order, limit)."""
+        if self.equality_only:
+            return self.gen_query_equality()
         r = self.r
         name, icols, uniq = r.choice(self.index_defs())
         lead = icols[0][0]
@@ -678,7 +720,7 @@ class Differential:
                 self.stats["vacuums"] += 1
         if stmts:
             self.exec(stmts, "maint")
-        if self.a.am == "tiered_btree" and r.random() < 0.35:
+        if self.tiered and r.random() < 0.35:
             self.point_burst()
         if self.elastic:
             self.elastic_stats()
@@ -686,7 +728,7 @@ class Differential:
             self.verify_all()
 
     def point_burst(self):
-        """tiered_btree: a burst of skewed point reads by id (promotions,
+        """tiered_*: a burst of skewed point reads by id (promotions,
         then hot-tier hits and CLOCK sweeps in the tiny hot tiers), summed
         on both tables: t_am through its index, t_bt through btree's."""
         r = self.r
@@ -769,7 +811,7 @@ class Differential:
         if s["plans_index_only"] == 0:
             print("  note: no index-only scan was used (does the AM set amcanreturn?%s)"
                   % (" elastic_btree offers none on an index with a size_bound" if self.elastic else ""))
-        if self.a.am == "tiered_btree":
+        if self.tiered:
             rows = self.exec(["SELECT coalesce(sum(promotions), 0), coalesce(sum(evictions), 0), "
                               "coalesce(sum(sweeps), 0), max(hot_hit_ratio) FROM ("
                               + " UNION ALL ".join("SELECT * FROM pg_hybrid.index_stats('%s')" % i

@@ -183,8 +183,14 @@ pub trait BaseCursor {
     /// Positions before the first entry of `range` in `dir`.
     unsafe fn start(&mut self, dir: Dir, range: &ScanRange);
     /// Positions at the entry after (key, tid) in `dir`, or at it when
-    /// `inclusive`.
+    /// `inclusive`. May come without a `start` (a cursor opened again after
+    /// a merge, mark/restore, a change of direction); the engine then says
+    /// first which range it is in (`seek_range`).
     unsafe fn seek_after(&mut self, dir: Dir, key: &[u8], tid: Tid, inclusive: bool);
+    /// The range the next `seek_after` lies in. A structure that can seek
+    /// by key alone ignores it; one without order (a hash table) needs it
+    /// to know what to read.
+    unsafe fn seek_range(&mut self, _range: &ScanRange) {}
     /// The entry at the position (moving past page ends), or None at the
     /// end of the structure or of a range it bounded by search.
     unsafe fn peek(&mut self, dir: Dir) -> Option<(&[u8], Tid)>;
@@ -269,9 +275,34 @@ pub trait BaseStructure: Sync {
     unsafe fn merge_ratio(&self, index: pg_sys::Relation) -> i32;
 
     /// A cap on unmerged entries when the delta log counts against a size
-    /// bound; past twice the cap inserters merge themselves.
-    unsafe fn delta_cap(&self, _index: pg_sys::Relation, _key_len: usize) -> Option<u64> {
-        None
+    /// bound; past twice the cap inserters merge themselves. A hot tier
+    /// counts its unmerged (dirty) entries against its bound: a merge
+    /// starts when they take half of it, and inserters wait for merges
+    /// past the whole of it.
+    unsafe fn delta_cap(&self, index: pg_sys::Relation, key_len: usize) -> Option<u64> {
+        let hot = self.hot_tier(index)?;
+        Some((hot.hot_bytes / 2 / (pg_hybrid_core::hot_tier::ENTRY_OVERHEAD + key_len as u64)).max(1))
+    }
+
+    /// Whether the structure changes its pages in place and keeps its own
+    /// exact counts there (a hash table's header), the metapage's shape
+    /// being a copy taken when a merge step or VACUUM returns: a crash in
+    /// between leaves the copy behind until the next one. `verify` then
+    /// checks the structure's counts itself, and the engine does not hold
+    /// them against the metapage's.
+    fn counts_kept_in_place(&self) -> bool {
+        false
+    }
+
+    /// Whether the structure keeps its entries in key order, so the AM
+    /// offers ordered scans, ranges and merge joins (btree's strategies).
+    /// A structure without order (tiered_hash's buckets) serves only
+    /// equality: its AM offers `=` alone, answers equality on every key
+    /// column from one bucket, and any other scan (equality on some key
+    /// columns of a multi-column index) by reading every bucket and
+    /// sorting what matches; the planner costs that as such (cost.rs).
+    fn ordered(&self) -> bool {
+        true
     }
 
     /// Whether the structure holds nothing (no pages at all).

@@ -3,7 +3,9 @@
 //! it costs fewer pages, so the planner prefers it where it would use btree.
 //! A structure with a hash path (`BaseStructure::hash_point_path`) answers
 //! equality on every key column from one bucket, as PostgreSQL's hash index
-//! does, and is costed as one: no descent.
+//! does, and is costed as one: no descent. A structure without order
+//! answers anything else by reading every bucket (`BaseStructure::ordered`)
+//! and is costed so.
 
 use pgrx::pg_sys;
 
@@ -69,10 +71,24 @@ pub unsafe extern "C-unwind" fn amcostestimate(
     correlation: *mut f64,
     pages: *mut f64,
 ) {
-    let hash_path = ams::base_for_am((*(*path).indexinfo).relam).is_some_and(|b| b.hash_point_path());
-    if hash_path && equality_on_every_key_column(path) {
+    let base = ams::base_for_am((*(*path).indexinfo).relam);
+    let hash_path = base.is_some_and(|b| b.hash_point_path());
+    let ordered = base.is_none_or(|b| b.ordered());
+    let point = equality_on_every_key_column(path);
+    if hash_path && point {
         hashcostestimate(root, path, loop_count, startup, total, selectivity, correlation, pages);
-    } else {
+    } else if ordered {
         btcostestimate(root, path, loop_count, startup, total, selectivity, correlation, pages);
+    } else {
+        // No order and not every key column bound: the scan reads every
+        // bucket and sorts what matches before it returns a row.
+        hashcostestimate(root, path, loop_count, startup, total, selectivity, correlation, pages);
+        let info = (*path).indexinfo;
+        let walk = (*info).pages as f64 * pg_sys::seq_page_cost + (*info).tuples * pg_sys::cpu_index_tuple_cost;
+        let matched = ((*info).tuples * *selectivity).max(1.0);
+        let sort = 2.0 * pg_sys::cpu_operator_cost * matched * matched.log2().max(1.0);
+        *startup = walk + sort;
+        *total = *startup + matched * pg_sys::cpu_index_tuple_cost;
+        *pages = (*info).pages as f64;
     }
 }

@@ -8,21 +8,34 @@ use super::{build, cost, insert, scan, vacuum};
 /// A palloc'd routine for an ordered, UNIQUE-capable AM whose reloptions
 /// `amoptions` parses (an AM's handler returns it as its Datum).
 pub unsafe fn ordered_routine(amoptions: pg_sys::amoptions_function) -> pg_sys::Datum {
+    routine(amoptions, true)
+}
+
+/// The routine of an AM whose structure has no order
+/// (`BaseStructure::ordered`): equality only, like PostgreSQL's hash index
+/// (no ordered scans, no CLUSTER, a condition on the first key column
+/// required), but UNIQUE-capable and multi-column. `IS NULL` and `= ANY`
+/// are left to the executor (a filter, or a bitmap scan per element).
+pub unsafe fn unordered_routine(amoptions: pg_sys::amoptions_function) -> pg_sys::Datum {
+    routine(amoptions, false)
+}
+
+unsafe fn routine(amoptions: pg_sys::amoptions_function, ordered: bool) -> pg_sys::Datum {
     let r = pg_sys::palloc0(std::mem::size_of::<pg_sys::IndexAmRoutine>()) as *mut pg_sys::IndexAmRoutine;
     (*r).type_ = pg_sys::NodeTag::T_IndexAmRoutine;
     (*r).amstrategies = 5;
     (*r).amsupport = 1;
     (*r).amoptsprocnum = 0;
-    (*r).amcanorder = true;
+    (*r).amcanorder = ordered;
     (*r).amcanorderbyop = false;
     (*r).amcanbackward = true;
     (*r).amcanunique = true;
     (*r).amcanmulticol = true;
-    (*r).amoptionalkey = true;
-    (*r).amsearcharray = true;
-    (*r).amsearchnulls = true;
+    (*r).amoptionalkey = ordered;
+    (*r).amsearcharray = ordered;
+    (*r).amsearchnulls = ordered;
     (*r).amstorage = false;
-    (*r).amclusterable = true;
+    (*r).amclusterable = ordered;
     (*r).ampredlocks = true;
     (*r).amcanparallel = false;
     (*r).amcaninclude = true;

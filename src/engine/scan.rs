@@ -625,6 +625,7 @@ impl Cursor {
         self.memo.valid = false;
         // Both tiers from here on: an entry in both is returned once.
         self.base_skipped = false;
+        self.base.seek_range(&ScanRange { lower, upper, whole_key: desc.natts == 1, strict: (false, false), point: self.point });
         self.base.seek_after(dir, key, tid, false);
         self.returned = Some(tid);
     }

@@ -8,19 +8,18 @@ use std::collections::HashSet;
 use std::ffi::CStr;
 use std::rc::Rc;
 
-use pg_hybrid_core::hash_path::{self as hp, Config, Entry as HashEntry, HashArea};
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 
 use super::cursor::GriffinCursor;
-use super::hash_io::{self, HashBufs};
 use super::options;
+use crate::hash_path::{self as hash, show, BucketLoader};
 use crate::engine::base::{BaseCursor, BaseShape, BaseStats, BaseStructure, BuildResult, Dir, EntryRef, MergeResult, MergeStep, Prune, ScanRange, VacuumResult};
 use crate::engine::meta::{BaseInfo, IndexMeta};
 use crate::engine::stats::{fail, DeadToAll};
 use crate::keys::IndexDesc;
 use crate::static_stage::stage::{StageSettings, StaticStage};
-use crate::storage::page::{self, PageKind, BODY_CAP, NO_BLOCK};
+use crate::storage::page::{self, PageKind, NO_BLOCK};
 
 /// The range path: the static stage, synced at `sync_ratio`, never LZ4.
 static TREE: StaticStage = StaticStage { am: c"griffin", settings: tree_settings, hot_tier: None };
@@ -69,78 +68,9 @@ fn with_header(mut shape: BaseShape, header: u32) -> BaseShape {
     shape
 }
 
-/// The hash path's hash of a key's columns (a stored key, or a point
-/// scan's bound holding every key column): `IndexDesc::canonical_hash`,
-/// on which equal keys agree whatever their bytes, folded to 32 bits.
-pub fn key_hash(desc: &IndexDesc, key: &[u8]) -> u32 {
-    let h = desc.canonical_hash(key).expect("check_definition admits only key types with hash support");
-    (h ^ (h >> 32)) as u32
-}
-
-unsafe fn area_config(index: pg_sys::Relation, initial_buckets: u32) -> Config {
-    Config { initial_buckets, fill_pct: options::bucket_fill(index) as u32 }
-}
-
-/// Ends a failed hash-path operation with an ERROR naming the index.
-fn ok<T>(index: pg_sys::Relation, r: hp::Result<T>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => unsafe { hash_io::fail(index, e) },
-    }
-}
-
-/// A key for a verification message: its first bytes in hex.
-fn show(k: &[u8]) -> String {
-    let hex: String = k.iter().take(24).map(|b| format!("{b:02x}")).collect();
-    if k.len() > 24 {
-        format!("{hex}...")
-    } else {
-        hex
-    }
-}
-
 pub struct Griffin;
 
 pub static GRIFFIN: Griffin = Griffin;
-
-/// Entries CREATE INDEX collects before it puts them into the buckets (so
-/// each bucket page is written a few times, not once per entry).
-fn build_chunk_bytes() -> usize {
-    unsafe { (pg_sys::maintenance_work_mem as usize * 1024 / 2).max(4 << 20) }
-}
-
-/// Owned entries waiting for `insert_batch`.
-#[derive(Default)]
-struct Pending {
-    keys: Vec<u8>,
-    /// (hash, end of the key in `keys`, TID)
-    items: Vec<(u32, usize, Tid)>,
-}
-
-impl Pending {
-    fn push(&mut self, hash: u32, key: &[u8], tid: Tid) {
-        self.keys.extend_from_slice(key);
-        self.items.push((hash, self.keys.len(), tid));
-    }
-    fn bytes(&self) -> usize {
-        self.keys.len() + self.items.len() * 16
-    }
-    fn entries(&self) -> Vec<HashEntry<'_>> {
-        let mut start = 0;
-        self.items
-            .iter()
-            .map(|&(hash, end, tid)| {
-                let e = HashEntry::new(hash, &self.keys[start..end], tid);
-                start = end;
-                e
-            })
-            .collect()
-    }
-    fn clear(&mut self) {
-        self.keys.clear();
-        self.items.clear();
-    }
-}
 
 /// An iterator that shows each item to `on` as it passes.
 struct Tee<'i, 'e, F: FnMut(&EntryRef<'e>)> {
@@ -173,15 +103,7 @@ impl BaseStructure for Griffin {
     }
 
     unsafe fn check_definition(&self, index: pg_sys::Relation, desc: &IndexDesc) {
-        let hashless = desc.cols[..desc.nkeyatts].iter().position(|c| c.kind == pg_hybrid_core::keys::ColumnKind::Opaque && c.hash_proc == pg_sys::InvalidOid);
-        if let Some(c) = hashless {
-            let typ = std::ffi::CStr::from_ptr(pg_sys::format_type_be(desc.cols[c].typid)).to_string_lossy().into_owned();
-            crate::raise(
-                pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                format!("griffin cannot index column {} of type {typ} in index \"{}\": the type has no default hash operator class", c + 1, page::rel_name(index)),
-                "griffin's hash path needs a hash function that agrees with the type's equality. Use hybrid_btree for this column.",
-            );
-        }
+        hash::check_definition(index, desc, "griffin's hash path needs a hash function that agrees with the type's equality. Use hybrid_btree for this column.");
     }
 
     unsafe fn merge_ratio(&self, index: pg_sys::Relation) -> i32 {
@@ -202,44 +124,13 @@ impl BaseStructure for Griffin {
         gen: u32,
         progress: &mut dyn FnMut(u64),
     ) -> BuildResult {
-        let mut area: Option<HashArea<HashBufs>> = None;
-        let mut pending = Pending::default();
-        let chunk = build_chunk_bytes();
-        // The buckets take the entries as the tree's build streams them, a
-        // chunk at a time; the first chunk sizes the table for `count`
-        // entries like it, so the build splits few buckets.
-        let mut flush = |pending: &mut Pending| {
-            if area.is_none() {
-                let per_entry = if pending.items.is_empty() { 32 } else { (pending.bytes() / pending.items.len()).max(1) };
-                let cfg = area_config(index, 2);
-                let want = (count.max(1) as u64 * per_entry as u64 / cfg.fill_bytes(BODY_CAP).max(1) as u64).max(2);
-                // The largest power of two not above the need: linear
-                // hashing's splits take the table the rest of the way, so
-                // it ends at its fill target instead of up to half empty.
-                let floor = if want.is_power_of_two() { want } else { want.next_power_of_two() / 2 };
-                let buckets = floor.min(hp::page::max_buckets(BODY_CAP)) as u32;
-                let mut pool = HashBufs::writer(index);
-                pool.reuse_at_once = true;
-                area = Some(ok(index, HashArea::create(pool, Config { initial_buckets: buckets.max(2), ..cfg })));
-            }
-            let a = area.as_mut().expect("created above");
-            ok(index, a.insert_batch(&pending.entries()));
-            pending.clear();
-        };
+        // The buckets take the entries as the tree's build streams them.
+        let mut loader = BucketLoader::new(index, options::bucket_fill(index) as u32, count);
         let res = {
-            let mut tee = Tee {
-                inner: entries,
-                on: |e: &EntryRef<'_>| {
-                    pending.push(key_hash(desc, e.key), e.key, e.tid);
-                    if pending.bytes() >= chunk {
-                        flush(&mut pending);
-                    }
-                },
-            };
+            let mut tee = Tee { inner: entries, on: |e: &EntryRef<'_>| loader.push(desc, e.key, e.tid) };
             TREE.build(index, desc, &tree_meta(meta), &mut tee, count, gen, progress)
         };
-        flush(&mut pending);
-        let header = area.as_ref().expect("flushed").header_block();
+        let (header, _) = loader.finish();
         BuildResult { shape: with_header(res.shape, header), freed: res.freed }
     }
 
@@ -254,13 +145,12 @@ impl BaseStructure for Griffin {
     ) -> MergeResult {
         let header = hash_header(&meta.base);
         let tm = tree_meta(meta);
-        let mut area = hash_io::open_writer(index, header);
         let mut res = match prune {
             // VACUUM's merge (after a bulk delete that could not remove
             // dead TIDs in place): both parts drop them.
             Some(Prune { dead, everywhere: true }) => {
-                let res = TREE.merge(index, desc, &tm, step, Some(Prune { dead: &mut *dead, everywhere: true }), gen);
-                ok(index, area.remove(&mut *dead));
+                let mut res = TREE.merge(index, desc, &tm, step, Some(Prune { dead: &mut *dead, everywhere: true }), gen);
+                res.retired.extend(hash::remove_dead(index, header, &mut *dead).1);
                 res
             }
             // Hinted TIDs are left for VACUUM (`prunes_on_merge`).
@@ -268,9 +158,7 @@ impl BaseStructure for Griffin {
         };
         // What the tree's step took goes into the buckets: a step run again
         // after a crash finds its entries there and adds nothing twice.
-        let batch: Vec<HashEntry<'_>> = step.fresh[..res.consumed].iter().map(|e| HashEntry::new(key_hash(desc, &e.key), &e.key, e.tid)).collect();
-        ok(index, area.insert_batch(&batch));
-        res.retired.extend(area.into_pool().retired);
+        res.retired.extend(hash::insert_entries(index, desc, header, step.fresh[..res.consumed].iter().map(|e| (&e.key[..], e.tid))));
         res.shape = with_header(res.shape, header);
         res
     }
@@ -279,9 +167,7 @@ impl BaseStructure for Griffin {
         let header = hash_header(&meta.base);
         let mut res = TREE.bulk_delete(index, desc, &tree_meta(meta), &mut *dead);
         if header != NO_BLOCK {
-            let mut area = hash_io::open_writer(index, header);
-            ok(index, area.remove(&mut *dead));
-            res.retired.extend(area.into_pool().retired);
+            res.retired.extend(hash::remove_dead(index, header, &mut *dead).1);
         }
         res.shape = res.shape.map(|s| with_header(s, header));
         res
@@ -316,27 +202,7 @@ impl BaseStructure for Griffin {
             }
             return n;
         }
-        let area = hash_io::open_reader(index, header);
-        let report = area.verify();
-        if let Some(e) = report.errors.first() {
-            fail(&name, format!("hash path: {e}{}", if report.errors.len() > 1 { format!(" (and {} more)", report.errors.len() - 1) } else { String::new() }));
-        }
-        // Both parts, in index order.
-        let mut hashed: Vec<(Vec<u8>, Tid)> = Vec::with_capacity(report.entries as usize);
-        let mut misplaced: Option<String> = None;
-        ok(
-            index,
-            area.for_each_entry(&mut |e| {
-                if misplaced.is_none() && key_hash(desc, e.key) != e.hash {
-                    misplaced = Some(format!("hash path entry (TID {:?}) is stored under hash {:08x}, its key hashes to {:08x}", e.tid, e.hash, key_hash(desc, e.key)));
-                }
-                hashed.push((e.key.to_vec(), e.tid));
-            }),
-        );
-        if let Some(m) = misplaced {
-            fail(&name, m);
-        }
-        hashed.sort_by(|a, b| desc.compare(&a.0, &b.0).then(a.1.cmp(&b.1)));
+        let hashed = hash::entries_sorted(index, desc, header);
         // The hash path may be ahead of the tree: a sync step cut short by
         // a crash (or one running on the primary while a standby verifies)
         // put entries into the buckets whose tree step never switched in.
@@ -401,14 +267,7 @@ impl BaseStructure for Griffin {
 
     unsafe fn stats(&self, index: pg_sys::Relation, meta: &IndexMeta) -> BaseStats {
         let header = hash_header(&meta.base);
-        let s = if header == NO_BLOCK { hp::Stats::default() } else { ok(index, hash_io::open_reader(index, header).stats()) };
-        BaseStats {
-            hash_buckets: Some(s.buckets as i64),
-            hash_entries: Some(s.entries as i64),
-            hash_pages: Some(s.pages as i64),
-            overflow_pages: Some(s.overflow_pages as i64),
-            ..BaseStats::default()
-        }
+        hash::stats(index, header).1
     }
 
     /// Tree pages the current stage does not reach, and hash pages the
@@ -417,7 +276,7 @@ impl BaseStructure for Griffin {
         // The static stage's test reads only the tree's four roots words.
         let mut tree_test = TREE.orphan_test(index, meta);
         let header = hash_header(&meta.base);
-        let reachable: HashSet<u32> = if header == NO_BLOCK { HashSet::new() } else { ok(index, hash_io::open_reader(index, header).reachable_blocks()).into_iter().collect() };
+        let reachable = hash::reachable(index, header);
         Box::new(move |blk, p, kind| match kind {
             PageKind::Hash => !reachable.contains(&blk),
             _ => tree_test(blk, p, kind),

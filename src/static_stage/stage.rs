@@ -90,14 +90,6 @@ impl BaseStructure for StaticStage {
         self.hot_tier.map(|f| f(index))
     }
 
-    /// A hot tier counts its unmerged entries against its bound: a merge
-    /// starts when they take half of it, and inserters wait for merges
-    /// past the whole of it.
-    unsafe fn delta_cap(&self, index: pg_sys::Relation, key_len: usize) -> Option<u64> {
-        let hot = self.hot_tier?(index);
-        Some((hot.hot_bytes / 2 / (pg_hybrid_core::hot_tier::ENTRY_OVERHEAD + key_len as u64)).max(1))
-    }
-
     fn is_empty(&self, info: &BaseInfo) -> bool {
         Stage::of(info).root == NO_BLOCK
     }

@@ -1,14 +1,18 @@
-//! tiered_btree: the 2B+tree of Zhou et al. (tiered indexing, VLDBJ 2025)
-//! on the staged-index engine (src/engine). The cold tier is the compact
-//! static stage (src/static_stage); the hot tier is complete records of
-//! hot keys kept in the engine's shared-memory tree beside the unmerged
-//! entries (`pg_hybrid_core::hot_tier`, engine `hot.rs`). Layout, protocol
-//! and what the paper's parts became: README.md.
+//! tiered_btree and tiered_hash: the 2B+tree and 2-Hash of Zhou et al.
+//! (tiered indexing, VLDBJ 2025) on the staged-index engine (src/engine).
+//! The hot tier is complete records of hot keys kept in the engine's
+//! shared-memory tree beside the unmerged entries
+//! (`pg_hybrid_core::hot_tier`, engine `hot.rs`). tiered_btree's cold tier
+//! is the compact static stage (src/static_stage), tiered_hash's a hash
+//! table on pages (src/hash_path). Layout, protocol and what the paper's
+//! parts became: README.md.
 //!
-//! - `options.rs`: reloptions `hot_size`, `sample_rate`
-//! - `handler.rs`: the AM handler and its SQL
+//! - `options.rs`: reloptions `hot_size`, `sample_rate`, `bucket_fill`
+//! - `hash.rs`: tiered_hash's base structure and cursor
+//! - `handler.rs`: the AM handlers and their SQL
 
 pub mod handler;
+pub mod hash;
 pub mod options;
 
 use crate::engine::base::HotTierSettings;
@@ -35,4 +39,5 @@ unsafe fn hot_tier(index: pgrx::pg_sys::Relation) -> HotTierSettings {
 pub unsafe fn init() {
     options::register();
     crate::engine::ams::register(&TIERED_BTREE);
+    crate::engine::ams::register(&hash::TIERED_HASH);
 }

@@ -1,6 +1,7 @@
-//! `griffin` hash path: a linear-hashing table of (hash, key, TID) entries
-//! over plain page bodies (Griffin, section III: the hash table that serves
-//! point operations; the B+tree side and precision locking live elsewhere).
+//! The hash path: a linear-hashing table of (hash, key, TID) entries over
+//! plain page bodies. griffin's point path (Griffin, section III: the hash
+//! table that serves point operations; the B+tree side and precision
+//! locking live elsewhere) and tiered_hash's cold tier (2-Hash).
 //!
 //! Layers, bottom up:
 //!
@@ -111,12 +112,12 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Corrupt { blk, kind, why } if *blk == NO_BLOCK => write!(f, "corrupt griffin hash {kind:?} page: {why}"),
-            Error::Corrupt { blk, kind, why } => write!(f, "corrupt griffin hash {kind:?} page at block {blk}: {why}"),
-            Error::KeyTooLong { len, max } => write!(f, "griffin hash key of {len} bytes is longer than {max}"),
-            Error::BadInput(why) => write!(f, "griffin hash: {why}"),
-            Error::Crashed => write!(f, "griffin hash: simulated crash"),
-            Error::Pool(why) => write!(f, "griffin hash page layer: {why}"),
+            Error::Corrupt { blk, kind, why } if *blk == NO_BLOCK => write!(f, "corrupt hash path {kind:?} page: {why}"),
+            Error::Corrupt { blk, kind, why } => write!(f, "corrupt hash path {kind:?} page at block {blk}: {why}"),
+            Error::KeyTooLong { len, max } => write!(f, "hash path key of {len} bytes is longer than {max}"),
+            Error::BadInput(why) => write!(f, "hash path: {why}"),
+            Error::Crashed => write!(f, "hash path: simulated crash"),
+            Error::Pool(why) => write!(f, "hash path page layer: {why}"),
         }
     }
 }

@@ -1,4 +1,5 @@
-//! griffin's hash path on PostgreSQL pages: the core's `HashPages` over
+//! The hash path on PostgreSQL pages (griffin's point path, tiered_hash's
+//! cold tier): the core's `HashPages` over
 //! buffers (a read holds one share lock until its guard drops; each step of
 //! at most four page changes is one WAL body step, engine/wal.rs: entries
 //! added to a page are logged as entries, a rebuilt page as its image
@@ -185,7 +186,7 @@ fn add_entries(body: &[u8], arg: &[u8]) -> Result<Vec<u8>, String> {
     hp::page::apply_adds(body, arg).map_err(|e| e.to_string())
 }
 
-/// Registers griffin's body operations with the WAL (from `_PG_init`).
+/// Registers the hash path's body operations with the WAL (from `_PG_init`).
 pub unsafe fn register_wal() {
     register_body_op(ADD_ENTRIES, add_entries);
 }
@@ -205,10 +206,10 @@ pub unsafe fn fail(rel: pg_sys::Relation, e: hp::Error) -> ! {
         hp::Error::Corrupt { blk, .. } => page::corrupted(&page::rel_name(rel), blk, &e.to_string()),
         hp::Error::KeyTooLong { len, max } => crate::raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!("index row of {len} key bytes exceeds griffin's maximum of {max} for index \"{}\"", page::rel_name(rel)),
-            "Values larger than about 2 kB cannot be indexed by griffin; index a hash or a prefix of the value (an expression index) instead.",
+            format!("index row of {len} key bytes exceeds {}'s maximum of {max} for index \"{}\"", page::am_name(rel), page::rel_name(rel)),
+            "Values larger than about 2 kB cannot be indexed by a hash path; index a hash or a prefix of the value (an expression index) instead.",
         ),
-        e => pgrx::error!("griffin hash path of index \"{}\": {e}", page::rel_name(rel)),
+        e => pgrx::error!("{} hash path of index \"{}\": {e}", page::am_name(rel), page::rel_name(rel)),
     }
 }
 
@@ -322,7 +323,7 @@ pub unsafe fn lookup(rel: pg_sys::Relation, header_blk: u32, generation: u32, ha
 /// A failure of a read: during recovery, replay may have reused a retired
 /// chain a standby query was reading (a recovery conflict, retried); on a
 /// primary it is corruption.
-unsafe fn fail_reader(rel: pg_sys::Relation, e: hp::Error) -> ! {
+pub unsafe fn fail_reader(rel: pg_sys::Relation, e: hp::Error) -> ! {
     if e.is_corrupt() && pg_sys::RecoveryInProgress() {
         crate::raise(
             PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
