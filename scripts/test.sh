@@ -374,20 +374,14 @@ else
         run_step isolation-griffin am_step griffin isolation.sh --quick
         run_step corrupt-griffin am_step griffin corrupt.sh --quick
     fi
-    if ((TIERED_PASS)); then
-        run_step crash-tiered am_step tiered_btree crash.sh --quick
-        run_step standby-tiered am_step tiered_btree standby.sh --quick
-        run_step concurrency-tiered am_step tiered_btree concurrency.sh --quick
-        run_step isolation-tiered am_step tiered_btree isolation.sh --quick
-        run_step corrupt-tiered am_step tiered_btree corrupt.sh --quick
-    fi
-    if ((THASH_PASS)); then
-        run_step crash-thash am_step tiered_hash crash.sh --quick
-        run_step standby-thash am_step tiered_hash standby.sh --quick
-        run_step concurrency-thash am_step tiered_hash concurrency.sh --quick
-        run_step isolation-thash am_step tiered_hash isolation.sh --quick
-        run_step corrupt-thash am_step tiered_hash corrupt.sh --quick
-    fi
+    # (AM, step suffix, pass flag)
+    for pass in "tiered_btree tiered $TIERED_PASS" "tiered_hash thash $THASH_PASS"; do
+        read -r am sfx on <<<"$pass"
+        ((on)) || continue
+        for t in crash standby concurrency isolation corrupt; do
+            run_step "$t-$sfx" am_step "$am" "$t.sh" --quick
+        done
+    done
 fi
 
 echo

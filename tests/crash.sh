@@ -20,6 +20,11 @@
 #   after restart: exactly the live rows, each found by a forced index probe,
 #   index == seqscan (also a bounded range), verify; then VACUUM and merge to
 #   completion and the same checks.
+# Phase 4 (tiered_btree, tiered_hash): 64kB hot tiers with sample_rate 1;
+#   killed while two readers promote records and two inserters push the
+#   hot tier past its bound (promotions and evictions seen first); after
+#   restart no record is left (they live in shared memory), the checks of
+#   phase 1 pass, and reading brings records back.
 # fsync stays on (cluster_init refuses fsync=off here).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
@@ -269,6 +274,52 @@ cluster_sql "$DIR" "$DB" "VACUUM cx" "SELECT pg_hybrid.merge('cx_id'::regclass)"
     fail "VACUUM / merge after the crash failed"
 check_cx
 [[ $AM == elastic_btree ]] && say "  cx_id after: $(cluster_sql "$DIR" "$DB" "SELECT state || ', ' || standard_leaves || ' standard / ' || compact_leaves || ' compact' FROM pg_hybrid.index_stats('cx_id'::regclass)")"
+
+# ----------------------------------------------------------- phase 4 --
+# A tiered index (tiered_btree, tiered_hash): killed while readers promote
+# records and inserters push the hot tier past its bound, so promotions
+# and CLOCK sweeps are under way. The hot tier's clean copies and markers
+# live in shared memory only: after the restart it holds the dirty entries
+# the delta log replays, and use brings the records back.
+if [[ $AM == tiered_btree || $AM == tiered_hash ]]; then
+    say "== phase 4: kill -9 during promotions and CLOCK sweeps ($AM, 64kB hot tiers)"
+    mk_table ch
+    mk_indexes ch " WITH (hot_size = '64kB', sample_rate = 1)"
+    cluster_sql "$DIR" "$DB" "INSERT INTO ch SELECT g, $IDEXPR, (g % 1000)::text, 'x' FROM generate_series(1, 20000) g" >/dev/null
+    # readers: nested-loop probes of a skewed set of committed keys
+    reader() {
+        while :; do
+            printf 'SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_hashjoin = off; SET enable_mergejoin = off;
+'
+            printf 'SELECT count(*) FROM generate_series(1, 4000) s, LATERAL (SELECT 1 FROM ch WHERE id = (((s * s) %% 20000 + 1) * 2654435761) %% 4294967296) x;
+'
+        done | cluster_psql "$DIR" "$DB" >/dev/null 2>&1
+    }
+    start_writers ch 2 100001
+    for i in 1 2; do
+        reader &
+        WRITERS+=($!)
+        ph_bg_add $!
+        disown $!
+    done
+    for ((i = 0; i < 50; i++)); do
+        sleep 0.2
+        p=$(cluster_sql "$DIR" "$DB" "SELECT promotions > 0 AND evictions > 0 FROM pg_hybrid.index_stats('ch_id'::regclass)" 2>/dev/null || echo f)
+        [[ $p == t ]] && break
+    done
+    [[ $p == t ]] || fail "ch_id saw no promotion and eviction before the kill"
+    say "  ch_id before the kill: $(cluster_sql "$DIR" "$DB" "SELECT 'promotions ' || promotions || ', evictions ' || evictions || ', sweeps ' || sweeps || ', hot records ' || hot_records FROM pg_hybrid.index_stats('ch_id'::regclass)")"
+    sleep 1
+    crash_and_restart
+    hot=$(cluster_sql "$DIR" "$DB" "SELECT hot_records FROM pg_hybrid.index_stats('ch_id'::regclass)")
+    [[ $hot == 0 ]] || fail "ch_id: $hot hot records after a restart (markers live in shared memory only)"
+    check ch
+    say "  reading again: records come back"
+    cluster_sql "$DIR" "$DB" "SET enable_seqscan = off" "SET enable_bitmapscan = off" "SET enable_hashjoin = off" "SET enable_mergejoin = off"         "SELECT count(*) FROM generate_series(1, 4000) s, LATERAL (SELECT 1 FROM ch WHERE id = (((s * s) % 20000 + 1) * 2654435761) % 4294967296) x" >/dev/null
+    hot=$(cluster_sql "$DIR" "$DB" "SELECT hot_records FROM pg_hybrid.index_stats('ch_id'::regclass)")
+    ((hot > 0)) || fail "ch_id: no record promoted after the restart"
+    check ch
+fi
 
 # elastic_btree under a bound: the crashes above must have hit compact leaves
 if [[ $AM == elastic_btree && -n ${PH_SIZE_BOUND:-} ]]; then

@@ -255,14 +255,7 @@ impl PointHits {
         } else {
             io::lookup(index, header, generation, hash, &mut |k| desc.compare_keycols(k, keycols) == Ordering::Equal, &mut self.hits);
         }
-        self.order.clear();
-        self.order.extend(0..self.hits.len());
-        let hits = &self.hits;
-        self.order.sort_by(|&a, &b| desc.compare(hits.key(a), hits.key(b)).then(hits.tid(a).cmp(&hits.tid(b))));
-        self.pos = match dir {
-            Dir::Fwd => 0,
-            Dir::Bwd => self.order.len() as isize - 1,
-        };
+        self.sort(desc, dir);
     }
 
     /// Reads every bucket of the table at `header` and keeps the entries
@@ -292,6 +285,13 @@ impl PointHits {
             self.clear();
             return true;
         }
+        self.sort(desc, dir);
+        false
+    }
+
+    /// Puts `hits` in index order (key, TID) and the position before the
+    /// first in `dir`.
+    fn sort(&mut self, desc: &IndexDesc, dir: Dir) {
         self.order.clear();
         self.order.extend(0..self.hits.len());
         let hits = &self.hits;
@@ -300,7 +300,6 @@ impl PointHits {
             Dir::Fwd => 0,
             Dir::Bwd => self.order.len() as isize - 1,
         };
-        false
     }
 
     fn cmp_entry(&self, desc: &IndexDesc, i: usize, key: &[u8], tid: Tid) -> Ordering {
