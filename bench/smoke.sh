@@ -57,7 +57,7 @@ expect_fail unknown_suite "unknown suite 'nosuch'" nosuch --smoke
 expect_fail unknown_am "unknown index AM 'nosuch_am'" probe --smoke --index-am nosuch_am
 expect_fail unknown_table_am "unknown table AM" probe --smoke --table-am nosuch
 # hash answers equality only: no baseline of the range suites
-expect_fail hash_baseline "--baseline must be a built-in AM" ycsb --smoke --baseline hash
+expect_fail hash_baseline "baseline must be a built-in AM" ycsb --smoke --baseline hash
 expect_fail bad_start "could not start cluster" probe --smoke --shared-buffers nonsense
 
 # a port in use: a plain TCP listener on the bench port
