@@ -130,7 +130,7 @@ impl BaseStructure for Griffin {
             let mut tee = Tee { inner: entries, on: |e: &EntryRef<'_>| loader.push(desc, e.key, e.tid) };
             TREE.build(index, desc, &tree_meta(meta), &mut tee, count, gen, progress)
         };
-        let (header, _) = loader.finish();
+        let header = loader.finish();
         BuildResult { shape: with_header(res.shape, header), freed: res.freed }
     }
 

@@ -206,10 +206,10 @@ pub unsafe fn fail(rel: pg_sys::Relation, e: hp::Error) -> ! {
         hp::Error::Corrupt { blk, .. } => page::corrupted(&page::rel_name(rel), blk, &e.to_string()),
         hp::Error::KeyTooLong { len, max } => crate::raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!("index row of {len} key bytes exceeds {}'s maximum of {max} for index \"{}\"", page::am_name(rel), page::rel_name(rel)),
+            format!("index row of {len} key bytes exceeds {}'s maximum of {max} for index \"{}\"", crate::engine::ams::base(rel).am_name().to_string_lossy(), page::rel_name(rel)),
             "Values larger than about 2 kB cannot be indexed by a hash path; index a hash or a prefix of the value (an expression index) instead.",
         ),
-        e => pgrx::error!("{} hash path of index \"{}\": {e}", page::am_name(rel), page::rel_name(rel)),
+        e => pgrx::error!("{} hash path of index \"{}\": {e}", crate::engine::ams::base(rel).am_name().to_string_lossy(), page::rel_name(rel)),
     }
 }
 

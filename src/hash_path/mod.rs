@@ -43,7 +43,7 @@ pub unsafe fn check_definition(index: pg_sys::Relation, desc: &IndexDesc, hint: 
         let typ = std::ffi::CStr::from_ptr(pg_sys::format_type_be(desc.cols[c].typid)).to_string_lossy().into_owned();
         crate::raise(
             pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("{} cannot index column {} of type {typ} in index \"{}\": the type has no default hash operator class", page::am_name(index), c + 1, page::rel_name(index)),
+            format!("{} cannot index column {} of type {typ} in index \"{}\": the type has no default hash operator class", crate::engine::ams::base(index).am_name().to_string_lossy(), c + 1, page::rel_name(index)),
             hint,
         );
     }
@@ -142,12 +142,10 @@ impl BucketLoader {
         self.pending.clear();
     }
 
-    /// Inserts what is left; returns the table's header block and stats.
-    pub unsafe fn finish(mut self) -> (u32, hp::Stats) {
+    /// Inserts what is left; returns the table's header block.
+    pub unsafe fn finish(mut self) -> u32 {
         self.flush();
-        let a = self.area.take().expect("flushed");
-        let st = ok(self.index, a.stats());
-        (a.header_block(), st)
+        self.area.take().expect("flushed").header_block()
     }
 }
 

@@ -173,13 +173,3 @@ pub unsafe fn rel_name(rel: pg_sys::Relation) -> String {
     let name = &(*(*rel).rd_rel).relname;
     std::ffi::CStr::from_ptr(name.data.as_ptr()).to_string_lossy().into_owned()
 }
-
-/// pg_am.amname of an index relation (for messages that name the access
-/// method a shared part of pg_hybrid serves).
-pub unsafe fn am_name(rel: pg_sys::Relation) -> String {
-    let name = pg_sys::get_am_name((*(*rel).rd_rel).relam);
-    if name.is_null() {
-        return "pg_hybrid".into();
-    }
-    std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
-}

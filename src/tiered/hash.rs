@@ -45,10 +45,6 @@ unsafe fn shape_of(index: pg_sys::Relation, header: u32) -> BaseShape {
     BaseShape { roots, keys: s.entries, entries: s.entries, pages: s.pages, bytes: s.entry_bytes }
 }
 
-/// Dirty entries are written down by the hot tier's bound (`delta_cap`),
-/// not by a ratio to the cold tier.
-const MERGE_RATIO: i32 = 1;
-
 impl BaseStructure for TieredHash {
     fn am_name(&self) -> &'static CStr {
         c"tiered_hash"
@@ -76,7 +72,7 @@ impl BaseStructure for TieredHash {
     }
 
     unsafe fn hot_tier(&self, index: pg_sys::Relation) -> Option<HotTierSettings> {
-        Some(HotTierSettings { hot_bytes: options::hot_size(index), sample_rate: options::sample_rate(index) })
+        Some(super::hot_tier(index))
     }
 
     unsafe fn check_definition(&self, index: pg_sys::Relation, desc: &IndexDesc) {
@@ -84,7 +80,7 @@ impl BaseStructure for TieredHash {
     }
 
     unsafe fn merge_ratio(&self, _index: pg_sys::Relation) -> i32 {
-        MERGE_RATIO
+        super::MERGE_RATIO
     }
 
     fn is_empty(&self, info: &BaseInfo) -> bool {
@@ -111,7 +107,7 @@ impl BaseStructure for TieredHash {
             }
         }
         progress(done);
-        let (header, _) = loader.finish();
+        let header = loader.finish();
         BuildResult { shape: shape_of(index, header), freed: Vec::new() }
     }
 
@@ -129,7 +125,7 @@ impl BaseStructure for TieredHash {
             for e in step.fresh {
                 loader.push(desc, &e.key, e.tid);
             }
-            header = loader.finish().0;
+            header = loader.finish();
         } else {
             if let Some(Prune { dead, everywhere: true }) = prune {
                 // VACUUM's merge (after a bulk delete that could not drop
@@ -195,12 +191,32 @@ impl BaseStructure for TieredHash {
     }
 }
 
-/// What the cursor was told to read.
-#[derive(Clone, Default)]
+/// What the cursor was told to read (the default: everything). Kept in
+/// buffers a rescan reuses, so a probe allocates nothing for it.
+#[derive(Default)]
 struct Range {
     lower: Vec<u8>,
     upper: Option<Vec<u8>>,
     point: bool,
+}
+
+impl Range {
+    fn is(&self, r: &ScanRange) -> bool {
+        self.point == r.point && self.lower == r.lower && self.upper.as_deref() == r.upper
+    }
+
+    fn set(&mut self, r: &ScanRange) {
+        self.lower.clear();
+        self.lower.extend_from_slice(r.lower);
+        match (r.upper, &mut self.upper) {
+            (Some(u), Some(mine)) => {
+                mine.clear();
+                mine.extend_from_slice(u);
+            }
+            (u, mine) => *mine = u.map(|u| u.to_vec()),
+        }
+        self.point = r.point;
+    }
 }
 
 /// tiered_hash's `BaseCursor`. A point range reads the key's bucket; any
@@ -213,7 +229,7 @@ pub struct TieredHashCursor {
     desc: Rc<IndexDesc>,
     header: u32,
     generation: u32,
-    range: Option<Range>,
+    range: Range,
     /// `hits` holds `range`'s entries of this generation.
     loaded: bool,
     hits: PointHits,
@@ -221,7 +237,7 @@ pub struct TieredHashCursor {
 
 impl TieredHashCursor {
     fn new(index: pg_sys::Relation, desc: Rc<IndexDesc>, info: &BaseInfo) -> TieredHashCursor {
-        TieredHashCursor { index, desc, header: header_of(info), generation: info.generation, range: None, loaded: false, hits: PointHits::new() }
+        TieredHashCursor { index, desc, header: header_of(info), generation: info.generation, range: Range::default(), loaded: false, hits: PointHits::new() }
     }
 
     /// Reads the entries of `range` (all of them when the engine named
@@ -232,17 +248,17 @@ impl TieredHashCursor {
             self.hits.clear();
             return;
         }
-        let r = self.range.clone().unwrap_or_default();
+        let r = &self.range;
         if r.point {
             self.hits.load(self.index, &self.desc, self.header, self.generation, &r.lower, dir);
             return;
         }
-        let desc = self.desc.clone();
+        let desc = &self.desc;
         let work_mem = pg_sys::work_mem;
         let limit = work_mem as usize * 1024;
         let index = self.index;
         let keep = |k: &[u8]| desc.compare_prefix(k, &r.lower) != Ordering::Less && r.upper.as_deref().is_none_or(|u| desc.compare_prefix(k, u) != Ordering::Greater);
-        let over = self.hits.load_matching(index, &desc, self.header, &keep, limit, dir);
+        let over = self.hits.load_matching(index, desc, self.header, &keep, limit, dir);
         if over {
             crate::raise(
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
@@ -255,14 +271,13 @@ impl TieredHashCursor {
 
 impl BaseCursor for TieredHashCursor {
     unsafe fn start(&mut self, dir: Dir, range: &ScanRange) {
-        self.range = Some(Range { lower: range.lower.to_vec(), upper: range.upper.map(|u| u.to_vec()), point: range.point });
+        self.range.set(range);
         self.load(dir);
     }
 
     unsafe fn seek_range(&mut self, range: &ScanRange) {
-        let same = self.range.as_ref().is_some_and(|r| r.point == range.point && r.lower == range.lower && r.upper.as_deref() == range.upper);
-        if !same {
-            self.range = Some(Range { lower: range.lower.to_vec(), upper: range.upper.map(|u| u.to_vec()), point: range.point });
+        if !self.range.is(range) {
+            self.range.set(range);
             self.loaded = false;
         }
     }

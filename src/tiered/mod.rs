@@ -22,15 +22,16 @@ use crate::static_stage::stage::{StageSettings, StaticStage};
 /// the hot tier its reloptions size.
 pub static TIERED_BTREE: StaticStage = StaticStage { am: c"tiered_btree", settings, hot_tier: Some(hot_tier) };
 
-/// Dirty entries are written down by the hot tier's bound (`delta_cap`),
-/// not by a ratio to the cold tier: a ratio of 1 only adds a merge when
-/// the unmerged entries outgrow a small cold tier.
+/// Dirty entries are written down by the hot tier's bound (`delta_cap`,
+/// both tiered AMs), not by a ratio to the cold tier: a ratio of 1 only
+/// adds a merge when the unmerged entries outgrow a small cold tier.
 const MERGE_RATIO: i32 = 1;
 
 unsafe fn settings(_index: pgrx::pg_sys::Relation) -> StageSettings {
     StageSettings { merge_ratio: MERGE_RATIO, compress: false }
 }
 
+/// Both tiered AMs' hot tier, from their reloptions.
 unsafe fn hot_tier(index: pgrx::pg_sys::Relation) -> HotTierSettings {
     HotTierSettings { hot_bytes: options::hot_size(index), sample_rate: options::sample_rate(index) }
 }
