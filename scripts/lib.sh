@@ -396,6 +396,10 @@ ph_cleanup() {
     done
     for d in "${PH_CGROUPS[@]}"; do rmdir "$d" 2>/dev/null || true; done
     PH_CGROUPS=()
+    for d in "${PH_CSDS[@]}"; do
+        bash "$PH_REPO/scripts/csd.sh" down --dir "$d" >/dev/null 2>&1 || ph_warn "could not take down the CSD at $d (scripts/csd.sh down --dir $d)"
+    done
+    PH_CSDS=()
     if [[ $rc == 0 && ${PH_KEEP:-0} != 1 ]]; then
         for d in "${PH_CLUSTERS[@]}"; do rm -rf "$d/data"; done
     elif [[ ${#PH_CLUSTERS[@]} -gt 0 ]]; then
@@ -440,6 +444,25 @@ ph_cap_memory() {
     echo "$bytes" >"$g/memory.limit_in_bytes"
     echo "$pid" >"$g/cgroup.procs"
     PH_CGROUPS+=("$g")
+}
+
+# ph_csd_up CLUSTER-DIR TABLESPACE SIZE: a zram device of SIZE (scripts/csd.sh,
+# design.md §6) mounted under the scratch root and registered in the running
+# cluster as TABLESPACE; sets PH_CSD_DEVICE (/dev/zramN) and PH_CSD_DIR (the
+# mount point). Taken down at exit, after the clusters stop (ph_cleanup).
+# Returns 3 without a device when the kernel has no zram (the caller decides
+# whether that is a skip). Not in a subshell: ph_cleanup must see the device.
+PH_CSDS=()
+ph_csd_up() {
+    local dir=$1 ts=$2 size=$3 mnt out rc=0
+    mnt=$PH_SCRATCH/csd_${ts}_$$
+    out=$(bash "$PH_REPO/scripts/csd.sh" up --dir "$mnt" --size "$size" --owner "$PH_USER" \
+        --tablespace "$ts" --host "$dir/sock" --port "$(cluster_port "$dir")") || rc=$?
+    if ((rc == 3)); then return 3; fi
+    ((rc == 0)) || ph_die "could not make the CSD tablespace $ts (scripts/csd.sh up, message above)"
+    PH_CSDS+=("$mnt")
+    PH_CSD_DIR=$mnt
+    PH_CSD_DEVICE=$(printf '%s' "$out" | sed -n 's/^device=//p')
 }
 
 # ph_trap_install: stop everything this script started when it exits.

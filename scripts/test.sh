@@ -14,6 +14,8 @@
 #   hasis         tests/hasis.sh        (the hasis table AM: differential vs heap, pgbench TPC-B, kill -9
 #                                        recovery, hot standby, isolation specs vs heap, ON CONFLICT
 #                                        races, pg_dump round trips, damaged pages and other bad input)
+#   csd           tests/csd.sh          (the emulated CSD tablespace, scripts/csd.sh: bad input; with
+#                                        zram, pg_hybrid.storage_stats within 1% of the device's bytes)
 #   corrupt       tests/corrupt.sh      (damaged index pages: clean XX002 ERROR, no crash, REINDEX repairs)
 #   arena         tests/arena.sh        (8MB pg_hybrid.shared_memory: merges under arena pressure,
 #                                        background merge on/off, restart rebuilds the dynamic stages)
@@ -81,7 +83,7 @@ ELASTIC_STEPS=(differential-elastic crash-elastic standby-elastic concurrency-el
 GRIFFIN_STEPS=(differential-griffin crash-griffin standby-griffin concurrency-griffin isolation-griffin corrupt-griffin)
 TIERED_STEPS=(differential-tiered crash-tiered standby-tiered concurrency-tiered isolation-tiered corrupt-tiered
     differential-thash crash-thash standby-thash concurrency-thash isolation-thash corrupt-thash)
-ALL_STEPS=(setup core regress differential crash standby concurrency isolation hasis corrupt arena bench "${ELASTIC_STEPS[@]}" "${GRIFFIN_STEPS[@]}" "${TIERED_STEPS[@]}")
+ALL_STEPS=(setup core regress differential crash standby concurrency isolation hasis csd corrupt arena bench "${ELASTIC_STEPS[@]}" "${GRIFFIN_STEPS[@]}" "${TIERED_STEPS[@]}")
 quick=0
 only=()
 skip=()
@@ -322,7 +324,7 @@ run_step setup step_setup
 if selected setup && [[ ${results[-1]} == *FAIL* ]]; then setup_ok=0; fi
 
 if ((setup_ok == 0)); then
-    ns=(core regress differential crash standby concurrency isolation hasis corrupt arena bench)
+    ns=(core regress differential crash standby concurrency isolation hasis csd corrupt arena bench)
     ((ELASTIC_PASS)) && ns+=("${ELASTIC_STEPS[@]}")
     ((GRIFFIN_PASS)) && ns+=("${GRIFFIN_STEPS[@]}")
     ((TIERED_PASS || THASH_PASS)) && ns+=("${TIERED_STEPS[@]}")
@@ -356,6 +358,7 @@ else
     run_step concurrency bash "$PH_REPO/tests/concurrency.sh" "${qarg[@]}"
     run_step isolation bash "$PH_REPO/tests/isolation.sh" "${qarg[@]}"
     run_step hasis bash "$PH_REPO/tests/hasis.sh" "${qarg[@]}"
+    run_step csd bash "$PH_REPO/tests/csd.sh" "${qarg[@]}"
     run_step corrupt bash "$PH_REPO/tests/corrupt.sh" "${qarg[@]}"
     run_step arena bash "$PH_REPO/tests/arena.sh" "${qarg[@]}"
     run_step bench bash "$PH_REPO/bench/smoke.sh" "${qarg[@]}"

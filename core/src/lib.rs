@@ -17,5 +17,6 @@ pub mod killed;
 pub mod fast_hash;
 pub mod hasis;
 pub mod hash_path;
+pub mod csd_meter;
 #[cfg(test)]
 mod test_rng;

@@ -43,16 +43,16 @@ pub unsafe fn copy_data(rel: pg_sys::Relation, newrnode: *const pg_sys::RelFileN
     let persistence = (*(*rel).rd_rel).relpersistence;
     let dst = pg_sys::smgropen(*newrnode, (*rel).rd_backend);
     pg_sys::RelationCreateStorage(*newrnode, persistence, true);
-    pg_sys::RelationCopyStorage(relation::smgr(rel), dst, pg_sys::ForkNumber::MAIN_FORKNUM, persistence);
+    pg_sys::RelationCopyStorage(crate::storage::buffer::smgr(rel), dst, pg_sys::ForkNumber::MAIN_FORKNUM, persistence);
     for fork in [pg_sys::ForkNumber::FSM_FORKNUM, pg_sys::ForkNumber::VISIBILITYMAP_FORKNUM, pg_sys::ForkNumber::INIT_FORKNUM] {
-        if pg_sys::smgrexists(relation::smgr(rel), fork) {
+        if pg_sys::smgrexists(crate::storage::buffer::smgr(rel), fork) {
             pg_sys::smgrcreate(dst, fork, false);
             if persistence == pg_sys::RELPERSISTENCE_PERMANENT as std::os::raw::c_char
                 || (persistence == pg_sys::RELPERSISTENCE_UNLOGGED as std::os::raw::c_char && fork == pg_sys::ForkNumber::INIT_FORKNUM)
             {
                 log_smgrcreate(newrnode, fork);
             }
-            pg_sys::RelationCopyStorage(relation::smgr(rel), dst, fork, persistence);
+            pg_sys::RelationCopyStorage(crate::storage::buffer::smgr(rel), dst, fork, persistence);
         }
     }
     pg_sys::RelationDropStorage(rel);

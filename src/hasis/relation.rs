@@ -651,14 +651,6 @@ pub unsafe fn record_free_space(rel: pg_sys::Relation, g: &Geometry, first: u32,
     pg_sys::FreeSpaceMapVacuumRange(rel, first, first + 1);
 }
 
-/// RelationGetSmgr (an inline function in PostgreSQL's headers).
-pub unsafe fn smgr(rel: pg_sys::Relation) -> pg_sys::SMgrRelation {
-    if (*rel).rd_smgr.is_null() {
-        pg_sys::smgrsetowner(&mut (*rel).rd_smgr, pg_sys::smgropen((*rel).rd_node, (*rel).rd_backend));
-    }
-    (*rel).rd_smgr
-}
-
 /// The lowest unused slot of the extent whose header `h` the caller holds
 /// exclusively; the header's free-slot hint says where to start looking.
 unsafe fn lowest_unused_slot(rel: pg_sys::Relation, g: &Geometry, first: u32, hbuf: &Buf, h: &ExtentHeader) -> Option<u16> {
@@ -672,7 +664,7 @@ unsafe fn lowest_unused_slot(rel: pg_sys::Relation, g: &Geometry, first: u32, hb
 pub unsafe fn insert(rel: pg_sys::Relation, natts: u16, mvcc: Mvcc, payload: &[u8]) -> Tid {
     let mut meta = ensure_meta(rel);
     let header_of = |m: &Meta, blk: u32| m.extent_of(blk).filter(|&k| m.extent_first(k) == blk);
-    let target = (*smgr(rel)).smgr_targblock;
+    let target = (*crate::storage::buffer::smgr(rel)).smgr_targblock;
     let mut k = header_of(&meta, target).unwrap_or(meta.nextents.saturating_sub(1));
     let mut tried: Vec<u32> = Vec::new();
     let needed = ITEM_HDR + payload.len();
@@ -683,7 +675,7 @@ pub unsafe fn insert(rel: pg_sys::Relation, natts: u16, mvcc: Mvcc, payload: &[u
         }
         match insert_into_extent(rel, &meta, k, natts, mvcc, payload) {
             Placed::At { tid, compaction_due } => {
-                (*smgr(rel)).smgr_targblock = meta.extent_first(k);
+                (*crate::storage::buffer::smgr(rel)).smgr_targblock = meta.extent_first(k);
                 if compaction_due {
                     super::worker::request(rel);
                 }

@@ -122,6 +122,15 @@ pub unsafe fn relation_is_local(rel: pg_sys::Relation) -> bool {
     (*(*rel).rd_rel).relpersistence == pg_sys::RELPERSISTENCE_TEMP as i8
 }
 
+/// The relation's storage manager handle, opened on first use and owned by the
+/// relcache entry (PostgreSQL's static inline `RelationGetSmgr`).
+pub unsafe fn smgr(rel: pg_sys::Relation) -> pg_sys::SMgrRelation {
+    if (*rel).rd_smgr.is_null() {
+        pg_sys::smgrsetowner(&mut (*rel).rd_smgr, pg_sys::smgropen((*rel).rd_node, (*rel).rd_backend));
+    }
+    (*rel).rd_smgr
+}
+
 pub unsafe fn nblocks(rel: pg_sys::Relation) -> u32 {
     pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM)
 }

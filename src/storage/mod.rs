@@ -7,5 +7,6 @@
 
 pub mod alloc;
 pub mod buffer;
+pub mod meter;
 pub mod page;
 pub mod wal;
