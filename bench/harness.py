@@ -383,6 +383,8 @@ def main():
     ap.add_argument("--reloptions", default="")
     ap.add_argument("--cgroup", help="memory cgroup of the cluster (run.sh --cache-cap)")
     ap.add_argument("--cap-bytes", type=int, help="the limit a suite sets on --cgroup while it measures")
+    ap.add_argument("--tablespace", help="tablespace for the suite's relations (run.sh --csd)")
+    ap.add_argument("--csd-device", help="the zram device (zramN) under --tablespace (run.sh --csd)")
     a = ap.parse_args()
     size = SMOKE if a.smoke else FULL
     a.size = size

@@ -114,6 +114,8 @@ def panels_chart(rows, out, title):
     lat = ("latency p95 (ms)" if suite == "tpcc" else "mean latency (ms)", [(label(r), r) for r in rows
                             if r["unit"] == "ms" and ("p95" in r["metric"] or "avg" in r["metric"])], 1.0)
     size = ("index MB", [(label(r), r) for r in rows if r["unit"] == "bytes"], 1e6)
+    if suite == "tpch" and any(r["metric"] == "physical_bytes" for r in rows):   # --table-am: the drive's view
+        size = ("MB logical / physical (LZ4 per 4 KB)", [(label(r), r) for r in rows if r["unit"] == "bytes"], 1e6)
     if suite == "pgbench" and any(r["metric"] == "table_bytes" for r in rows):   # --table-am: totals only
         size = ("MB (tables, indexes)", [(label(r), r) for r in rows if r["unit"] == "bytes"
                                          and not r["metric"].startswith("table_bytes_")], 1e6)

@@ -49,6 +49,10 @@
 #   --warehouses N        tpcc warehouses (default 1)
 #   --sf X                tpch scale factor (default 1; smoke 0.1)
 #   --reloptions "k = v"  WITH (...) for the AM's indexes
+#   --csd SIZE            put the suite's tables and indexes (tpch with --table-am) on an emulated
+#                         computational-storage drive: a zram device of SIZE (LZ4 per 4 KB, free zero
+#                         blocks; scripts/csd.sh, design.md §6) as tablespace "csd"; the device's own
+#                         compressed bytes per side are reported beside pg_hybrid.storage_stats' meter
 #   --no-plot             skip the PNG
 #   --production-wal      PostgreSQL's default WAL settings instead of the bench's: full_page_writes
 #                         on, checkpoint_timeout 5min, max_wal_size 1GB (WAL bytes then include the
@@ -79,6 +83,7 @@ out=
 sb=
 shm=256MB
 cache_cap=
+csd=
 plot=1
 production_wal=0
 pyargs=()
@@ -94,6 +99,7 @@ while (($#)); do
         --shared-buffers) need_arg "$@"; shift; sb=$1 ;;
         --shared-memory) need_arg "$@"; shift; shm=$1 ;;
         --cache-cap) need_arg "$@"; shift; cache_cap=$1 ;;
+        --csd) need_arg "$@"; shift; csd=$1 ;;
         --no-plot) plot=0 ;;
         --production-wal) production_wal=1 ;;
         --clients | --threads | --seconds | --rows | --scale | --warehouses | --sf | --reloptions)
@@ -131,6 +137,11 @@ fi
     ph_die "bench/run.sh: --baseline must be a built-in AM (btree; hash for the probe, pgbench and tiered suites), not '$baseline'"
 [[ " ${KNOWN_TABLE_AMS[*]} " == *" $table_am "* ]] ||
     ph_die "bench/run.sh: unknown table AM '$table_am' (known: ${KNOWN_TABLE_AMS[*]})"
+if [[ -n $csd ]]; then
+    [[ " ${run_suites[*]} " == " tpch " && $table_am != heap ]] ||
+        ph_die "bench/run.sh: --csd is for the tpch suite with --table-am (heap and the table AM side by side on the emulated drive)"
+    [[ $csd =~ ^[0-9]+[MGmg]$ ]] || ph_die "bench/run.sh: --csd needs a device size like 8G, not '$csd'"
+fi
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || ph_die "bench/run.sh: --repeat needs a positive integer, not '$repeat'"
 [[ $(id -u) == 0 ]] || ph_die "bench/run.sh must run as root (clusters run as $PH_USER via runuser)"
 ph_require_pg
@@ -226,6 +237,14 @@ if [[ -n $cache_cap && $cache_cap != 0 ]]; then
     ph_log "cluster in memory cgroup ${PH_CGROUPS[-1]}: measurements capped at $cap_bytes bytes (shared_buffers $sb + shared memory $shm + page cache $cache_cap)"
 fi
 ph_prepare_db "$DIR" bench
+csd_args=()
+if [[ -n $csd ]]; then
+    rc=0
+    ph_csd_up "$DIR" csd "$csd" || rc=$?
+    ((rc == 0)) || ph_die "bench/run.sh: --csd needs zram, and this kernel has none (message above)"
+    csd_args=(--tablespace csd --csd-device "${PH_CSD_DEVICE#/dev/}")
+    ph_log "tablespace csd on $PH_CSD_DEVICE ($csd, LZ4) at $PH_CSD_DIR"
+fi
 ph_log "bench cluster $DIR (port $PH_BENCH_PORT, shared_buffers $sb): ${run_suites[*]}, $baseline vs $index_am (table AM $table_am)"
 
 args=(--index-am "$index_am" --table-am "$table_am" --baseline "$baseline" --repeat "$repeat" --out "$out"
@@ -233,6 +252,7 @@ args=(--index-am "$index_am" --table-am "$table_am" --baseline "$baseline" --rep
       --gotpc "$venv/bin/go-tpc" --work "$DIR/work")
 ((smoke)) && args+=(--smoke)
 ((${#cap_args[@]})) && args+=("${cap_args[@]}")
+((${#csd_args[@]})) && args+=("${csd_args[@]}")
 ((plot)) || args+=(--no-plot)
 ((PH_STANDIN)) && args+=(--standin)
 mkdir -p "$DIR/work"
@@ -242,7 +262,7 @@ for s in "${run_suites[@]}"; do
     # a failed suite still writes its report; go on with the others, fail at the end
     # pgbench with a table AM compares table AMs: btree indexes on both sides unless --index-am was given
     suite_args=()
-    if [[ $s == pgbench && $table_am != heap && $index_am_given == 0 ]]; then suite_args=(--index-am btree); fi
+    if [[ ($s == pgbench || $s == tpch) && $table_am != heap && $index_am_given == 0 ]]; then suite_args=(--index-am btree); fi
     if ((${#suite_args[@]})); then
         ph_log "==== suite $s (heap vs $table_am tables, btree indexes on both sides)"
     else
