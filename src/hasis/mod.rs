@@ -12,6 +12,7 @@
 //! | `visibility.rs` | heap's visibility rules applied to a row header |
 //! | `dml.rs` | delete, update, row locks, EvalPlanQual's chain walk |
 //! | `scan.rs` | sequential, parallel, bitmap, TID and ANALYZE scans, index fetches |
+//! | `colscan/` | the column scan: a custom scan that reads only the columns a query needs |
 //! | `compact.rs` | major compaction: heap's vacuum rules as the core's oracle, the pages, the COMPACT record |
 //! | `build.rs` | CREATE INDEX's table scan |
 //! | `worker.rs` | the background compaction worker |
@@ -23,6 +24,7 @@
 //! work yet.
 
 pub mod build;
+pub mod colscan;
 pub mod compact;
 pub mod ddl;
 pub mod dml;
@@ -41,6 +43,7 @@ pub unsafe fn init() {
     wal::register();
     options::register();
     worker::define_gucs();
+    colscan::init();
 }
 
 use pgrx::pg_sys;

@@ -842,7 +842,7 @@ thread_local! {
 }
 
 /// The column part of extent `first`, its blocks read through `cols`.
-fn parse_columns<'a>(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, cols: &'a LazyColumns) -> ColumnPart<'a> {
+pub(super) fn parse_columns<'a>(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, cols: &'a LazyColumns) -> ColumnPart<'a> {
     let key = ExtentKey::of(rel, first);
     let epoch = unsafe { meta_epoch(rel) };
     let known = LAYOUTS.with(|m| m.borrow().get(&key).map(|k| (k.epoch, k.version, k.layout.clone())));
@@ -896,6 +896,11 @@ impl LazyColumns {
         let buf = self.bufs.borrow_mut().get_mut(i).and_then(Option::take)?;
         self.lent.set(Some((i, unsafe { buf.page() })));
         Some(buf)
+    }
+
+    /// Column blocks this source has read.
+    fn blocks_read(&self) -> u32 {
+        self.bufs.borrow().iter().filter(|b| b.is_some()).count() as u32 + self.lent.get().is_some() as u32
     }
 
     fn buffer(&self, i: usize) -> (pg_sys::Buffer, pg_sys::Page) {
@@ -1258,6 +1263,14 @@ pub unsafe fn visit_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, select: S
             }
         }
     }
+    visit_delta(rel, &g, first, &h, &wanted, strategy, f);
+}
+
+/// Calls `f` for the versions of extent `first`'s delta part, each delta
+/// block share-locked while its versions are visited: per block in use,
+/// `wanted` lists the item offsets to visit (None: all, in append order).
+/// The caller holds the header block (whose header is `h`) share-locked.
+unsafe fn visit_delta(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, wanted: &[Option<Vec<u16>>], strategy: pg_sys::BufferAccessStrategy, f: &mut dyn FnMut(&Visited)) {
     for (i, want) in wanted.iter().enumerate() {
         if matches!(want, Some(v) if v.is_empty()) {
             continue;
@@ -1284,4 +1297,63 @@ pub unsafe fn visit_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, select: S
             }
         }
     }
+}
+
+/// A scan that needs only some columns (the column scan, src/hasis/colscan)
+/// reads an extent through this.
+pub trait ColumnVisitor {
+    /// Whether to read the column part's rows at all (its min/max may show
+    /// that none can match the scan's quals).
+    fn keep_part(&mut self, part: &ColumnPart) -> bool;
+    /// Each column row's header, in row order (the visitor decides
+    /// visibility; the row header's buffer is share-locked for hints).
+    fn column_row(&mut self, row: usize, v: &Visited);
+    /// Once per kept part, after `column_row` saw every row: read the
+    /// columns needed of the rows it returned.
+    fn column_values(&mut self, part: &ColumnPart);
+    /// Each version of the delta part, in append order.
+    fn delta_row(&mut self, v: &Visited);
+}
+
+/// What a column visit of one extent read.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ColumnVisit {
+    /// Column blocks read (of the part's blocks in use).
+    pub column_blocks_read: u32,
+    /// The part had rows and `keep_part` turned it down.
+    pub part_skipped: bool,
+}
+
+/// Visits extent `k` for `visitor`: the column part through blocks read on
+/// first use (the meta mini-page, the row headers, then what
+/// `column_values` asks for, each block share-locked until the part is
+/// done), then the delta part as `visit_extent` does; the header block is
+/// share-locked throughout, so no compaction runs meanwhile.
+pub unsafe fn visit_extent_columns(rel: pg_sys::Relation, meta: &Meta, k: u32, strategy: pg_sys::BufferAccessStrategy, visitor: &mut dyn ColumnVisitor) -> ColumnVisit {
+    let g = meta.geometry;
+    let first = meta.extent_first(k);
+    let hbuf = Buf::read_with(rel, first, Lock::Share, strategy);
+    let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
+    let mut out = ColumnVisit::default();
+    if h.column_rows > 0 {
+        let cblk = first + g.column_block(0) as u32;
+        let cols = LazyColumns::new(rel, &g, first, &h, strategy);
+        let part = parse_columns(rel, &g, first, &h, &cols);
+        if visitor.keep_part(&part) {
+            for r in 0..h.column_rows as usize {
+                let header = check(rel, cblk, part.row_header(r));
+                let (hb, off) = check(rel, cblk, part.header_location(r));
+                let (buffer, page) = cols.buffer(hb);
+                let tid = check(rel, cblk, g.tid(first, header.slot));
+                visitor.column_row(r, &Visited { tid, header, payload: &[], buffer, page, mvcc_at: off + MVCC_OFF });
+            }
+            visitor.column_values(&part);
+        } else {
+            out.part_skipped = true;
+        }
+        out.column_blocks_read = cols.blocks_read();
+    }
+    let all = vec![None; h.delta_used as usize];
+    visit_delta(rel, &g, first, &h, &all, strategy, &mut |v| visitor.delta_row(v));
+    out
 }

@@ -55,7 +55,7 @@ pub unsafe fn schema_of(desc: pg_sys::TupleDesc) -> Schema {
 }
 
 /// How the column part orders a type's raw bytes for min/max.
-fn minmax_order(typid: pg_sys::Oid, len: i16) -> MinMaxOrder {
+pub(crate) fn minmax_order(typid: pg_sys::Oid, len: i16) -> MinMaxOrder {
     use pg_sys::BuiltinOid as B;
     let Ok(b) = B::try_from(typid) else { return MinMaxOrder::None };
     match b {
@@ -145,7 +145,7 @@ unsafe fn datum_bytes(a: &pg_sys::FormData_pg_attribute, d: pg_sys::Datum) -> Ve
     }
 }
 
-unsafe fn bytes_datum(a: &pg_sys::FormData_pg_attribute, b: &[u8]) -> pg_sys::Datum {
+pub(crate) unsafe fn bytes_datum(a: &pg_sys::FormData_pg_attribute, b: &[u8]) -> pg_sys::Datum {
     if a.attbyval {
         let mut v = [0u8; 8];
         v[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);

@@ -1,0 +1,469 @@
+//! The executor side of the column scan.
+//!
+//! Extents are read one at a time (`relation::visit_extent_columns`, the
+//! header block share-locked throughout): the column part's row headers
+//! decide visibility exactly as the sequential scan does (heap's rules,
+//! hints written back), then each needed column's mini-page is read once
+//! and the visible rows' values copied into an aligned arena; the delta
+//! part's visible versions add theirs. The rows then go out one by one as
+//! virtual tuples whose by-reference datums point into the arena, which
+//! stays put until the next extent is loaded (a scan slot's contents are
+//! only valid until the next fetch). Columns the plan does not need are
+//! NULL in the slot: no expression above the scan reads them.
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use pg_hybrid_core::hasis::column::ColumnPart;
+use pg_hybrid_core::hasis::row::{payload_values, Schema};
+use pg_hybrid_core::tid::Tid;
+
+use super::minmax::{self, Prepared};
+use super::path;
+use crate::hasis::relation::{self, ColumnVisitor, Meta, Visited};
+use crate::hasis::tuple;
+use crate::hasis::visibility::*;
+
+pub static mut SCAN_METHODS: pg_sys::CustomScanMethods = pg_sys::CustomScanMethods {
+    CustomName: c"HasisColumnScan".as_ptr(),
+    CreateCustomScanState: Some(create_state),
+};
+
+static mut EXEC_METHODS: pg_sys::CustomExecMethods = pg_sys::CustomExecMethods {
+    CustomName: c"HasisColumnScan".as_ptr(),
+    BeginCustomScan: Some(begin),
+    ExecCustomScan: Some(exec),
+    EndCustomScan: Some(end),
+    ReScanCustomScan: Some(rescan),
+    MarkPosCustomScan: None,
+    RestrPosCustomScan: None,
+    EstimateDSMCustomScan: None,
+    InitializeDSMCustomScan: None,
+    ReInitializeDSMCustomScan: None,
+    InitializeWorkerCustomScan: None,
+    ShutdownCustomScan: None,
+    ExplainCustomScan: Some(explain),
+};
+
+pub unsafe fn register() {
+    pg_sys::RegisterCustomScanMethods(&raw const SCAN_METHODS);
+}
+
+/// The node: PostgreSQL's state first, ours behind a pointer.
+#[repr(C)]
+struct ColumnScanNode {
+    css: pg_sys::CustomScanState,
+    scan: *mut ColumnScan,
+}
+
+/// A column the plan needs.
+struct Needed {
+    attno: i16,
+    byval: bool,
+    align: usize,
+}
+
+/// Where a row's value of a needed column is.
+#[derive(Clone, Copy)]
+enum Value {
+    Null,
+    /// The version was written before the column was added: its default.
+    Missing,
+    At { off: u32, len: u32 },
+}
+
+/// A row ready to go out.
+struct RowOut {
+    tid: Tid,
+}
+
+/// Bytes with 8-byte alignment at offset 0, so a value copied in at its
+/// type's alignment is aligned in memory too.
+#[derive(Default)]
+struct Arena {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Arena {
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+    fn push(&mut self, bytes: &[u8], align: usize) -> u32 {
+        let at = self.len.next_multiple_of(align);
+        let end = at + bytes.len();
+        if end > self.words.len() * 8 {
+            self.words.resize(end.div_ceil(8).max(self.words.len() * 2), 0);
+        }
+        // SAFETY: `words` holds at least `end` bytes.
+        let base = self.words.as_mut_ptr() as *mut u8;
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(at), bytes.len()) };
+        self.len = end;
+        at as u32
+    }
+    fn bytes(&self, off: u32, len: u32) -> &[u8] {
+        // SAFETY: (off, len) came from `push` since the last `clear`.
+        unsafe { std::slice::from_raw_parts((self.words.as_ptr() as *const u8).add(off as usize), len as usize) }
+    }
+}
+
+/// What EXPLAIN ANALYZE reports.
+#[derive(Default)]
+struct Counters {
+    extents: i64,
+    parts_read: i64,
+    parts_skipped: i64,
+    column_blocks_read: i64,
+    delta_rows: i64,
+}
+
+struct ColumnScan {
+    rel: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    schema: Schema,
+    needed: Vec<Needed>,
+    /// For attribute number a, the index in `needed` of column a (None: not needed).
+    needed_at: Vec<Option<usize>>,
+    minmax: Vec<Prepared>,
+    meta: Option<Meta>,
+    started: bool,
+    next_extent: u32,
+    strategy: pg_sys::BufferAccessStrategy,
+    rows: Vec<RowOut>,
+    /// rows.len() x needed.len(), row-major.
+    values: Vec<Value>,
+    arena: Arena,
+    pos: usize,
+    /// The current column part's visible rows: (row in the part, natts).
+    part_rows: Vec<(usize, u16)>,
+    stream: Vec<u8>,
+    counters: Counters,
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn create_state(cscan: *mut pg_sys::CustomScan) -> *mut pg_sys::Node {
+    let node = pg_sys::palloc0(std::mem::size_of::<ColumnScanNode>()) as *mut ColumnScanNode;
+    (*node).css.ss.ps.type_ = pg_sys::NodeTag::T_CustomScanState;
+    (*node).css.flags = (*cscan).flags;
+    (*node).css.methods = &raw const EXEC_METHODS;
+    node as *mut pg_sys::Node
+}
+
+/// Frees the scan's Rust state if the query ends without EndCustomScan
+/// (an error): the executor's memory goes, and this with it.
+#[pg_guard]
+unsafe extern "C-unwind" fn free_on_reset(arg: *mut std::ffi::c_void) {
+    let node = arg as *mut ColumnScanNode;
+    if !(*node).scan.is_null() {
+        drop(Box::from_raw((*node).scan));
+        (*node).scan = std::ptr::null_mut();
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn begin(css: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, eflags: i32) {
+    crate::require_preload();
+    let node = css as *mut ColumnScanNode;
+    let cscan = (*css).ss.ps.plan as *const pg_sys::CustomScan;
+    let rel = (*css).ss.ss_currentRelation;
+    let desc = (*rel).rd_att;
+    let atts = (*desc).attrs.as_slice((*desc).natts as usize);
+    let (cols, quals) = path::decode_private(cscan);
+    let mut needed_at = vec![None; (*desc).natts as usize + 1];
+    let needed: Vec<Needed> = cols
+        .iter()
+        .enumerate()
+        .map(|(j, &a)| {
+            needed_at[a as usize] = Some(j);
+            let att = &atts[a as usize - 1];
+            let align = match att.attalign as u8 {
+                b'd' => 8,
+                b'i' => 4,
+                b's' => 2,
+                _ => 1,
+            };
+            Needed { attno: a, byval: att.attbyval, align }
+        })
+        .collect();
+    let minmax = quals
+        .into_iter()
+        .enumerate()
+        .map(|(i, qual)| {
+            let expr = pg_sys::list_nth((*cscan).custom_exprs, i as i32) as *mut pg_sys::Expr;
+            Prepared { qual, state: pg_sys::ExecInitExpr(expr, &mut (*css).ss.ps), value: None }
+        })
+        .collect();
+    let scan = ColumnScan {
+        rel,
+        snapshot: (*estate).es_snapshot,
+        schema: tuple::schema_of(desc),
+        needed,
+        needed_at,
+        minmax,
+        meta: None,
+        started: false,
+        next_extent: 0,
+        strategy: std::ptr::null_mut(),
+        rows: Vec::new(),
+        values: Vec::new(),
+        arena: Arena::default(),
+        pos: 0,
+        part_rows: Vec::new(),
+        stream: Vec::new(),
+        counters: Counters::default(),
+    };
+    (*node).scan = Box::into_raw(Box::new(scan));
+    let cb = pg_sys::MemoryContextAllocZero((*estate).es_query_cxt, std::mem::size_of::<pg_sys::MemoryContextCallback>()) as *mut pg_sys::MemoryContextCallback;
+    (*cb).func = Some(free_on_reset);
+    (*cb).arg = node as *mut std::ffi::c_void;
+    pg_sys::MemoryContextRegisterResetCallback((*estate).es_query_cxt, cb);
+    if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 == 0 {
+        // As heap's sequential scan: nothing finer than the relation to lock.
+        PredicateLockRelation(rel, (*estate).es_snapshot);
+    }
+}
+
+impl ColumnScan {
+    /// Reads the next extent's visible rows; false at the end.
+    unsafe fn load_next(&mut self, econtext: *mut pg_sys::ExprContext) -> bool {
+        if !self.started {
+            self.started = true;
+            self.meta = relation::read_meta(self.rel);
+            let blocks = crate::storage::buffer::nblocks(self.rel);
+            if self.strategy.is_null() && blocks as i32 > pg_sys::NBuffers / 4 {
+                self.strategy = pg_sys::GetAccessStrategy(pg_sys::BufferAccessStrategyType::BAS_BULKREAD);
+            }
+            for p in &mut self.minmax {
+                p.evaluate(econtext);
+            }
+        }
+        self.rows.clear();
+        self.values.clear();
+        self.arena.clear();
+        self.pos = 0;
+        loop {
+            let Some(meta) = self.meta else { return false };
+            let k = self.next_extent;
+            if k >= meta.nextents {
+                return false;
+            }
+            self.next_extent += 1;
+            let strategy = self.strategy;
+            let rel = self.rel;
+            let visit = relation::visit_extent_columns(rel, &meta, k, strategy, self);
+            self.counters.extents += 1;
+            self.counters.column_blocks_read += visit.column_blocks_read as i64;
+            if visit.part_skipped {
+                self.counters.parts_skipped += 1;
+            }
+            if !self.rows.is_empty() {
+                return true;
+            }
+        }
+    }
+
+    /// Whether the version is visible to the scan's snapshot (hints set).
+    unsafe fn visible(&self, v: &Visited) -> bool {
+        let (vis, hint) = visible(self.rel, self.snapshot, &v.header.mvcc, v.tid, v.buffer);
+        if let Some(h) = hint {
+            v.set_hint(h);
+        }
+        vis
+    }
+
+    unsafe fn emit(&mut self, slot: *mut pg_sys::TupleTableSlot) -> bool {
+        if self.pos >= self.rows.len() {
+            return false;
+        }
+        let i = self.pos;
+        self.pos += 1;
+        pg_sys::ExecClearTuple(slot);
+        let desc = (*slot).tts_tupleDescriptor;
+        let natts = (*desc).natts as usize;
+        let atts = (*desc).attrs.as_slice(natts);
+        let values = std::slice::from_raw_parts_mut((*slot).tts_values, natts);
+        let nulls = std::slice::from_raw_parts_mut((*slot).tts_isnull, natts);
+        nulls.fill(true);
+        let nw = self.needed.len();
+        for (j, col) in self.needed.iter().enumerate() {
+            let a = col.attno as usize - 1;
+            match self.values[i * nw + j] {
+                Value::Null => {}
+                Value::Missing => {
+                    let mut isnull = true;
+                    values[a] = pg_sys::getmissingattr(desc, col.attno as i32, &mut isnull);
+                    nulls[a] = isnull;
+                }
+                Value::At { off, len } => {
+                    let b = self.arena.bytes(off, len);
+                    values[a] = if col.byval { tuple::bytes_datum(&atts[a], b) } else { pg_sys::Datum::from(b.as_ptr()) };
+                    nulls[a] = false;
+                }
+            }
+        }
+        (*slot).tts_tid = to_item_pointer(self.rows[i].tid);
+        (*slot).tts_tableOid = (*self.rel).rd_id;
+        pg_sys::ExecStoreVirtualTuple(slot);
+        true
+    }
+}
+
+impl ColumnVisitor for ColumnScan {
+    fn keep_part(&mut self, part: &ColumnPart) -> bool {
+        self.part_rows.clear();
+        let keep = unsafe { minmax::part_may_match(&self.minmax, (*self.rel).rd_att, part) };
+        if keep {
+            self.counters.parts_read += 1;
+        }
+        keep
+    }
+
+    fn column_row(&mut self, row: usize, v: &Visited) {
+        if unsafe { self.visible(v) } {
+            self.part_rows.push((row, v.header.natts));
+            self.rows.push(RowOut { tid: v.tid });
+        }
+    }
+
+    fn column_values(&mut self, part: &ColumnPart) {
+        let nw = self.needed.len();
+        let first_row = self.rows.len() - self.part_rows.len();
+        self.values.resize(self.rows.len() * nw, Value::Null);
+        for (j, col) in self.needed.iter().enumerate() {
+            let c = col.attno as usize - 1;
+            if c >= part.ncols() {
+                for (i, _) in self.part_rows.iter().enumerate() {
+                    self.values[(first_row + i) * nw + j] = Value::Missing;
+                }
+                continue;
+            }
+            let column = match part.column_values(c, &mut self.stream) {
+                Ok(v) => v,
+                Err(e) => unsafe { crate::hasis::format_error(self.rel, self.rows[first_row].tid.block, e) },
+            };
+            for (i, &(r, natts)) in self.part_rows.iter().enumerate() {
+                let v = if col.attno as u16 > natts {
+                    Value::Missing
+                } else {
+                    match column.get(r) {
+                        Ok(None) => Value::Null,
+                        Ok(Some(b)) => Value::At { off: self.arena.push(b, col.align), len: b.len() as u32 },
+                        Err(e) => unsafe { crate::hasis::format_error(self.rel, self.rows[first_row + i].tid.block, e) },
+                    }
+                };
+                self.values[(first_row + i) * nw + j] = v;
+            }
+        }
+    }
+
+    fn delta_row(&mut self, v: &Visited) {
+        if !unsafe { self.visible(v) } {
+            return;
+        }
+        self.counters.delta_rows += 1;
+        let nw = self.needed.len();
+        let at = self.values.len();
+        self.values.resize(at + nw, Value::Null);
+        let natts = v.header.natts;
+        for (j, col) in self.needed.iter().enumerate() {
+            if col.attno as u16 > natts {
+                self.values[at + j] = Value::Missing;
+            }
+        }
+        let (needed, needed_at, arena, values) = (&self.needed, &self.needed_at, &mut self.arena, &mut self.values);
+        let decoded = payload_values(&self.schema, natts as usize, v.payload, |i, val| {
+            if let (Some(Some(j)), Some(b)) = (needed_at.get(i + 1), val) {
+                values[at + j] = Value::At { off: arena.push(b, needed[*j].align), len: b.len() as u32 };
+            }
+        });
+        if let Err(e) = decoded {
+            unsafe { crate::hasis::format_error(self.rel, v.tid.block, e) };
+        }
+        self.rows.push(RowOut { tid: v.tid });
+    }
+}
+
+unsafe fn scan_of<'a>(css: *mut pg_sys::CustomScanState) -> &'a mut ColumnScan {
+    &mut *(*(css as *mut ColumnScanNode)).scan
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn next(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
+    let css = ss as *mut pg_sys::CustomScanState;
+    let scan = scan_of(css);
+    let slot = (*ss).ss_ScanTupleSlot;
+    loop {
+        if scan.emit(slot) {
+            return slot;
+        }
+        if !scan.load_next((*ss).ps.ps_ExprContext) {
+            return pg_sys::ExecClearTuple(slot);
+        }
+    }
+}
+
+/// EvalPlanQual's recheck: the scan has no conditions of its own beyond
+/// the plan's quals, which ExecScan evaluates.
+#[pg_guard]
+unsafe extern "C-unwind" fn recheck(_ss: *mut pg_sys::ScanState, _slot: *mut pg_sys::TupleTableSlot) -> bool {
+    true
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn exec(css: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
+    pg_sys::ExecScan(&mut (*css).ss, Some(next), Some(recheck))
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn end(css: *mut pg_sys::CustomScanState) {
+    let node = css as *mut ColumnScanNode;
+    if !(*node).scan.is_null() {
+        let scan = Box::from_raw((*node).scan);
+        (*node).scan = std::ptr::null_mut();
+        if !scan.strategy.is_null() {
+            pg_sys::FreeAccessStrategy(scan.strategy);
+        }
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn rescan(css: *mut pg_sys::CustomScanState) {
+    let scan = scan_of(css);
+    scan.started = false;
+    scan.next_extent = 0;
+    scan.rows.clear();
+    scan.values.clear();
+    scan.arena.clear();
+    scan.pos = 0;
+    pg_sys::ExecScanReScan(&mut (*css).ss);
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn explain(css: *mut pg_sys::CustomScanState, _ancestors: *mut pg_sys::List, es: *mut pg_sys::ExplainState) {
+    let scan = scan_of(css);
+    let desc = (*scan.rel).rd_att;
+    let atts = (*desc).attrs.as_slice((*desc).natts as usize);
+    let name = |a: i16| std::ffi::CStr::from_ptr(atts[a as usize - 1].attname.data.as_ptr()).to_string_lossy().into_owned();
+    let cols: Vec<String> = scan.needed.iter().map(|c| name(c.attno)).collect();
+    let text = |label: &std::ffi::CStr, v: String| {
+        let v = std::ffi::CString::new(v).unwrap_or_default();
+        pg_sys::ExplainPropertyText(label.as_ptr(), v.as_ptr(), es);
+    };
+    text(c"Columns", format!("{} of {}", if cols.is_empty() { "none".to_string() } else { cols.join(", ") }, atts.iter().filter(|a| !a.attisdropped).count()));
+    if !scan.minmax.is_empty() {
+        let quals: Vec<String> = scan.minmax.iter().map(|p| format!("{} {}", name(p.qual.attno), p.qual.operator_name())).collect();
+        text(c"Min/Max Skipping", quals.join(", "));
+    }
+    if (*es).analyze {
+        let c = &scan.counters;
+        for (label, v) in [
+            (c"Extents", c.extents),
+            (c"Column Parts Read", c.parts_read),
+            (c"Column Parts Skipped", c.parts_skipped),
+            (c"Column Blocks Read", c.column_blocks_read),
+            (c"Delta Rows", c.delta_rows),
+        ] {
+            pg_sys::ExplainPropertyInteger(label.as_ptr(), std::ptr::null(), v, es);
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! The column scan: a custom scan node that reads only the columns a query
+//! needs from a hasis table.
+//!
+//! PostgreSQL 15's table AM scan API gets no column list, so a sequential
+//! scan of a hasis table reads and decodes every column of every row. The
+//! planner hook here offers, beside the sequential scan, a `CustomScan`
+//! ("Hasis Column Scan") that knows the columns its target list and quals
+//! use. It reads, per extent, the header block, the column part's meta
+//! mini-page and row headers, the mini-pages of those columns only (one
+//! pass each), and the delta part; rows go out as virtual tuples holding
+//! those columns. Quals of the form `column op value` on a column with
+//! min/max (integers, floats, dates, timestamps) skip a column part whose
+//! range cannot match. The planner takes it by cost: it is offered only
+//! when it reads fewer bytes than the sequential scan (a part of the
+//! columns, or min/max quals), and never for a scan that locks rows, feeds
+//! an UPDATE or DELETE, or needs xmin/xmax/cmin/cmax.
+//!
+//! | file | what |
+//! |---|---|
+//! | `path.rs` | the planner hook, the path and its cost, the plan |
+//! | `exec.rs` | the executor node: extents in, virtual tuples out, EXPLAIN |
+//! | `minmax.rs` | the min/max quals: found at plan time, checked per column part |
+//!
+//! `pg_hybrid.enable_hasis_column_scan` (on) turns the path off, as
+//! `enable_seqscan` does for PostgreSQL's.
+
+pub mod exec;
+pub mod minmax;
+pub mod path;
+
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+
+pub static ENABLE: GucSetting<bool> = GucSetting::<bool>::new(true);
+
+/// Called from hasis::init while shared_preload_libraries is processed.
+pub unsafe fn init() {
+    GucRegistry::define_bool_guc(
+        c"pg_hybrid.enable_hasis_column_scan",
+        c"Enables the planner's use of hasis column scans (reading only the columns a query needs).",
+        c"",
+        &ENABLE,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    path::install();
+    exec::register();
+}
