@@ -8,6 +8,13 @@
 #                 a hasis table and its heap twin get the same random DML in
 #                 the same transactions; contents and forced index / bitmap /
 #                 TID / parallel scans are compared with the heap twin.
+#   analytics     tests/hasis_analytics.py for 60 s (20 s with --quick): random
+#                 analytical queries (aggregates, filters, GROUP BY, joins,
+#                 projections) on a hasis table, through the column scan, and
+#                 on its heap twin, each check one statement under one
+#                 snapshot, while a writer session changes both in the same
+#                 transactions (VACUUM and CHECKPOINT between); first its
+#                 self-test (--inject-fault, 10 s) must fail.
 #   pgbench       TPC-B on hasis tables: `pgbench -i -I dtgvp` with
 #                 default_table_access_method = hasis (all four tables hasis,
 #                 btree primary keys), 8 clients for 20 s (5 s); no failed
@@ -118,7 +125,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
-ALL_SUBTESTS=(differential pgbench crash standby isolation upsert dump badinput)
+ALL_SUBTESTS=(differential analytics pgbench crash standby isolation upsert dump badinput)
 quick=0
 accept=0
 only=()
@@ -232,6 +239,25 @@ sub_differential() {
     ph_prepare_db "$dir" "$db"
     PH_PGHOST=$dir/sock PH_PGPORT=$PH_PORT PH_DB=$db PH_OUTDIR=$dir \
         python3 "$PH_REPO/tests/hasis_differential.py" --seed "${PH_SEED:-1}" --time "$t"
+}
+
+# =================================================================== analytics
+sub_analytics() {
+    local dir db=hasis_analytics t=${PH_HASIS_ANALYTICS_TIME:-60} rc=0
+    ((quick)) && t=${PH_HASIS_ANALYTICS_TIME:-20}
+    dir=$(ph_scratch hasis_analytics)
+    cluster_init "$dir" "$PH_PORT" "autovacuum = off"
+    cluster_start "$dir"
+    ph_prepare_db "$dir" "$db"
+    export PH_PGHOST=$dir/sock PH_PGPORT=$PH_PORT PH_DB=$db
+    python3 "$PH_REPO/tests/hasis_analytics.py" --seed "${PH_SEED:-1}" --time 10 --rows 20000 --inject-fault >"$dir/selftest.out" 2>&1 || rc=$?
+    if ((rc == 0)); then
+        cat "$dir/selftest.out"
+        fail "the self-test (--inject-fault) passed: the test cannot see a difference"
+        return 1
+    fi
+    say "self-test failed as it must: $(grep -m1 '^FAIL' "$dir/selftest.out")"
+    python3 "$PH_REPO/tests/hasis_analytics.py" --seed "${PH_SEED:-1}" --time "$t"
 }
 
 # ===================================================================== pgbench
