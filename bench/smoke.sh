@@ -3,7 +3,8 @@
 #
 # 1. Bad input must fail cleanly: unknown suite, unknown index AM, a hash
 #    baseline for a suite with ranges, an unknown table AM, a port in use,
-#    a cluster that cannot start (bad shared_buffers).  Each must exit non-zero
+#    a cluster that cannot start (bad shared_buffers), --csd for a suite other
+#    than tpch, a --csd size that is not one.  Each must exit non-zero
 #    with the expected message and leave no server of ours running.
 # 2. `bench/run.sh all --smoke` with the AM under test (PH_AM; btree in stand-in
 #    mode) against btree: every suite must finish (TPC-H answers checked against
@@ -18,6 +19,10 @@
 # 4. `bench/run.sh tiered --smoke --cache-cap 0` with tiered_btree against
 #    btree and tiered_hash against hash (each skipped when not installed):
 #    every workload measured.
+# 5. `bench/run.sh tpch --smoke --table-am hasis` (on an emulated CSD, --csd 2G,
+#    where the kernel has zram): heap and hasis tables side by side, answers
+#    checked against DuckDB, metered physical bytes, Q1/Q6 blocks, and the
+#    device's own bytes with --csd.
 # No timing thresholds.  Reports go to $PH_SCRATCH/bench_smoke.
 #
 # Usage: bench/smoke.sh [--quick]     (--quick: accepted for test.sh, same sizes)
@@ -59,6 +64,8 @@ expect_fail unknown_table_am "unknown table AM" probe --smoke --table-am nosuch
 # hash answers equality only: no baseline of the range suites
 expect_fail hash_baseline "baseline must be a built-in AM" ycsb --smoke --baseline hash
 expect_fail bad_start "could not start cluster" probe --smoke --shared-buffers nonsense
+expect_fail csd_suite "is for the tpch suite" probe --smoke --csd 1G
+expect_fail csd_size "needs a device size" tpch --smoke --table-am hasis --csd lots
 
 # a port in use: a plain TCP listener on the bench port
 python3 -c 'import socket, sys, time
@@ -153,6 +160,26 @@ for pair in tiered_btree:btree tiered_hash:hash; do
         fail "tiered: no .csv report for $am in $out"
     fi
 done
+
+# tpch with the table AM: heap and hasis tables side by side, answers
+# checked against DuckDB, metered bytes; on an emulated CSD where zram exists
+csd=()
+[[ -e /sys/class/zram-control/hot_add ]] && csd=(--csd 2G)
+rc=0
+bash "$PH_REPO/bench/run.sh" tpch --smoke --table-am hasis "${csd[@]}" --out "$out/tables" || rc=$?
+((rc == 0)) || fail "bench/run.sh tpch --smoke --table-am hasis ${csd[*]} exited $rc"
+no_server_left "tpch-tables"
+csv=$(ls "$out/tables/tpch-btree+hasis-"*"-smoke.csv" 2>/dev/null | head -n1 || true)
+if [[ -n $csv ]]; then
+    for m in "tables,physical_bytes" "Q01,shared_blocks" "Q06,time_s"; do
+        grep -q "^tpch,$m," "$csv" || fail "tpch --table-am hasis: no $m in $csv"
+    done
+    ((${#csd[@]} == 0)) || grep -q "^tpch,device,physical_bytes," "$csv" || fail "tpch --csd: no device bytes in $csv"
+    echo "ok: tpch --table-am hasis report $(basename "$csv")${csd[*]:+ (on an emulated CSD)}"
+else
+    fail "tpch --table-am hasis: no .csv report in $out/tables"
+fi
+if grep -qs "WRONG ANSWER" "$out"/tables/tpch-*-smoke.md; then fail "tpch --table-am hasis: wrong answers"; fi
 
 if ((fails)); then
     echo "bench smoke: $fails failure(s); logs in $out" >&2

@@ -149,33 +149,45 @@ def run(a, cl, res):
             c.execute("CHECKPOINT")
             res.add("indexes", "build_s", "s", "lower", side, rep, secs)
             res.add("indexes", "index_bytes", "bytes", "lower", side, rep, index_bytes(c)[0])
-            total = 0.0
-            for nr, q in queries:
-                t0 = time.time()
-                try:
-                    got = c.execute(q).fetchall()
-                except Exception as e:
-                    raise BenchError("Q%d on %s failed: %s" % (nr, am, str(e).strip()))
-                dt = time.time() - t0
-                total += dt
-                res.add("Q%02d" % nr, "time_s", "s", "lower", side, rep, dt)
-                d = same_rows(got, answers[nr])
-                if d:
-                    wrong.append("Q%d on %s: %s" % (nr, res.sides[side], d))
-                    log("  WRONG ANSWER Q%d: %s" % (nr, d))
-            res.add("total", "time_s", "s", "lower", side, rep, total)
+            run_queries(c, queries, answers, res, side, rep, am, wrong)
     c.close()
     res.params.update({"scale factor": sf, "queries": "22, DuckDB tpch_queries() text, run one after another",
                        "indexes": "primary keys as UNIQUE indexes + " +
                                   ", ".join("%s(%s)" % (t, ", ".join(cs)) for t, cs in SECONDARY),
                        "statement_timeout": "%d s" % timeout_s})
+    report_answers(res, wrong, queries, answers)
+    cl.drop_db("tpch")
+
+
+def run_queries(c, queries, answers, res, side, rep, who, wrong):
+    """Runs the 22 queries once, records each time and the total, appends
+    answers that differ from DuckDB's to `wrong`; returns the total."""
+    total = 0.0
+    for nr, q in queries:
+        t0 = time.time()
+        try:
+            got = c.execute(q).fetchall()
+        except Exception as e:
+            raise BenchError("Q%d on %s failed: %s" % (nr, who, str(e).strip()))
+        dt = time.time() - t0
+        total += dt
+        res.add("Q%02d" % nr, "time_s", "s", "lower", side, rep, dt)
+        d = same_rows(got, answers[nr])
+        if d:
+            wrong.append("Q%d on %s: %s" % (nr, res.sides[side], d))
+            log("  WRONG ANSWER Q%d: %s" % (nr, d))
+    res.add("total", "time_s", "s", "lower", side, rep, total)
+    return total
+
+
+def report_answers(res, wrong, queries, answers):
+    """Fails the suite on a wrong answer, else notes that all matched."""
     if wrong:
         for w in wrong:
             res.note("WRONG ANSWER %s" % w)
         raise BenchError("%d wrong TPC-H answers: %s" % (len(wrong), "; ".join(wrong[:5])))
     res.note("all 22 answers matched DuckDB's on every side and repeat (rows per query: %s)"
              % ", ".join("Q%d %d" % (nr, len(answers[nr])) for nr, _ in queries))
-    cl.drop_db("tpch")
 
 
 def export_csv(dk, work):
@@ -193,17 +205,19 @@ def remove_csv(work):
             os.unlink(p)
 
 
-def load_tables(c, dk, work, schema, table_am):
-    """Creates the eight tables in `schema` USING `table_am` and COPYs the
-    data in; returns the seconds the COPYs took."""
+def load_tables(c, dk, work, schema, table_am, options=""):
+    """Creates the eight tables in `schema` USING `table_am` (WITH `options`
+    besides autovacuum_enabled = off) and COPYs the data in; returns the
+    seconds the COPYs took."""
     export_csv(dk, work)
     c.execute("CREATE SCHEMA IF NOT EXISTS %s" % schema)
     t0 = time.time()
     for t in LOAD_ORDER:
         cols = dk.execute("DESCRIBE %s" % t).fetchall()
         c.execute("DROP TABLE IF EXISTS %s.%s" % (schema, t))
-        c.execute("CREATE TABLE %s.%s (%s) USING %s WITH (autovacuum_enabled = off)"
-                  % (schema, t, ", ".join("%s %s NOT NULL" % (col[0], pg_type(col[1])) for col in cols), table_am))
+        c.execute("CREATE TABLE %s.%s (%s) USING %s WITH (autovacuum_enabled = off%s)"
+                  % (schema, t, ", ".join("%s %s NOT NULL" % (col[0], pg_type(col[1])) for col in cols), table_am,
+                     ", " + options if options else ""))
         with c.cursor() as cur:
             with cur.copy("COPY %s.%s FROM STDIN (FORMAT csv, DELIMITER '|')" % (schema, t)) as cp:
                 with open(os.path.join(work, t + ".csv"), "rb") as f:
@@ -286,7 +300,7 @@ def run_table_ams(a, cl, res, c, dk, queries, answers, work, timeout_s):
         schema = schemas[side]
         log("tpch: loading %s (tables %s, indexes %s)" % (schema, table_am, am))
         dev0 = device_physical_bytes(a)
-        load_s = load_tables(c, dk, work, schema, table_am)
+        load_s = load_tables(c, dk, work, schema, table_am, a.table_options if side == 1 else "")
         dk_rows = check_rows(c, dk, schema)
         t0 = time.time()
         build_keys(c, schema, am, a.reloptions)
@@ -331,22 +345,7 @@ def run_table_ams(a, cl, res, c, dk, queries, answers, work, timeout_s):
             c.execute("CHECKPOINT")
             capped = set_cap(a, True)
             try:
-                total = 0.0
-                for nr, q in queries:
-                    t0 = time.time()
-                    try:
-                        got = c.execute(q).fetchall()
-                    except Exception as e:
-                        raise BenchError("Q%d on %s failed: %s" % (nr, schema, str(e).strip()))
-                    dt = time.time() - t0
-                    total += dt
-                    res.add("Q%02d" % nr, "time_s", "s", "lower", side, rep, dt)
-                    d = same_rows(got, answers[nr])
-                    if d:
-                        wrong.append("Q%d on %s: %s" % (nr, res.sides[side], d))
-                        log("  WRONG ANSWER Q%d: %s" % (nr, d))
-                res.add("total", "time_s", "s", "lower", side, rep, total)
-                totals[side].append(total)
+                totals[side].append(run_queries(c, queries, answers, res, side, rep, schema, wrong))
                 for nr in BLOCK_QUERIES:
                     hit, read = query_blocks(c, dict(queries)[nr])
                     res.add("Q%02d" % nr, "shared_blocks", "blocks", "lower", side, rep, hit + read)
@@ -373,16 +372,12 @@ def run_table_ams(a, cl, res, c, dk, queries, answers, work, timeout_s):
                                   ", ".join("%s(%s)" % (t, ", ".join(cs)) for t, cs in SECONDARY),
                        "physical bytes": "pg_hybrid.storage_stats: LZ4 per 4 KB block, repeated-word blocks free (zram's rule)",
                        "tablespace": a.tablespace or "default (no --csd)",
+                       "table options (AM side)": a.table_options or "defaults",
                        "statement_timeout": "%d s" % timeout_s})
     if a.cgroup:
         res.note("queries ran with the cluster's memory cgroup limited to %d MB (loads ran without the limit)"
                  % (a.cap_bytes >> 20))
-    if wrong:
-        for w in wrong:
-            res.note("WRONG ANSWER %s" % w)
-        raise BenchError("%d wrong TPC-H answers: %s" % (len(wrong), "; ".join(wrong[:5])))
-    res.note("all 22 answers matched DuckDB's on both sides and every repeat (rows per query: %s)"
-             % ", ".join("Q%d %d" % (nr, len(answers[nr])) for nr, _ in queries))
+    report_answers(res, wrong, queries, answers)
 
 
 def sf_of(dk_rows):

@@ -14,6 +14,9 @@
 //! The quals themselves still run on every row returned, so skipping is
 //! only ever an optimization.
 //!
+//! Only leakproof comparison functions are used: they see the min and max
+//! of rows that row-level security may hide from the query.
+//!
 //! A column added with a default (`atthasmissing`) is never used: rows
 //! written before it lack the column and take the default, which min/max
 //! do not cover.
@@ -142,6 +145,11 @@ pub unsafe fn from_clause(clause: *mut pg_sys::Node, relid: u32, desc: pg_sys::T
         _ => return None,
     };
     if first_fn == pg_sys::InvalidOid || (strategy == BT_EQ && second_fn == pg_sys::InvalidOid) {
+        return None;
+    }
+    // The functions see min/max of rows the query may not be allowed to see
+    // (row-level security runs on rows): only leakproof ones.
+    if !pg_sys::get_func_leakproof(first_fn) || (second_fn != pg_sys::InvalidOid && !pg_sys::get_func_leakproof(second_fn)) {
         return None;
     }
     Some((MinMaxQual { attno, strategy, first_fn, second_fn, collation: (*op).inputcollid }, value))
