@@ -579,9 +579,11 @@ COMMIT;
 -- tables, COPY FREEZE, VACUUM FREEZE, TID range scans
 SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0;
 SET min_parallel_table_scan_size = 0; SET max_parallel_workers_per_gather = 2;
+SET pg_hybrid.enable_hasis_column_scan = off;  -- the table AM's parallel scan (hasis_colscan tests the column scan's)
 EXPLAIN (COSTS OFF) SELECT count(*), sum(h) FROM big_h WHERE g < 50;
 SELECT count(*) AS pc, sum(h) AS ps FROM big_h WHERE g < 50 \gset
 SELECT count(*) = :pc AND sum(h) = :ps AS parallel_same FROM big_x WHERE g < 50;
+RESET pg_hybrid.enable_hasis_column_scan;
 RESET parallel_setup_cost; RESET parallel_tuple_cost;
 RESET min_parallel_table_scan_size; RESET max_parallel_workers_per_gather;
 CREATE TABLE pt_h (k int, v text) PARTITION BY RANGE (k);

@@ -169,5 +169,41 @@ EXPLAIN (COSTS OFF) SELECT sum(v) FROM part_h WHERE d > '2002-01-01';
 SELECT sum(v), count(*) FROM part_h WHERE d > '2002-01-01';
 SELECT sum(g / 3.0), count(*) FROM generate_series(0, 1999) g WHERE '2000-01-01'::date + g > '2002-01-01';
 
+
+-- 7. Parallel plans: a partial path, the workers and the leader take extents
+-- from PostgreSQL's block allocator.
+SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0;
+SET max_parallel_workers_per_gather = 2; SET parallel_leader_participation = off;
+EXPLAIN (COSTS OFF) SELECT flag, sum(qty), count(*) FROM wide_h WHERE ship < '1996-01-01' GROUP BY flag;
+SELECT flag, sum(qty), count(*) FROM wide_h WHERE ship < '1996-01-01' GROUP BY flag ORDER BY flag;
+SELECT flag, sum(qty), count(*) FROM wide_x WHERE ship < '1996-01-01' GROUP BY flag ORDER BY flag;
+SELECT count(*), sum(id), min(recv), max(extra) FROM wide_h WHERE ln = 3 OR id < 0;
+SELECT count(*), sum(id), min(recv), max(extra) FROM wide_x WHERE ln = 3 OR id < 0;
+RESET parallel_leader_participation;
+SELECT count(*), sum(k2) FROM wide_h WHERE disc < 0.05;
+SELECT count(*), sum(k2) FROM wide_x WHERE disc < 0.05;
+EXPLAIN (COSTS OFF) SELECT sum(v) FROM part_h WHERE d > '2002-01-01';
+-- (workers add the floats in any order: rounded)
+SELECT round(sum(v)::numeric, 4), count(*) FROM part_h WHERE d > '2002-01-01';
+RESET parallel_setup_cost; RESET parallel_tuple_cost; RESET min_parallel_table_scan_size;
+SET max_parallel_workers_per_gather = 0;
+
+-- 8. Row-level security: the policy's quals run first; min/max skipping
+-- only through leakproof comparisons.
+CREATE ROLE regress_cs_reader;
+CREATE TABLE rls_h (id int8, secret int4, d date, note text) USING hasis;
+INSERT INTO rls_h SELECT g, g % 10, '2000-01-01'::date + g, repeat('n', 200) FROM generate_series(1, 5000) g;
+ANALYZE rls_h;
+ALTER TABLE rls_h ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rls_h_p ON rls_h USING (secret <> 3);
+GRANT SELECT ON rls_h TO regress_cs_reader;
+SET ROLE regress_cs_reader;
+EXPLAIN (COSTS OFF) SELECT count(*), sum(id) FROM rls_h WHERE d < '2000-03-01';
+SELECT count(*), sum(id) FROM rls_h WHERE d < '2000-03-01';
+RESET ROLE;
+SELECT count(*), sum(id) FROM rls_h WHERE d < '2000-03-01' AND secret <> 3;
+DROP TABLE rls_h;
+DROP ROLE regress_cs_reader;
+
 DROP TABLE wide_h, wide_x, part_h;
 DROP FUNCTION cs_twin_diff(text), cs_explain(text), cs_buffers(text);

@@ -25,8 +25,9 @@ which must be 0, since the writer changes both tables in the same
 transactions. Index and bitmap scans and parallel plans are off, so the
 hasis side goes through the column scan whenever the planner offers it;
 checks alternate between autocommit (READ COMMITTED) and REPEATABLE READ
-transactions of two checks, and some run after `SET
-pg_hybrid.enable_hasis_column_scan = off` (the sequential scan). Every
+transactions of two checks, some allow parallel plans (workers share the
+extents), and some run after `SET pg_hybrid.enable_hasis_column_scan = off`
+(the sequential scan). Every
 few checks the plan is taken: at the end at least half the plans taken must
 show the column scan.
 
@@ -177,6 +178,10 @@ SETTINGS = ("SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable
             "SET max_parallel_workers_per_gather = 0; SET client_min_messages = warning; ")
 
 
+PARALLEL = ("SET max_parallel_workers_per_gather = 2; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; "
+            "SET min_parallel_table_scan_size = 0; ")
+
+
 def check_sql(q):
     qh, qx = q.replace("@", "h"), q.replace("@", "x")
     return "SELECT count(*) FROM (((%s) EXCEPT ALL (%s)) UNION ALL ((%s) EXCEPT ALL (%s))) z" % (qh, qx, qx, qh)
@@ -221,17 +226,20 @@ def main():
             pass   # the writer was stopped at the end of the run
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
-    stats = dict(checks=0, plans=0, column_plans=0, seqscan_checks=0, rr=0)
+    stats = dict(checks=0, plans=0, column_plans=0, seqscan_checks=0, rr=0, parallel=0)
     t_end = time.time() + a.time
     failed = None
     maxk = a.rows
     try:
         while time.time() < t_end and failed is None:
             seqscan = r.random() < 0.15
+            parallel = r.random() < 0.2
             rr = r.random() < 0.3
             qs = [gen_query(r, maxk + 2000) for _ in range(2 if rr else 1)]
             body = "".join("SELECT %d, (%s);\n" % (i, check_sql(q)) for i, q in enumerate(qs))
             pre = SETTINGS + ("SET pg_hybrid.enable_hasis_column_scan = off; " if seqscan else "")
+            if parallel:   # workers and the leader share the extents
+                pre += PARALLEL
             sql = pre + ("BEGIN ISOLATION LEVEL REPEATABLE READ;\n" + body + "COMMIT;\n" if rr else body)
             take_plan = stats["checks"] % 4 == 0 and not seqscan
             if take_plan:
@@ -249,6 +257,7 @@ def main():
                 stats["checks"] += 1
             stats["seqscan_checks"] += seqscan * len(qs)
             stats["rr"] += rr * len(qs)
+            stats["parallel"] += parallel * len(qs)
             if take_plan:
                 stats["plans"] += 1
                 stats["column_plans"] += any("HasisColumnScan" in l for l in lines[len(qs):])
@@ -267,8 +276,9 @@ def main():
         if q:
             print(explain_diff(a, q, seqscan))
         return 1
-    print("hasis_analytics: %(checks)d checks equal (%(rr)d in REPEATABLE READ, %(seqscan_checks)d with the column "
-          "scan off); %(column_plans)d of %(plans)d plans taken used the column scan" % stats)
+    print("hasis_analytics: %(checks)d checks equal (%(rr)d in REPEATABLE READ, %(parallel)d with parallel plans "
+          "allowed, %(seqscan_checks)d with the column scan off); %(column_plans)d of %(plans)d plans taken used the "
+          "column scan" % stats)
     if stats["plans"] and stats["column_plans"] * 2 < stats["plans"]:
         print("FAIL: fewer than half of the plans used the column scan")
         return 1

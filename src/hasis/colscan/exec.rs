@@ -37,10 +37,10 @@ static mut EXEC_METHODS: pg_sys::CustomExecMethods = pg_sys::CustomExecMethods {
     ReScanCustomScan: Some(rescan),
     MarkPosCustomScan: None,
     RestrPosCustomScan: None,
-    EstimateDSMCustomScan: None,
-    InitializeDSMCustomScan: None,
-    ReInitializeDSMCustomScan: None,
-    InitializeWorkerCustomScan: None,
+    EstimateDSMCustomScan: Some(estimate_dsm),
+    InitializeDSMCustomScan: Some(initialize_dsm),
+    ReInitializeDSMCustomScan: Some(reinitialize_dsm),
+    InitializeWorkerCustomScan: Some(initialize_worker),
     ShutdownCustomScan: None,
     ExplainCustomScan: Some(explain),
 };
@@ -128,6 +128,12 @@ struct ColumnScan {
     meta: Option<Meta>,
     started: bool,
     next_extent: u32,
+    /// A parallel scan's shared state (PostgreSQL's block allocator in
+    /// dynamic shared memory); null: this process reads every extent.
+    pscan: pg_sys::ParallelBlockTableScanDesc,
+    /// This process's place in the parallel scan.
+    worker: Box<pg_sys::ParallelBlockTableScanWorkerData>,
+    worker_started: bool,
     strategy: pg_sys::BufferAccessStrategy,
     rows: Vec<RowOut>,
     /// rows.len() x needed.len(), row-major.
@@ -203,6 +209,9 @@ unsafe extern "C-unwind" fn begin(css: *mut pg_sys::CustomScanState, estate: *mu
         meta: None,
         started: false,
         next_extent: 0,
+        pscan: std::ptr::null_mut(),
+        worker: Box::new(std::mem::zeroed()),
+        worker_started: false,
         strategy: std::ptr::null_mut(),
         rows: Vec::new(),
         values: Vec::new(),
@@ -243,11 +252,7 @@ impl ColumnScan {
         self.pos = 0;
         loop {
             let Some(meta) = self.meta else { return false };
-            let k = self.next_extent;
-            if k >= meta.nextents {
-                return false;
-            }
-            self.next_extent += 1;
+            let Some(k) = self.next_extent(&meta) else { return false };
             let strategy = self.strategy;
             let rel = self.rel;
             let visit = relation::visit_extent_columns(rel, &meta, k, strategy, self);
@@ -258,6 +263,33 @@ impl ColumnScan {
             }
             if !self.rows.is_empty() {
                 return true;
+            }
+        }
+    }
+
+    /// The next extent this process reads: in order when serial; in a
+    /// parallel scan, the extents whose header blocks PostgreSQL's block
+    /// allocator hands this process (as the hasis sequential scan does).
+    unsafe fn next_extent(&mut self, meta: &Meta) -> Option<u32> {
+        if self.pscan.is_null() {
+            let k = self.next_extent;
+            self.next_extent += 1;
+            return (k < meta.nextents).then_some(k);
+        }
+        let pbscan = self.pscan;
+        if !self.worker_started {
+            pg_sys::table_block_parallelscan_startblock_init(self.rel, &mut *self.worker, pbscan);
+            self.worker_started = true;
+        }
+        loop {
+            let blk = pg_sys::table_block_parallelscan_nextpage(self.rel, &mut *self.worker, pbscan);
+            if blk == pg_sys::InvalidBlockNumber {
+                return None;
+            }
+            if let Some(k) = meta.extent_of(blk) {
+                if meta.extent_first(k) == blk {
+                    return Some(k);
+                }
             }
         }
     }
@@ -431,11 +463,38 @@ unsafe extern "C-unwind" fn rescan(css: *mut pg_sys::CustomScanState) {
     let scan = scan_of(css);
     scan.started = false;
     scan.next_extent = 0;
+    scan.worker_started = false;
     scan.rows.clear();
     scan.values.clear();
     scan.arena.clear();
     scan.pos = 0;
     pg_sys::ExecScanReScan(&mut (*css).ss);
+}
+
+// Parallel scans: the shared state is PostgreSQL's block-based parallel
+// table scan descriptor (what heap and the hasis sequential scan use), made
+// by the leader in the DSM segment and found there by each worker.
+
+#[pg_guard]
+unsafe extern "C-unwind" fn estimate_dsm(css: *mut pg_sys::CustomScanState, _pcxt: *mut pg_sys::ParallelContext) -> pg_sys::Size {
+    pg_sys::table_block_parallelscan_estimate((*css).ss.ss_currentRelation)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn initialize_dsm(css: *mut pg_sys::CustomScanState, _pcxt: *mut pg_sys::ParallelContext, coordinate: *mut std::ffi::c_void) {
+    let pscan = coordinate as pg_sys::ParallelTableScanDesc;
+    pg_sys::table_block_parallelscan_initialize((*css).ss.ss_currentRelation, pscan);
+    scan_of(css).pscan = pscan as pg_sys::ParallelBlockTableScanDesc;
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn reinitialize_dsm(css: *mut pg_sys::CustomScanState, _pcxt: *mut pg_sys::ParallelContext, coordinate: *mut std::ffi::c_void) {
+    pg_sys::table_block_parallelscan_reinitialize((*css).ss.ss_currentRelation, coordinate as pg_sys::ParallelTableScanDesc);
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn initialize_worker(css: *mut pg_sys::CustomScanState, _toc: *mut pg_sys::shm_toc, coordinate: *mut std::ffi::c_void) {
+    scan_of(css).pscan = coordinate as pg_sys::ParallelBlockTableScanDesc;
 }
 
 #[pg_guard]

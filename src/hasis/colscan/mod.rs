@@ -10,7 +10,9 @@
 //! pass each), and the delta part; rows go out as virtual tuples holding
 //! those columns. Quals of the form `column op value` on a column with
 //! min/max (integers, floats, dates, timestamps) skip a column part whose
-//! range cannot match. The planner takes it by cost: it is offered only
+//! range cannot match. A partial path of the same scan serves parallel
+//! plans: processes take extents from PostgreSQL's block allocator. The
+//! planner takes it by cost: it is offered only
 //! when it reads fewer bytes than the sequential scan (a part of the
 //! columns, or min/max quals), and never for a scan that locks rows, feeds
 //! an UPDATE or DELETE, or needs xmin/xmax/cmin/cmax.
@@ -18,7 +20,7 @@
 //! | file | what |
 //! |---|---|
 //! | `path.rs` | the planner hook, the path and its cost, the plan |
-//! | `exec.rs` | the executor node: extents in, virtual tuples out, EXPLAIN |
+//! | `exec.rs` | the executor node: extents in, virtual tuples out, parallel DSM, EXPLAIN |
 //! | `minmax.rs` | the min/max quals: found at plan time, checked per column part |
 //!
 //! `pg_hybrid.enable_hasis_column_scan` (on) turns the path off, as

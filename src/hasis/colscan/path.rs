@@ -150,16 +150,42 @@ unsafe extern "C-unwind" fn set_rel_pathlist(root: *mut pg_sys::PlannerInfo, rel
     }
     let block_share = FIXED_SHARE + (1.0 - FIXED_SHARE) * byte_share;
 
+    pg_sys::add_path(rel, make_path(root, rel, block_share, 0) as *mut pg_sys::Path);
+    // A partial path for parallel plans, when the relation may be scanned in
+    // parallel: workers take extents from PostgreSQL's block allocator.
+    if (*rel).consider_parallel {
+        let workers = pg_sys::compute_parallel_worker(rel, (*rel).pages as f64, -1.0, pg_sys::max_parallel_workers_per_gather);
+        if workers > 0 {
+            pg_sys::add_partial_path(rel, make_path(root, rel, block_share, workers) as *mut pg_sys::Path);
+        }
+    }
+}
+
+/// What cost_seqscan's get_parallel_divisor makes of `workers`.
+fn parallel_divisor(workers: i32) -> f64 {
+    let mut d = workers as f64;
+    if unsafe { pg_sys::parallel_leader_participation } {
+        let leader = 1.0 - 0.3 * workers as f64;
+        if leader > 0.0 {
+            d += leader;
+        }
+    }
+    d
+}
+
+/// A column scan path reading `block_share` of the relation's blocks;
+/// parallel-aware with `workers` > 0 (then its rows and CPU are per
+/// process, as cost_seqscan's partial paths).
+unsafe fn make_path(root: *mut pg_sys::PlannerInfo, rel: *mut pg_sys::RelOptInfo, block_share: f64, workers: i32) -> *mut pg_sys::CustomPath {
     let path = pg_sys::palloc0(std::mem::size_of::<pg_sys::CustomPath>()) as *mut pg_sys::CustomPath;
     (*path).path.type_ = pg_sys::NodeTag::T_CustomPath;
     (*path).path.pathtype = pg_sys::NodeTag::T_CustomScan;
     (*path).path.parent = rel;
     (*path).path.pathtarget = (*rel).reltarget;
     (*path).path.param_info = std::ptr::null_mut();
-    (*path).path.parallel_aware = false;
-    (*path).path.parallel_safe = false;
-    (*path).path.parallel_workers = 0;
-    (*path).path.rows = (*rel).rows;
+    (*path).path.parallel_aware = workers > 0;
+    (*path).path.parallel_safe = (*rel).consider_parallel;
+    (*path).path.parallel_workers = workers;
     (*path).path.pathkeys = std::ptr::null_mut();
     (*path).flags = 0;
     (*path).custom_paths = std::ptr::null_mut();
@@ -171,13 +197,22 @@ unsafe extern "C-unwind" fn set_rel_pathlist(root: *mut pg_sys::PlannerInfo, rel
     let target = &(*(*rel).reltarget).cost;
     let disk = pg_sys::seq_page_cost * (*rel).pages as f64 * block_share;
     let cpu_per_tuple = pg_sys::cpu_tuple_cost + qual_cost.per_tuple;
+    let mut cpu = cpu_per_tuple * (*rel).tuples;
+    let mut rows = (*rel).rows;
+    if workers > 0 {
+        // The CPU is shared among the processes; the reads are not.
+        let d = parallel_divisor(workers);
+        cpu /= d;
+        rows = pg_sys::clamp_row_est(rows / d);
+    }
+    (*path).path.rows = rows;
     (*path).path.startup_cost = qual_cost.startup + target.startup;
     // It is a sequential scan: enable_seqscan = off discourages it too.
     if !pg_sys::enable_seqscan {
         (*path).path.startup_cost += pg_sys::disable_cost;
     }
-    (*path).path.total_cost = (*path).path.startup_cost + disk + cpu_per_tuple * (*rel).tuples + target.per_tuple * (*rel).rows;
-    pg_sys::add_path(rel, path as *mut pg_sys::Path);
+    (*path).path.total_cost = (*path).path.startup_cost + disk + cpu + target.per_tuple * rows;
+    path
 }
 
 #[pg_guard]
