@@ -51,23 +51,10 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
-
-def psql_cmd(a):
-    cmd = [os.path.join(a.pgbin, "psql"), "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1",
-           "-h", a.host, "-p", str(a.port), "-U", a.user, "-d", a.db]
-    if os.geteuid() == 0:
-        cmd = ["runuser", "-u", a.user, "--"] + cmd
-    return cmd
-
-
-def run_sql(a, sql, check=True):
-    p = subprocess.run(psql_cmd(a), input=sql, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       text=True, cwd="/")
-    if check and p.returncode != 0:
-        raise RuntimeError("psql failed (%d): %s\n-- SQL:\n%s" % (p.returncode, p.stderr.strip(), sql[:4000]))
-    return p
+from pgbatch import PG, PsqlError
 
 
 COLUMNS = "k int8, g int4, d date, amount numeric(12,2), f float8, s text, flag bool, n int4"
@@ -76,7 +63,7 @@ ROW = ("g, (g * 7919) %% 50, '2020-01-01'::date + (g / 40)::int, ((g * 37) %% 10
        "ELSE chr(97 + (g %% 26)) || (g %% 1000) END, g %% 3 = 0, (g * 31) %% 1000")
 
 
-def setup(a):
+def setup(pg, a):
     both = lambda s: s.replace("@", "h") + "\n" + s.replace("@", "x") + "\n"
     sql = ["SET client_min_messages = warning;",
            "DROP TABLE IF EXISTS fact_h, fact_x, dim;",
@@ -86,7 +73,7 @@ def setup(a):
            "INSERT INTO dim SELECT g, 'group ' || g, g % 5 FROM generate_series(0, 49) g;",
            both("INSERT INTO fact_@ SELECT %s FROM generate_series(1, %d) g;" % (ROW % (), a.rows)),
            "VACUUM ANALYZE fact_h; VACUUM ANALYZE fact_x; ANALYZE dim;"]
-    run_sql(a, "\n".join(sql))
+    pg.run("\n".join(sql))
 
 
 def writer_script(r, a, start_key, n_tx):
@@ -175,11 +162,11 @@ def gen_query(r, maxk):
 
 
 SETTINGS = ("SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off; "
-            "SET max_parallel_workers_per_gather = 0; SET client_min_messages = warning; ")
+            "SET max_parallel_workers_per_gather = 0")
 
 
 PARALLEL = ("SET max_parallel_workers_per_gather = 2; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; "
-            "SET min_parallel_table_scan_size = 0; ")
+            "SET min_parallel_table_scan_size = 0")
 
 
 def check_sql(q):
@@ -187,14 +174,19 @@ def check_sql(q):
     return "SELECT count(*) FROM (((%s) EXCEPT ALL (%s)) UNION ALL ((%s) EXCEPT ALL (%s))) z" % (qh, qx, qx, qh)
 
 
-def explain_diff(a, q, seqscan):
+def explain_diff(pg, q, seqscan):
+    """Both sides' differing rows under one snapshot, and the hasis plan."""
     qh, qx = q.replace("@", "h"), q.replace("@", "x")
-    off = "SET pg_hybrid.enable_hasis_column_scan = off; " if seqscan else ""
-    sql = (SETTINGS + off + "BEGIN ISOLATION LEVEL REPEATABLE READ;\n"
-           "SELECT 'only hasis', * FROM ((%s) EXCEPT ALL (%s)) a LIMIT 10;\n"
-           "SELECT 'only heap', * FROM ((%s) EXCEPT ALL (%s)) b LIMIT 10;\n"
-           "EXPLAIN (COSTS OFF) %s;\nCOMMIT;\n" % (qh, qx, qx, qh, qh))
-    return run_sql(a, sql, check=False).stdout
+    off = "SET pg_hybrid.enable_hasis_column_scan = off" if seqscan else "SELECT"
+    try:
+        res = pg.batch([("s", SETTINGS), ("o", off), ("b", "BEGIN ISOLATION LEVEL REPEATABLE READ"),
+                        ("h", "SELECT * FROM ((%s) EXCEPT ALL (%s)) a LIMIT 10" % (qh, qx)),
+                        ("x", "SELECT * FROM ((%s) EXCEPT ALL (%s)) b LIMIT 10" % (qx, qh)),
+                        ("p", "EXPLAIN (COSTS OFF) %s" % qh), ("c", "COMMIT")])
+    except PsqlError as e:
+        return str(e)
+    show = lambda rows: "\n".join("    " + "|".join(r) for r in rows)
+    return "only hasis:\n%s\nonly heap:\n%s\nplan:\n%s" % (show(res["h"]), show(res["x"]), show(res["p"]))
 
 
 def main():
@@ -204,28 +196,30 @@ def main():
     ap.add_argument("--rows", type=int, default=60000)
     ap.add_argument("--host", default=os.environ.get("PH_PGHOST", "/tmp"))
     ap.add_argument("--port", default=os.environ.get("PH_PGPORT", "5432"))
-    ap.add_argument("--user", default=os.environ.get("PH_USER", "postgres"))
+    ap.add_argument("--user", default=os.environ.get("PH_USER", "postgres"), help="database user")
+    ap.add_argument("--os-user", default=os.environ.get("PH_USER", "postgres"),
+                    help="OS user to run psql as (runuser when root), default PH_USER")
     ap.add_argument("--db", default=os.environ.get("PH_DB", "postgres"))
     ap.add_argument("--pgbin", default=os.environ.get("PH_PGBIN", "/usr/lib/postgresql/15/bin"))
     ap.add_argument("--inject-fault", action="store_true", help="self-test: the twins drift apart; the run must fail")
     a = ap.parse_args()
     r = random.Random(a.seed)
     print("hasis_analytics: seed %d, %d rows, %.0f s" % (a.seed, a.rows, a.time), flush=True)
-    setup(a)
+    pg = PG(a, "hasis_analytics")
+    setup(pg, a)
     script = writer_script(random.Random(a.seed * 7 + 1), a, a.rows + 1, 100000)
-    # Its own process group: runuser forks psql, and both must go at the end.
-    writer = subprocess.Popen(psql_cmd(a), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, cwd="/", start_new_session=True)
-    # Feed the script in the background: psql reads it as it goes.
-    import threading
+    # The writer: one psql session reading the script as it goes, in a
+    # process group of its own (runuser forks psql: both must go at the end).
+    writer = subprocess.Popen(pg.cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              env=pg.env, text=True, cwd="/", start_new_session=True)
+
     def feed():
         try:
             writer.stdin.write(script)
             writer.stdin.close()
         except (BrokenPipeError, ValueError, OSError):
             pass   # the writer was stopped at the end of the run
-    feeder = threading.Thread(target=feed, daemon=True)
-    feeder.start()
+    threading.Thread(target=feed, daemon=True).start()
     stats = dict(checks=0, plans=0, column_plans=0, seqscan_checks=0, rr=0, parallel=0)
     t_end = time.time() + a.time
     failed = None
@@ -236,31 +230,37 @@ def main():
             parallel = r.random() < 0.2
             rr = r.random() < 0.3
             qs = [gen_query(r, maxk + 2000) for _ in range(2 if rr else 1)]
-            body = "".join("SELECT %d, (%s);\n" % (i, check_sql(q)) for i, q in enumerate(qs))
-            pre = SETTINGS + ("SET pg_hybrid.enable_hasis_column_scan = off; " if seqscan else "")
+            items = [("s", SETTINGS)]
+            if seqscan:
+                items.append(("o", "SET pg_hybrid.enable_hasis_column_scan = off"))
             if parallel:   # workers and the leader share the extents
-                pre += PARALLEL
-            sql = pre + ("BEGIN ISOLATION LEVEL REPEATABLE READ;\n" + body + "COMMIT;\n" if rr else body)
+                items.append(("p", PARALLEL))
+            if rr:
+                items.append(("b", "BEGIN ISOLATION LEVEL REPEATABLE READ"))
+            items += [("c%d" % i, check_sql(q)) for i, q in enumerate(qs)]
+            if rr:
+                items.append(("e", "COMMIT"))
             take_plan = stats["checks"] % 4 == 0 and not seqscan
             if take_plan:
-                sql += "EXPLAIN (COSTS OFF) %s;\n" % qs[0].replace("@", "h")
-            p = run_sql(a, sql, check=False)
-            if p.returncode != 0:
-                failed = ("an ERROR", qs[0], seqscan, p.stderr.strip())
+                items.append(("plan", "EXPLAIN (COSTS OFF) %s" % qs[0].replace("@", "h")))
+            try:
+                res = pg.batch(items)
+            except PsqlError as e:
+                failed = ("an ERROR", qs[0], seqscan, str(e))
                 break
-            lines = p.stdout.splitlines()
             for i, q in enumerate(qs):
-                want = "%d|0" % i
-                if want not in lines[:len(qs)]:
-                    failed = ("different rows", q, seqscan, "\n".join(lines[:len(qs)]))
+                if res["c%d" % i] != [["0"]]:
+                    failed = ("different rows", q, seqscan, "rows only on one side: %s" % res["c%d" % i])
                     break
                 stats["checks"] += 1
+            if failed:
+                break
             stats["seqscan_checks"] += seqscan * len(qs)
             stats["rr"] += rr * len(qs)
             stats["parallel"] += parallel * len(qs)
             if take_plan:
                 stats["plans"] += 1
-                stats["column_plans"] += any("HasisColumnScan" in l for l in lines[len(qs):])
+                stats["column_plans"] += any("HasisColumnScan" in row[0] for row in res["plan"])
             if writer.poll() is not None:
                 failed = ("the writer stopped", "", False, writer.stderr.read().strip())
                 break
@@ -274,7 +274,7 @@ def main():
         what, q, seqscan, detail = failed
         print("FAIL: %s%s\n  query: %s\n  %s" % (what, " (sequential scan)" if seqscan else "", q, detail))
         if q:
-            print(explain_diff(a, q, seqscan))
+            print(explain_diff(pg, q, seqscan))
         return 1
     print("hasis_analytics: %(checks)d checks equal (%(rr)d in REPEATABLE READ, %(parallel)d with parallel plans "
           "allowed, %(seqscan_checks)d with the column scan off); %(column_plans)d of %(plans)d plans taken used the "

@@ -402,6 +402,12 @@ unsafe extern "C-unwind" fn scan_getnextslot_tidrange(s: pg_sys::TableScanDesc, 
     scan::getnextslot_tidrange(s, dir, slot)
 }
 
+/// Whether `rel` is stored by this table access method (its relcache entry
+/// points at our routine).
+pub unsafe fn is_hasis(rel: pg_sys::Relation) -> bool {
+    (*rel).rd_tableam == &raw const ROUTINE
+}
+
 pub static ROUTINE: pg_sys::TableAmRoutine = pg_sys::TableAmRoutine {
     type_: pg_sys::NodeTag::T_TableAmRoutine,
     slot_callbacks: Some(slot_callbacks),

@@ -11,7 +11,7 @@ use crate::storage::buffer::{Buf, Lock};
 /// Opens `oid` and checks that it is a hasis table.
 pub unsafe fn open_table(oid: pg_sys::Oid, lock: pg_sys::LOCKMODE) -> pg_sys::Relation {
     let rel = pg_sys::relation_open(oid, lock);
-    if (*rel).rd_tableam != &raw const super::handler::ROUTINE {
+    if !super::handler::is_hasis(rel) {
         let name = crate::storage::page::rel_name(rel);
         pg_sys::relation_close(rel, lock);
         crate::raise(PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE, format!("\"{name}\" is not a hasis table"), "Pass a table created with USING hasis.");

@@ -136,7 +136,7 @@ unsafe fn pass(relid: pg_sys::Oid, not_before: &mut HashMap<u32, (Instant, Durat
     if rel.is_null() {
         return None;
     }
-    if (*rel).rd_tableam != &raw const super::handler::ROUTINE || !pg_sys::ConditionalLockRelationOid(relid, COMPACTION_LOCK) {
+    if !super::handler::is_hasis(rel) || !pg_sys::ConditionalLockRelationOid(relid, COMPACTION_LOCK) {
         pg_sys::relation_close(rel, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
         return None;
     }

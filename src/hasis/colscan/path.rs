@@ -119,10 +119,9 @@ unsafe extern "C-unwind" fn set_rel_pathlist(root: *mut pg_sys::PlannerInfo, rel
     if relation.is_null() {
         return;
     }
-    let is_hasis = (*relation).rd_tableam == &raw const super::super::handler::ROUTINE;
     let desc = (*relation).rd_att;
     let natts = (*desc).natts;
-    let consider = is_hasis
+    let consider = super::super::handler::is_hasis(relation)
         && !pg_sys::bms_is_member(rti as i32, (*root).all_result_relids)
         && (*(*root).parse).resultRelation as u32 != rti
         && !has_row_mark(root, rti);
