@@ -46,14 +46,20 @@ class Cluster:
         c.execute("SET client_min_messages = warning")
         return c
 
-    def create_db(self, name, template=None, collate_c=False):
+    def create_db(self, name, template=None, collate_c=False, tablespace=None):
         """collate_c: database collation "C" (from template0), so plain text
-        columns can be indexed by AMs that need a memcmp order (elastic_btree)."""
+        columns can be indexed by AMs that need a memcmp order (elastic_btree).
+        tablespace: the database's default tablespace (a copy of `template`
+        then has every relation there)."""
         with self.connect() as c:
-            c.execute('DROP DATABASE IF EXISTS "%s"' % name)
+            # FORCE: a client's query may still run after the client left
+            # (go-tpc's analytical client at the end of its time)
+            c.execute('DROP DATABASE IF EXISTS "%s" WITH (FORCE)' % name)
             opts = ' TEMPLATE "%s"' % template if template else ""
             if collate_c and not template:
                 opts = " TEMPLATE template0 LC_COLLATE 'C'"
+            if tablespace:
+                opts += ' TABLESPACE "%s"' % tablespace
             c.execute('CREATE DATABASE "%s"%s' % (name, opts))
         if template is None:
             with self.connect(name) as c:
@@ -61,7 +67,7 @@ class Cluster:
 
     def drop_db(self, name):
         with self.connect() as c:
-            c.execute('DROP DATABASE IF EXISTS "%s"' % name)
+            c.execute('DROP DATABASE IF EXISTS "%s" WITH (FORCE)' % name)
 
     def ensure_extension(self, c):
         if self.standin:
@@ -140,6 +146,17 @@ def dynamic_bytes(c, idx):
         return int(r[0] or 0)
     except psycopg.Error:
         return 0
+
+
+def compaction_written(c, schema="public"):
+    """(logical, physical) bytes the compactions of `schema`'s hasis tables
+    wrote since the server started (pg_hybrid.table_stats: blocks written,
+    and what the CSD meter says a compressing drive stores for them)."""
+    r = c.execute("SELECT coalesce(sum(s.compaction_written_bytes), 0), coalesce(sum(s.compaction_physical_bytes), 0) "
+                  "FROM pg_class t JOIN pg_namespace n ON n.oid = t.relnamespace JOIN pg_am am ON am.oid = t.relam, "
+                  "LATERAL pg_hybrid.table_stats(t.oid) s "
+                  "WHERE n.nspname = %s AND t.relkind = 'r' AND am.amname = 'hasis'", (schema,)).fetchone()
+    return int(r[0]), int(r[1])
 
 
 def rebuild_indexes(c, am, reloptions="", schema="public", keep=None):
@@ -357,7 +374,7 @@ FULL = {"probe_rows": 5000000, "scale": 50, "seconds": 60, "ycsb_rows": 1000000,
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("suite", choices=["probe", "pgbench", "ycsb", "tpcc", "tpch", "elastic", "engine", "tiered"])
+    ap.add_argument("suite", choices=["probe", "pgbench", "ycsb", "tpcc", "tpch", "elastic", "engine", "tiered", "htap"])
     ap.add_argument("--index-am", required=True)
     ap.add_argument("--table-am", default="heap")
     ap.add_argument("--baseline", default="btree")
@@ -430,6 +447,9 @@ def main():
         elif a.suite == "tiered":
             import suite_tiered
             suite_tiered.run(a, cl, res)
+        elif a.suite == "htap":
+            import suite_htap
+            suite_htap.run(a, cl, res)
     except BenchError as e:
         ok = False
         log("FAILED: %s" % e)

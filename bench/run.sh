@@ -10,6 +10,9 @@
 #                     latency, WAL bytes per transaction, -S TPS, TPC-B invariant; issue 12's targets
 #            ycsb     pgbench scripts over usertable: workloads A B C E, zipfian + uniform keys
 #            tpcc     go-tpc TPC-C: tpmC, latency percentiles, errors, index bytes
+#            htap     go-tpc CH-benCHmark, with --table-am: TPC-C clients alone, then beside one
+#                     analytical client running the 22 CH queries on the same tables; tpmC with and
+#                     without it, each query's time, compaction's logical vs physical bytes written
 #            tpch     DuckDB dbgen data + 22 queries on PostgreSQL, answers checked against DuckDB
 #            elastic  elastic_btree under a size bound: 5M int8 and 5M 32-byte text keys, (a) no bound,
 #                     (b) bound 40%/25% of btree's size crossed by inserts, (c) 80% deleted + VACUUM;
@@ -51,7 +54,7 @@
 #   --reloptions "k = v"  WITH (...) for the AM's indexes
 #   --table-options "k = v"  WITH (...) for the table AM side's tables (tpch with --table-am), e.g.
 #                         "hasis_column_blocks = 28, hasis_delta_blocks = 2"
-#   --csd SIZE            put the suite's tables and indexes (tpch with --table-am) on an emulated
+#   --csd SIZE            put the suite's tables and indexes (tpch, htap with --table-am) on an emulated
 #                         computational-storage drive: a zram device of SIZE (LZ4 per 4 KB, free zero
 #                         blocks; scripts/csd.sh, design.md §6) as tablespace "csd"; the device's own
 #                         compressed bytes per side are reported beside pg_hybrid.storage_stats' meter
@@ -68,7 +71,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
-SUITES=(probe pgbench ycsb tpcc tpch elastic engine tiered)
+SUITES=(probe pgbench ycsb tpcc tpch elastic engine tiered htap)
 # AMs the project knows about; anything else is a typo.  The planned ones fail
 # later with "not installed" until their code lands.
 KNOWN_INDEX_AMS=(btree hybrid_btree elastic_btree griffin tiered_btree tiered_hash)
@@ -140,8 +143,8 @@ fi
 [[ " ${KNOWN_TABLE_AMS[*]} " == *" $table_am "* ]] ||
     ph_die "bench/run.sh: unknown table AM '$table_am' (known: ${KNOWN_TABLE_AMS[*]})"
 if [[ -n $csd ]]; then
-    [[ " ${run_suites[*]} " == " tpch " && $table_am != heap ]] ||
-        ph_die "bench/run.sh: --csd is for the tpch suite with --table-am (heap and the table AM side by side on the emulated drive)"
+    [[ (" ${run_suites[*]} " == " tpch " || " ${run_suites[*]} " == " htap ") && $table_am != heap ]] ||
+        ph_die "bench/run.sh: --csd is for the tpch and htap suites with --table-am (heap and the table AM side by side on the emulated drive)"
     [[ $csd =~ ^[0-9]+[MGmg]$ ]] || ph_die "bench/run.sh: --csd needs a device size like 8G, not '$csd'"
 fi
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || ph_die "bench/run.sh: --repeat needs a positive integer, not '$repeat'"
@@ -208,7 +211,7 @@ ensure_gotpc() {
 }
 
 ensure_venv
-[[ " ${run_suites[*]} " == *" tpcc "* ]] && ensure_gotpc
+[[ " ${run_suites[*]} " == *" tpcc "* || " ${run_suites[*]} " == *" htap "* ]] && ensure_gotpc
 
 # ---------------------------------------------------------------- cluster --
 ph_trap_install
@@ -226,7 +229,7 @@ conf=("fsync = off" "synchronous_commit = off" "${wal_conf[@]}"
 ((PH_PRELOAD)) && conf+=("pg_hybrid.shared_memory = '$shm'")
 # go-tpc's postgres driver (lib/pq via a postgres:// URL) cannot be pointed at a
 # unix socket, so for tpcc the cluster also listens on loopback, on its own port.
-[[ " ${run_suites[*]} " == *" tpcc "* ]] && conf+=("listen_addresses = '127.0.0.1'")
+[[ " ${run_suites[*]} " == *" tpcc "* || " ${run_suites[*]} " == *" htap "* ]] && conf+=("listen_addresses = '127.0.0.1'")
 PH_ALLOW_FSYNC_OFF=1 cluster_init "$DIR" "$PH_BENCH_PORT" "${conf[@]}"
 cluster_start "$DIR"
 cap_args=()
@@ -264,7 +267,7 @@ for s in "${run_suites[@]}"; do
     # a failed suite still writes its report; go on with the others, fail at the end
     # pgbench with a table AM compares table AMs: btree indexes on both sides unless --index-am was given
     suite_args=()
-    if [[ ($s == pgbench || $s == tpch) && $table_am != heap && $index_am_given == 0 ]]; then suite_args=(--index-am btree); fi
+    if [[ ($s == pgbench || $s == tpch || $s == htap) && $table_am != heap && $index_am_given == 0 ]]; then suite_args=(--index-am btree); fi
     if ((${#suite_args[@]})); then
         ph_log "==== suite $s (heap vs $table_am tables, btree indexes on both sides)"
     else

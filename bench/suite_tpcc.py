@@ -52,8 +52,10 @@ KEEP = {"warehouse_pkey": "go-tpc's check 3.3.2.8 (SELECT w_ytd ... GROUP BY w_i
 OPS = ["NEW_ORDER", "PAYMENT", "ORDER_STATUS", "DELIVERY", "STOCK_LEVEL"]
 
 
-def gotpc(a, args, db, timeout):
-    cmd = [a.gotpc, "tpcc"] + args + ["-d", "postgres", "-H", "127.0.0.1", "-P", str(a.port), "-U", a.user,
+def gotpc(a, args, db, timeout, workload="tpcc"):
+    """Runs `go-tpc WORKLOAD ARGS` against database `db` (workload tpcc, or
+    ch: CH-benCHmark, TPC-C clients plus analytical clients); its output."""
+    cmd = [a.gotpc, workload] + args + ["-d", "postgres", "-H", "127.0.0.1", "-P", str(a.port), "-U", a.user,
                                      "-D", db, "--conn-params", "sslmode=disable"]
     log("  $ %s" % " ".join(cmd))
     try:
@@ -61,7 +63,7 @@ def gotpc(a, args, db, timeout):
     except subprocess.TimeoutExpired:
         raise BenchError("go-tpc %s did not finish within %d s" % (args[0], timeout))
     out = p.stdout.decode(errors="replace")
-    with open(os.path.join(a.work, "go-tpc-%s-%s.log" % (db, args[0])), "a") as f:
+    with open(os.path.join(a.work, "go-tpc-%s-%s-%s.log" % (db, workload, args[0])), "a") as f:
         f.write("$ %s\n%s\n" % (" ".join(cmd), out))
     if p.returncode != 0:
         raise BenchError("go-tpc %s failed (exit %d): %s" % (args[0], p.returncode, out[-3000:]))

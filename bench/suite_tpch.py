@@ -30,7 +30,7 @@ import time
 
 import duckdb
 
-from harness import BenchError, index_bytes, log, rebuild_indexes, set_cap
+from harness import BenchError, compaction_written, index_bytes, log, rebuild_indexes, set_cap
 
 PKEYS = {
     "region": ["r_regionkey"], "nation": ["n_nationkey"], "part": ["p_partkey"], "supplier": ["s_suppkey"],
@@ -330,6 +330,13 @@ def run_table_ams(a, cl, res, c, dk, queries, answers, work, timeout_s):
                            ("%s.lineitem" % schema,)).fetchone()
             res.note("%s.lineitem after load + VACUUM: %d extents, %d compactions, %d rows in column parts, "
                      "%d in delta parts" % (schema, st[0], st[1] - st[0], st[2], st[3]))
+            # what the load's compactions wrote (the schema's tables are new
+            # files, so their counters began with this load)
+            written, physical = compaction_written(c, schema)
+            res.add("compaction", "written_bytes", "bytes", "lower", side, 0, written)
+            res.add("compaction", "physical_bytes", "bytes", "lower", side, 0, physical)
+            if written:
+                res.add("compaction", "physical_share", "ratio", "lower", side, 0, physical / written)
     dk.close()
     remove_csv(work)
     c.execute("SET statement_timeout = '%ds'" % timeout_s)

@@ -70,6 +70,11 @@ SELECT cmp_twins('c_h', 'c_x');
 INSERT INTO c_h SELECT g, repeat('w', 200), g, true FROM generate_series(6001, 9000) g;
 INSERT INTO c_x SELECT g, repeat('w', 200), g, true FROM generate_series(6001, 9000) g;
 SELECT page_versions > extents AS compacted_by_inserts FROM pg_hybrid.table_stats('c_h');
+-- what compactions wrote: whole blocks, and less than that on a compressing
+-- drive (zero padding and unused delta blocks are free, the rest is LZ4)
+SELECT compaction_written_bytes > 0 AS counted, compaction_written_bytes % 8192 = 0 AS whole_blocks,
+       compaction_physical_bytes BETWEEN 1 AND compaction_written_bytes / 2 AS compressed
+FROM pg_hybrid.table_stats('c_h');
 SELECT cmp_twins('c_h', 'c_x');
 -- VACUUM FREEZE freezes every row and advances relfrozenxid
 VACUUM FREEZE c_h;

@@ -69,6 +69,7 @@ pub unsafe fn request() {
     let (_, _, total) = layout(mi, nb);
     pg_sys::RequestAddinShmemSpace(total);
     pg_sys::RequestAddinShmemSpace(super::leaf_cache::request_size());
+    pg_sys::RequestAddinShmemSpace(super::rel_counters::request_size());
     pg_sys::RequestNamedLWLockTranche(TRANCHE_NAME.as_ptr(), nlocks() as i32);
 }
 
@@ -101,6 +102,7 @@ pub unsafe fn startup() {
     }
     SHMEM = hdr;
     super::leaf_cache::startup();
+    super::rel_counters::startup();
     pg_sys::LWLockRelease(addin_shmem_init_lock());
 }
 
