@@ -978,6 +978,14 @@ impl LazyRow {
             column_payload(self.rel, self.cblk, &part, self.row as usize).1
         })
     }
+    /// The wanted columns' values, the others NULL (not cached: a fetch
+    /// decodes its row once).
+    fn values_of(&self, wanted: &[bool]) -> Vec<u8> {
+        let part = ColumnPart::lazy_with_layout(&self.cols, &self.layout);
+        let mut out = Vec::new();
+        check(self.rel, self.cblk, part.row_payload_of(self.row as usize, Some(wanted), &mut out));
+        out
+    }
 }
 
 /// One row version found by TID, its blocks locked.
@@ -1011,6 +1019,16 @@ impl Located {
             Payload::InPage { start, end } => &bytes(self.buf.page())[*start..*end],
             Payload::Owned(v) => v,
             Payload::Column(lazy) => lazy.values(),
+        }
+    }
+    /// The payload with at least the columns `wanted` names (see
+    /// `ColumnPart::row_payload_of`): a column row not yet decoded reads
+    /// only their mini-pages and leaves the others NULL; a delta version
+    /// (one block either way) comes whole. `None`: every column.
+    pub unsafe fn payload_of(&self, wanted: Option<&[bool]>) -> std::borrow::Cow<'_, [u8]> {
+        match (&self.payload, wanted) {
+            (Payload::Column(lazy), Some(w)) if lazy.decoded.get().is_none() => std::borrow::Cow::Owned(lazy.values_of(w)),
+            _ => std::borrow::Cow::Borrowed(self.payload()),
         }
     }
     /// Writes hint bits found by a visibility check back into the page

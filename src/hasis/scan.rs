@@ -54,6 +54,9 @@ pub struct ScanState {
     /// TID range scans: the inclusive bounds.
     tid_range: Option<(Tid, Tid)>,
     slot_schema: tuple::SlotSchema,
+    /// Bitmap heap scans: the columns the plan uses (`colscan::fetch`);
+    /// the others come back NULL. None: every column.
+    pub wanted: Option<Vec<bool>>,
 }
 
 impl ScanState {
@@ -104,6 +107,7 @@ pub unsafe fn begin(
         cur_extent: None,
         tid_range: None,
         slot_schema: Default::default(),
+        wanted: None,
     };
     (*scan).state = Box::into_raw(Box::new(st));
     // A sequential scan of a serializable transaction locks the relation
@@ -311,7 +315,7 @@ pub unsafe fn bitmap_next_block(scan: pg_sys::TableScanDesc, tbmres: *mut pg_sys
     } else {
         (1..=pg_hybrid_core::hasis::layout::MAX_OFFSET as u16).collect()
     };
-    let pending = &mut st.pending;
+    let (pending, wanted) = (&mut st.pending, st.wanted.as_deref());
     for off in offsets {
         let Some(root) = ext.slot(Tid::new(blk, off)) else { continue };
         if root >= ext.h.slot_hwm {
@@ -321,7 +325,7 @@ pub unsafe fn bitmap_next_block(scan: pg_sys::TableScanDesc, tbmres: *mut pg_sys
             if check_visible(rel, snapshot, loc) {
                 let mut ip = to_item_pointer(loc.tid);
                 PredicateLockTID(rel, &mut ip, snapshot, pg_sys::TransactionId::from(loc.header.mvcc.xmin));
-                pending.push(Pending { tid: loc.tid, mvcc: loc.header.mvcc, natts: loc.header.natts, payload: loc.payload().to_vec() });
+                pending.push(Pending { tid: loc.tid, mvcc: loc.header.mvcc, natts: loc.header.natts, payload: loc.payload_of(wanted).into_owned() });
                 return Walk::Stop;
             }
             Walk::Next
@@ -456,11 +460,14 @@ pub struct HasisFetch {
     pub base: pg_sys::IndexFetchTableData,
     pub meta: Option<Meta>,
     pub slot_schema: tuple::SlotSchema,
+    /// The columns the index scan's plan uses (`colscan::fetch`); the
+    /// others come back NULL. None: every column.
+    pub wanted: Option<Vec<bool>>,
 }
 
 pub unsafe fn fetch_begin(rel: pg_sys::Relation) -> *mut pg_sys::IndexFetchTableData {
     crate::require_preload();
-    let f = Box::new(HasisFetch { base: pg_sys::IndexFetchTableData { rel }, meta: relation::cached_meta(rel), slot_schema: Default::default() });
+    let f = Box::new(HasisFetch { base: pg_sys::IndexFetchTableData { rel }, meta: relation::cached_meta(rel), slot_schema: Default::default(), wanted: None });
     Box::into_raw(f) as *mut pg_sys::IndexFetchTableData
 }
 
@@ -672,6 +679,7 @@ unsafe fn hot_search(
     rel: pg_sys::Relation,
     ext: &relation::ExtentRead,
     slot_schema: &mut tuple::SlotSchema,
+    wanted: Option<&[bool]>,
     tid: &mut Tid,
     snapshot: pg_sys::Snapshot,
     slot: *mut pg_sys::TupleTableSlot,
@@ -689,7 +697,7 @@ unsafe fn hot_search(
         if !skip && check_visible(rel, snapshot, loc) {
             let mut ip = to_item_pointer(loc.tid);
             PredicateLockTID(rel, &mut ip, snapshot, pg_sys::TransactionId::from(loc.header.mvcc.xmin));
-            tuple::store(rel, slot, slot_schema, loc.header.natts, loc.payload(), &loc.header.mvcc, loc.tid);
+            tuple::store(rel, slot, slot_schema, loc.header.natts, &loc.payload_of(wanted), &loc.header.mvcc, loc.tid);
             found = Some(loc.tid);
             return Walk::Stop;
         }
@@ -729,7 +737,7 @@ pub unsafe fn index_fetch_tuple(
     let mut t = from_item_pointer(&*tid);
     let mut dead = true;
     let found = match meta_covering(rel, &mut f.meta, t).and_then(|m| relation::ExtentRead::of(rel, &m, t)) {
-        Some(ext) => hot_search(rel, &ext, &mut f.slot_schema, &mut t, snapshot, slot, first_call, &mut dead),
+        Some(ext) => hot_search(rel, &ext, &mut f.slot_schema, f.wanted.as_deref(), &mut t, snapshot, slot, first_call, &mut dead),
         None => false,
     };
     if found {

@@ -595,12 +595,24 @@ impl<'a> ColumnPart<'a> {
     /// (null bitmap, then the values), as `encode_payload` of `row(r)` would,
     /// without building the row; returns its header. What a scan uses.
     pub fn row_payload(&self, r: usize, out: &mut Vec<u8>) -> Result<RowHeader> {
+        self.row_payload_of(r, None, out)
+    }
+
+    /// Row `r` in the row format with only the columns `wanted` names
+    /// (`wanted[c]`; columns past its end are wanted): the others read as
+    /// NULL and their mini-pages are not touched, so a reader that needs a
+    /// few columns of a wide row reads a few blocks. `None`: every column.
+    pub fn row_payload_of(&self, r: usize, wanted: Option<&[bool]>, out: &mut Vec<u8>) -> Result<RowHeader> {
         let header = self.row_header(r)?;
         let natts = header.natts as usize;
         let bitmap_at = out.len();
         out.resize(bitmap_at + natts.div_ceil(8), 0);
         for c in 0..natts {
             let m = &self.layout.columns[c];
+            if wanted.is_some_and(|w| !w.get(c).copied().unwrap_or(true)) {
+                out[bitmap_at + c / 8] |= 1 << (c % 8);
+                continue;
+            }
             let mut base = 0;
             if m.has_nulls {
                 base = bitmap_len(self.nrows);
@@ -845,6 +857,47 @@ mod tests {
             let h = part.row_payload(r, &mut out).unwrap();
             assert_eq!(h, want.header);
             assert_eq!(out[1..], crate::hasis::row::encode_payload(&schema(), &want.row).unwrap()[..], "row {r}");
+        }
+    }
+
+    #[test]
+    fn row_payload_of_some_columns_reads_only_theirs() {
+        let g = geo(16);
+        let rs = rows(600, 60);
+        let (blocks, p) = build(&g, &schema(), &rs, 5).unwrap();
+        let wanted_sets: [&[bool]; 4] = [&[true, false, false, false], &[false, false, true], &[false, true, true, false], &[false; 4]];
+        for wanted in wanted_sets {
+            for r in (0..rs.len()).step_by(7) {
+                let src = Counting { blocks: &blocks, touched: Default::default() };
+                let part = ColumnPart::parse_lazy(&g, &src, p.total_units, rs.len()).unwrap();
+                let header_blocks = {
+                    part.row_header(r).unwrap();
+                    src.touched.borrow().clone()
+                };
+                let mut out = Vec::new();
+                let h = part.row_payload_of(r, Some(wanted), &mut out).unwrap();
+                assert_eq!(h, rs[r].header);
+                // The wanted columns as stored; the others NULL; a column
+                // past `wanted` counts as wanted.
+                let mut expect = rs[r].row.clone();
+                for (c, v) in expect.values.iter_mut().enumerate() {
+                    if !wanted.get(c).copied().unwrap_or(true) {
+                        *v = None;
+                    }
+                }
+                assert_eq!(out, crate::hasis::row::encode_payload(&schema(), &expect).unwrap(), "row {r} wanted {wanted:?}");
+                // Blocks read: the header's, and the wanted columns' own.
+                let mut own = header_blocks;
+                for c in 0..4 {
+                    if wanted.get(c).copied().unwrap_or(true) {
+                        let m = part.column_meta(c).unwrap();
+                        own.extend((m.first_unit as usize..(m.first_unit + m.units) as usize).map(|u| u / 2));
+                    }
+                }
+                for b in src.touched.borrow().iter() {
+                    assert!(own.contains(b), "row {r} wanted {wanted:?} read block {b}");
+                }
+            }
         }
     }
 

@@ -22,11 +22,14 @@
 //! | `path.rs` | the planner hook, the path and its cost, the plan |
 //! | `exec.rs` | the executor node: extents in, virtual tuples out, parallel DSM, EXPLAIN |
 //! | `minmax.rs` | the min/max quals: found at plan time, checked per column part |
+//! | `fetch.rs` | column-aware index and bitmap heap fetches: an `ExecutorStart` hook tells them the columns the plan uses |
 //!
 //! `pg_hybrid.enable_hasis_column_scan` (on) turns the path off, as
-//! `enable_seqscan` does for PostgreSQL's.
+//! `enable_seqscan` does for PostgreSQL's; `pg_hybrid.enable_hasis_column_fetch`
+//! (on) makes fetches read every column again.
 
 pub mod exec;
+pub mod fetch;
 pub mod minmax;
 pub mod path;
 
@@ -46,4 +49,5 @@ pub unsafe fn init() {
     );
     path::install();
     exec::register();
+    fetch::init();
 }

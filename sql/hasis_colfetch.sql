@@ -1,0 +1,122 @@
+-- Column-aware fetches (src/hasis/colscan/fetch.rs): index scans and bitmap
+-- heap scans of a hasis table read only the columns the plan uses, the
+-- others come back NULL where nothing looks. Every query here runs on the
+-- hasis table (cf_h) and its heap twin (cf_x) with the same plan shape;
+-- the answers must be equal, with the feature on and off.
+CREATE EXTENSION IF NOT EXISTS pg_hybrid;
+SET pg_hybrid.hasis_compaction_worker = off;
+SET max_parallel_workers_per_gather = 0;
+CREATE FUNCTION cf_twin_diff(q text, OUT diff bigint, OUT n bigint)
+LANGUAGE plpgsql AS $$
+DECLARE qh text := replace(q, '@', 'h'); qx text := replace(q, '@', 'x');
+BEGIN
+  EXECUTE format('SELECT count(*) FROM (((%s) EXCEPT ALL (%s)) UNION ALL ((%s) EXCEPT ALL (%s))) d',
+                 qh, qx, qx, qh) INTO diff;
+  EXECUTE format('SELECT count(*) FROM (%s) q', qh) INTO n;
+END $$;
+-- The plan's node types, outermost first (to show which scan ran).
+CREATE FUNCTION cf_nodes(q text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE j json; out text := '';
+BEGIN
+  EXECUTE 'EXPLAIN (COSTS OFF, FORMAT JSON) ' || q INTO j;
+  SELECT string_agg(t, ' > ') INTO out FROM (
+    WITH RECURSIVE n(p, d) AS (SELECT j->0->'Plan', 0 UNION ALL
+      SELECT c, d + 1 FROM n, json_array_elements(n.p->'Plans') c)
+    SELECT (p->>'Node Type') || coalesce(' ' || (p->>'Relation Name'), '') AS t FROM n ORDER BY d) s;
+  RETURN out;
+END $$;
+-- Shared buffers the whole plan touched (hit or read).
+CREATE FUNCTION cf_buffers(q text) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE j json;
+BEGIN
+  EXECUTE 'EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) ' || q INTO j;
+  RETURN (j->0->'Plan'->>'Shared Hit Blocks')::bigint + (j->0->'Plan'->>'Shared Read Blocks')::bigint;
+END $$;
+
+CREATE TABLE cf_h (k int8, g int4, c3 int4, c4 numeric(12,2), c5 float8, c6 date, c7 text, c8 text,
+    c9 int4, c10 timestamptz, c11 text, c12 int2, c13 text, c14 float8, c15 text, c16 text) USING hasis;
+CREATE TABLE cf_x (LIKE cf_h) USING heap;
+INSERT INTO cf_h SELECT g, g % 100, g % 7, (g % 500) / 4.0, g / 3.0, '2000-01-01'::date + g % 900,
+    'seven ' || g % 13, CASE WHEN g % 9 = 0 THEN NULL ELSE repeat('x', g % 40) END, (g * 7) % 5000 + 1,
+    '2020-01-01 00:00+00'::timestamptz + g * interval '1 second', md5(g::text), (g % 300)::int2,
+    'thirteen', g * 1.5, repeat('p', g % 17), 'last ' || g
+  FROM generate_series(1, 20000) g;
+INSERT INTO cf_x SELECT * FROM cf_h;
+CREATE INDEX cf_h_k ON cf_h (k);
+CREATE INDEX cf_x_k ON cf_x (k);
+CREATE INDEX cf_h_g ON cf_h (g);
+CREATE INDEX cf_x_g ON cf_x (g);
+VACUUM ANALYZE cf_h;
+VACUUM ANALYZE cf_x;
+SELECT column_rows, delta_versions FROM pg_hybrid.table_stats('cf_h');
+CREATE TABLE cf_probe AS SELECT (g * 37) % 20000 + 1 AS k, g AS n, g % 5 + 1 AS m FROM generate_series(1, 300) g;
+ANALYZE cf_probe;
+
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+-- 1. A plain index scan with a projection and a qual on another column.
+SELECT cf_nodes('SELECT k, c5 FROM cf_h WHERE k BETWEEN 100 AND 400 AND c3 = 2');
+SELECT * FROM cf_twin_diff('SELECT k, c5 FROM cf_@ WHERE k BETWEEN 100 AND 400 AND c3 = 2');
+-- 2. Nested loop, inner index scan (its target list is every column: a
+-- "physical" one; the join uses three).
+SET enable_hashjoin = off; SET enable_mergejoin = off; SET enable_memoize = off; SET enable_material = off;
+SELECT cf_nodes('SELECT p.n, i.c7, i.c12 FROM cf_probe p JOIN cf_h i ON i.k = p.k');
+SELECT * FROM cf_twin_diff('SELECT p.n, i.c7, i.c12 FROM cf_probe p JOIN cf_@ i ON i.k = p.k');
+-- the join qual and the outer side's columns too
+SELECT * FROM cf_twin_diff('SELECT p.n, i.c16 FROM cf_probe p JOIN cf_@ i ON i.k = p.k AND i.c9 > p.n * 10');
+SELECT * FROM cf_twin_diff('SELECT p.n, i.k FROM cf_probe p LEFT JOIN cf_@ i ON i.k = p.k + 1 AND i.c3 < 3 WHERE p.n < 50');
+-- the index scan as the outer side, its columns feeding the inner's parameter
+SELECT * FROM cf_twin_diff('SELECT o.k, o.c11, i.c13 FROM cf_@ o JOIN cf_@ i ON i.k = o.c9 WHERE o.k < 300');
+-- 3. Memoize and Material between the join and the scan.
+SET enable_memoize = on;
+SELECT cf_nodes('SELECT p.n, i.c4 FROM cf_probe p JOIN cf_h i ON i.k = p.m');
+SELECT * FROM cf_twin_diff('SELECT p.n, i.c4, i.k FROM cf_probe p JOIN cf_@ i ON i.k = p.m');
+SELECT * FROM cf_twin_diff('SELECT p.n, i.c4, i.k FROM cf_probe p JOIN cf_@ i ON i.g = p.n % 100 WHERE p.n < 40');
+SET enable_memoize = off; SET enable_material = on;
+SELECT cf_nodes('SELECT p.n, i.c15 FROM cf_probe p JOIN cf_h i ON i.k < 30 AND i.c3 = p.n % 7 WHERE p.n < 20');
+SELECT * FROM cf_twin_diff('SELECT p.n, i.c15 FROM cf_probe p JOIN cf_@ i ON i.k < 30 AND i.c3 = p.n % 7 WHERE p.n < 20');
+RESET enable_material;
+-- 4. Hash and merge joins over index scans; a sort and an aggregate above one.
+SET enable_hashjoin = on; SET enable_nestloop = off;
+SELECT * FROM cf_twin_diff('SELECT p.n, i.c6 FROM cf_probe p JOIN cf_@ i ON i.k = p.k WHERE i.k < 10000');
+SET enable_hashjoin = off; SET enable_mergejoin = on;
+SELECT * FROM cf_twin_diff('SELECT p.n, i.c10 FROM cf_probe p JOIN cf_@ i ON i.k = p.k');
+RESET enable_nestloop; RESET enable_hashjoin; RESET enable_mergejoin; RESET enable_memoize;
+SELECT * FROM cf_twin_diff('SELECT k, c8 FROM cf_@ WHERE k < 2000 ORDER BY c14 DESC LIMIT 25');
+SELECT * FROM cf_twin_diff('SELECT c3, sum(c4), max(c11), count(c8) FROM cf_@ WHERE k < 5000 GROUP BY c3');
+SELECT * FROM cf_twin_diff('SELECT DISTINCT c7 FROM cf_@ WHERE g = 5');
+SELECT * FROM cf_twin_diff('(SELECT k, c12 FROM cf_@ WHERE k < 100 ORDER BY c12, k FETCH FIRST 5 ROWS WITH TIES)');
+-- 5. Whole-row references, subplans, CTEs and subqueries.
+SELECT * FROM cf_twin_diff('SELECT i::text FROM cf_@ i WHERE k < 20');
+SELECT * FROM cf_twin_diff('SELECT k, (SELECT max(c11) FROM cf_@ x WHERE x.k = i.c9) FROM cf_@ i WHERE k < 50');
+SELECT * FROM cf_twin_diff('SELECT k FROM cf_@ i WHERE k < 500 AND EXISTS (SELECT 1 FROM cf_probe p WHERE p.k = i.c9)');
+SELECT * FROM cf_twin_diff('WITH w AS MATERIALIZED (SELECT * FROM cf_@ WHERE k < 300) SELECT c3, count(c16) FROM w GROUP BY c3');
+SELECT * FROM cf_twin_diff('SELECT s.k, s.c13 FROM (SELECT * FROM cf_@ WHERE k < 300 OFFSET 0) s WHERE s.c3 = 1');
+SELECT * FROM cf_twin_diff('SELECT k, c5 FROM cf_@ WHERE k < 100 UNION ALL SELECT k, c5 FROM cf_@ WHERE g = 3');
+-- 6. Bitmap heap scans (recheck quals on columns the target list does not name).
+SET enable_bitmapscan = on; SET enable_indexscan = off;
+SELECT cf_nodes('SELECT k, c11 FROM cf_h WHERE g = 7 OR k < 40');
+SELECT * FROM cf_twin_diff('SELECT k, c11 FROM cf_@ WHERE g = 7 OR k < 40');
+SELECT * FROM cf_twin_diff('SELECT count(*) FROM cf_@ WHERE g IN (1, 2, 3) AND c8 IS NULL');
+RESET enable_indexscan;
+-- 7. A cursor: rows fetched forwards and backwards, then its current row updated.
+BEGIN;
+DECLARE cf_cur SCROLL CURSOR FOR SELECT k, c7 FROM cf_h WHERE k BETWEEN 10 AND 20;
+FETCH 3 FROM cf_cur;
+FETCH BACKWARD 1 FROM cf_cur;
+UPDATE cf_h SET c16 = 'updated through the cursor' WHERE CURRENT OF cf_cur;
+SELECT k, c7, c16 FROM cf_h WHERE k = 11;
+SELECT count(*) = 20000 AS all_columns_kept FROM cf_h WHERE c11 IS NOT NULL AND c13 = 'thirteen';
+ROLLBACK;
+-- 8. Fewer blocks: the nested loop's inner fetches read 3 of 16 columns.
+SET enable_hashjoin = off; SET enable_mergejoin = off; SET enable_memoize = off; SET enable_material = off;
+SET pg_hybrid.enable_hasis_column_fetch = off;
+SELECT cf_buffers('SELECT p.n, i.c7, i.c12 FROM cf_probe p JOIN cf_h i ON i.k = p.k') AS all_columns \gset
+SELECT * FROM cf_twin_diff('SELECT p.n, i.c7, i.c12 FROM cf_probe p JOIN cf_@ i ON i.k = p.k');
+SELECT * FROM cf_twin_diff('SELECT k, c11 FROM cf_@ WHERE g = 7 OR k < 40');
+RESET pg_hybrid.enable_hasis_column_fetch;
+SELECT cf_buffers('SELECT p.n, i.c7, i.c12 FROM cf_probe p JOIN cf_h i ON i.k = p.k') AS used_columns \gset
+SELECT :used_columns < :all_columns / 2 AS fewer_blocks;
+RESET ALL;
+DROP TABLE cf_h, cf_x, cf_probe;
+DROP FUNCTION cf_twin_diff(text), cf_nodes(text), cf_buffers(text);

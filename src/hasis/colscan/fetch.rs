@@ -1,0 +1,280 @@
+//! Column-aware fetches: index scans and bitmap heap scans of a hasis table
+//! read only the columns their plan uses.
+//!
+//! An index fetch of a row in a column part reads one mini-page per column
+//! (a block each in a wide table) where heap reads one block. The table AM
+//! API gives a fetch no column list, so an `ExecutorStart` hook hands one
+//! over: after PostgreSQL has built the plan's state, it walks the plan
+//! from the top, working out for each node which of its output columns
+//! the nodes above use, and for each `IndexScan` and `BitmapHeapScan` of
+//! a hasis table the table columns that node reads: the target entries
+//! used above it (a scan below a join usually returns every column, a
+//! "physical target list", and the join uses a few), its quals, and the
+//! original index quals and ORDER BY expressions it rechecks. The scan's
+//! descriptor (created here for an index scan, as `IndexNext` would create
+//! it on its first call) then fetches those columns; the others read as
+//! NULL, which nothing in the plan looks at.
+//!
+//! Conservative by construction: a node type whose expressions are not
+//! known here passes "every column" to its children; a whole-row
+//! reference means every column; statements other than plain SELECTs
+//! (no row marks, no data-modifying WITH) are left alone, so EvalPlanQual,
+//! triggers and RETURNING never meet a partial row. Parallel-aware scans
+//! are left alone (their descriptors are made later, in the DSM).
+//! `pg_hybrid.enable_hasis_column_fetch = off` turns it off.
+
+use std::collections::BTreeSet;
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+
+pub static ENABLE: GucSetting<bool> = GucSetting::<bool>::new(true);
+
+static mut PREV_EXECUTOR_START: pg_sys::ExecutorStart_hook_type = None;
+
+pub unsafe fn init() {
+    GucRegistry::define_bool_guc(
+        c"pg_hybrid.enable_hasis_column_fetch",
+        c"Lets index and bitmap heap scans of hasis tables read only the columns the plan uses.",
+        c"",
+        &ENABLE,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    PREV_EXECUTOR_START = pg_sys::ExecutorStart_hook;
+    pg_sys::ExecutorStart_hook = Some(executor_start);
+}
+
+/// Executor Var numbers of a join's or upper node's children (nodes/primnodes.h).
+const INNER_VAR: i32 = -1;
+const OUTER_VAR: i32 = -2;
+/// `pull_varattnos` offsets attribute numbers by this (access/sysattr.h).
+const FIRST_LOW_INVALID: i32 = -7;
+
+/// Output columns (target entry numbers) of a plan node that the nodes
+/// above it use; `None`: every one (unknown, or really all).
+type Used = Option<BTreeSet<i32>>;
+
+#[pg_guard]
+unsafe extern "C-unwind" fn executor_start(qd: *mut pg_sys::QueryDesc, eflags: i32) {
+    match PREV_EXECUTOR_START {
+        Some(prev) => prev(qd, eflags),
+        None => pg_sys::standard_ExecutorStart(qd, eflags),
+    }
+    if !ENABLE.get() || eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 != 0 {
+        return;
+    }
+    let stmt = (*qd).plannedstmt;
+    if (*stmt).commandType != pg_sys::CmdType::CMD_SELECT || !(*stmt).rowMarks.is_null() || (*stmt).hasModifyingCTE {
+        return;
+    }
+    let estate = (*qd).estate;
+    let old = pg_sys::MemoryContextSwitchTo((*estate).es_query_cxt);
+    walk((*qd).planstate, None, estate);
+    // InitPlans and SubPlans: every output column is used (their parents'
+    // expressions are not walked back to them here).
+    let subs = (*estate).es_subplanstates;
+    for i in 0..pg_sys::list_length(subs) {
+        walk(pg_sys::list_nth(subs, i) as *mut pg_sys::PlanState, None, estate);
+    }
+    pg_sys::MemoryContextSwitchTo(old);
+}
+
+unsafe fn list_nodes(list: *mut pg_sys::List) -> Vec<*mut pg_sys::Node> {
+    (0..pg_sys::list_length(list)).map(|i| pg_sys::list_nth(list, i) as *mut pg_sys::Node).collect()
+}
+
+/// The expressions of `plan`'s target entries that `used` names.
+unsafe fn used_targets(plan: *mut pg_sys::Plan, used: &Used) -> Vec<*mut pg_sys::Node> {
+    list_nodes((*plan).targetlist)
+        .into_iter()
+        .filter_map(|n| {
+            let te = n as *mut pg_sys::TargetEntry;
+            let wanted = used.as_ref().is_none_or(|u| u.contains(&((*te).resno as i32)));
+            wanted.then(|| (*te).expr as *mut pg_sys::Node)
+        })
+        .collect()
+}
+
+/// Attribute numbers of the Vars of `varno` in `nodes` (system columns
+/// left out: a fetch always carries them); `None` for a whole-row Var.
+unsafe fn attnos(nodes: &[*mut pg_sys::Node], varno: i32) -> Used {
+    let mut set: *mut pg_sys::Bitmapset = std::ptr::null_mut();
+    for &n in nodes {
+        // pull_varattnos compares as an unsigned Index, as Var.varno is
+        // compared with it in C: the negative executor varnos match.
+        pg_sys::pull_varattnos(n, varno as pg_sys::Index, &mut set);
+    }
+    let mut out = BTreeSet::new();
+    let mut x = -1;
+    loop {
+        x = pg_sys::bms_next_member(set, x);
+        if x < 0 {
+            return Some(out);
+        }
+        match x + FIRST_LOW_INVALID {
+            0 => return None,
+            a if a > 0 => {
+                out.insert(a);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Adds column numbers of the child (`AttrNumber` arrays: sort, group,
+/// unique keys) to what it must return.
+unsafe fn with_columns(used: Used, cols: *const pg_sys::AttrNumber, n: i32) -> Used {
+    let mut used = used?;
+    for i in 0..n.max(0) as usize {
+        used.insert(*cols.add(i) as i32);
+    }
+    Some(used)
+}
+
+/// What `plan`'s outer (left) and inner (right) children must return,
+/// given what the nodes above use of `plan`'s output. Node types not
+/// listed: everything.
+unsafe fn children_used(plan: *mut pg_sys::Plan, used: &Used) -> (Used, Used) {
+    use pg_sys::NodeTag::*;
+    let mut exprs = used_targets(plan, used);
+    exprs.extend(list_nodes((*plan).qual));
+    let tag = (*plan).type_;
+    let mut cols: Option<(*const pg_sys::AttrNumber, i32)> = None;
+    match tag {
+        T_NestLoop => {
+            let nl = plan as *mut pg_sys::NestLoop;
+            exprs.extend(list_nodes((*nl).join.joinqual));
+            for p in list_nodes((*nl).nestParams) {
+                exprs.push((*(p as *mut pg_sys::NestLoopParam)).paramval as *mut pg_sys::Node);
+            }
+        }
+        T_HashJoin => {
+            let hj = plan as *mut pg_sys::HashJoin;
+            exprs.extend(list_nodes((*hj).join.joinqual));
+            exprs.extend(list_nodes((*hj).hashclauses));
+            exprs.extend(list_nodes((*hj).hashkeys));
+        }
+        T_MergeJoin => {
+            let mj = plan as *mut pg_sys::MergeJoin;
+            exprs.extend(list_nodes((*mj).join.joinqual));
+            exprs.extend(list_nodes((*mj).mergeclauses));
+        }
+        T_Hash => exprs.extend(list_nodes((*(plan as *mut pg_sys::Hash)).hashkeys)),
+        T_Memoize => exprs.extend(list_nodes((*(plan as *mut pg_sys::Memoize)).param_exprs)),
+        T_Material | T_Result => {}
+        T_Sort | T_IncrementalSort => {
+            let s = plan as *mut pg_sys::Sort;
+            cols = Some(((*s).sortColIdx, (*s).numCols));
+        }
+        T_Unique => {
+            let u = plan as *mut pg_sys::Unique;
+            cols = Some(((*u).uniqColIdx, (*u).numCols));
+        }
+        T_Limit => {
+            let l = plan as *mut pg_sys::Limit;
+            cols = Some(((*l).uniqColIdx, (*l).uniqNumCols));
+        }
+        T_Agg => {
+            let a = plan as *mut pg_sys::Agg;
+            if !(*a).groupingSets.is_null() || !(*a).chain.is_null() {
+                return (None, None);
+            }
+            cols = Some(((*a).grpColIdx, (*a).numCols));
+        }
+        _ => return (None, None),
+    }
+    let mut outer = attnos(&exprs, OUTER_VAR);
+    if let Some((c, n)) = cols {
+        outer = with_columns(outer, c, n);
+    }
+    (outer, attnos(&exprs, INNER_VAR))
+}
+
+unsafe fn walk(ps: *mut pg_sys::PlanState, used: Used, estate: *mut pg_sys::EState) {
+    if ps.is_null() {
+        return;
+    }
+    let plan = (*ps).plan;
+    match (*plan).type_ {
+        pg_sys::NodeTag::T_IndexScan => index_scan(ps as *mut pg_sys::IndexScanState, &used, estate),
+        pg_sys::NodeTag::T_BitmapHeapScan => bitmap_heap_scan(ps as *mut pg_sys::BitmapHeapScanState, &used),
+        _ => {}
+    }
+    let (outer, inner) = children_used(plan, &used);
+    walk((*ps).lefttree, outer, estate);
+    walk((*ps).righttree, inner, estate);
+    // Children that are not lefttree/righttree: every column.
+    match (*plan).type_ {
+        pg_sys::NodeTag::T_Append => {
+            let a = ps as *mut pg_sys::AppendState;
+            for i in 0..(*a).as_nplans.max(0) as usize {
+                walk(*(*a).appendplans.add(i), None, estate);
+            }
+        }
+        pg_sys::NodeTag::T_MergeAppend => {
+            let m = ps as *mut pg_sys::MergeAppendState;
+            for i in 0..(*m).ms_nplans.max(0) as usize {
+                walk(*(*m).mergeplans.add(i), None, estate);
+            }
+        }
+        pg_sys::NodeTag::T_SubqueryScan => walk((*(ps as *mut pg_sys::SubqueryScanState)).subplan, None, estate),
+        pg_sys::NodeTag::T_CustomScan => {
+            for n in list_nodes((*(ps as *mut pg_sys::CustomScanState)).custom_ps) {
+                walk(n as *mut pg_sys::PlanState, None, estate);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The table columns a scan node of `rel` reads: Vars of its range table
+/// entry in the target entries used above it and in `more` (its quals and
+/// rechecks); `None` for every column (nothing to gain).
+unsafe fn scan_columns(ps: *mut pg_sys::ScanState, used: &Used, more: &[*mut pg_sys::List]) -> Option<Vec<bool>> {
+    let rel = (*ps).ss_currentRelation;
+    if rel.is_null() || !crate::hasis::handler::is_hasis(rel) {
+        return None;
+    }
+    let plan = (*ps).ps.plan;
+    let scanrelid = (*(plan as *mut pg_sys::Scan)).scanrelid as i32;
+    let mut exprs = used_targets(plan, used);
+    exprs.extend(list_nodes((*plan).qual));
+    for &l in more {
+        exprs.extend(list_nodes(l));
+    }
+    let cols = attnos(&exprs, scanrelid)?;
+    let natts = (*(*rel).rd_att).natts as usize;
+    let wanted: Vec<bool> = (1..=natts as i32).map(|a| cols.contains(&a)).collect();
+    (!wanted.iter().all(|&w| w)).then_some(wanted)
+}
+
+unsafe fn index_scan(node: *mut pg_sys::IndexScanState, used: &Used, estate: *mut pg_sys::EState) {
+    let plan = (*node).ss.ps.plan;
+    if (*plan).parallel_aware || !(*node).iss_ScanDesc.is_null() || (*node).iss_RelationDesc.is_null() {
+        return;
+    }
+    let is = plan as *mut pg_sys::IndexScan;
+    let Some(wanted) = scan_columns(&mut (*node).ss, used, &[(*is).indexqualorig, (*is).indexorderbyorig]) else { return };
+    // What IndexNext does on its first call (nodeIndexscan.c); with
+    // run-time keys still to compute, the first call's rescan passes them.
+    let scan = pg_sys::index_beginscan((*node).ss.ss_currentRelation, (*node).iss_RelationDesc, (*estate).es_snapshot, (*node).iss_NumScanKeys, (*node).iss_NumOrderByKeys);
+    (*node).iss_ScanDesc = scan;
+    if (*node).iss_NumRuntimeKeys == 0 || (*node).iss_RuntimeKeysReady {
+        pg_sys::index_rescan(scan, (*node).iss_ScanKeys, (*node).iss_NumScanKeys, (*node).iss_OrderByKeys, (*node).iss_NumOrderByKeys);
+    }
+    let fetch = (*scan).xs_heapfetch as *mut crate::hasis::scan::HasisFetch;
+    (*fetch).wanted = Some(wanted);
+}
+
+unsafe fn bitmap_heap_scan(node: *mut pg_sys::BitmapHeapScanState, used: &Used) {
+    let plan = (*node).ss.ps.plan;
+    let desc = (*node).ss.ss_currentScanDesc;
+    if (*plan).parallel_aware || desc.is_null() {
+        return;
+    }
+    let bh = plan as *mut pg_sys::BitmapHeapScan;
+    let Some(wanted) = scan_columns(&mut (*node).ss, used, &[(*bh).bitmapqualorig]) else { return };
+    crate::hasis::scan::state(desc).wanted = Some(wanted);
+}
