@@ -52,9 +52,7 @@ class Cluster:
         tablespace: the database's default tablespace (a copy of `template`
         then has every relation there)."""
         with self.connect() as c:
-            # FORCE: a client's query may still run after the client left
-            # (go-tpc's analytical client at the end of its time)
-            c.execute('DROP DATABASE IF EXISTS "%s" WITH (FORCE)' % name)
+            self.drop_db(name, c)
             opts = ' TEMPLATE "%s"' % template if template else ""
             if collate_c and not template:
                 opts = " TEMPLATE template0 LC_COLLATE 'C'"
@@ -65,9 +63,21 @@ class Cluster:
             with self.connect(name) as c:
                 self.ensure_extension(c)
 
-    def drop_db(self, name):
-        with self.connect() as c:
-            c.execute('DROP DATABASE IF EXISTS "%s" WITH (FORCE)' % name)
+    def drop_db(self, name, c=None):
+        """FORCE: a client's query may still run after the client left (go-tpc's
+        analytical client at the end of its time); a background worker of the
+        database (hasis compaction) may take a moment to leave: retried."""
+        if c is None:
+            with self.connect() as c:
+                return self.drop_db(name, c)
+        for attempt in range(6):
+            try:
+                c.execute('DROP DATABASE IF EXISTS "%s" WITH (FORCE)' % name)
+                return
+            except psycopg.errors.ObjectInUse:
+                if attempt == 5:
+                    raise
+                time.sleep(2)
 
     def ensure_extension(self, c):
         if self.standin:

@@ -149,6 +149,13 @@ unsafe fn pass(relid: pg_sys::Oid, not_before: &mut HashMap<u32, (Instant, Durat
         let g = meta.geometry;
         for k in 0..meta.nextents {
             pgrx::check_for_interrupts!();
+            // SIGTERM (DROP DATABASE, which waits 5 s for the database's
+            // processes; a fast shutdown) sets pgrx's flag, not
+            // ProcDiePending: leave between two compactions, each of which
+            // is atomic, rather than after a pass over every extent.
+            if BackgroundWorker::sigterm_received() {
+                break;
+            }
             let first = meta.extent_first(k);
             let due = {
                 let h = Buf::read(rel, first, Lock::Share);
