@@ -4,7 +4,7 @@
 # 1. Bad input must fail cleanly: unknown suite, unknown index AM, a hash
 #    baseline for a suite with ranges, an unknown table AM, a port in use,
 #    a cluster that cannot start (bad shared_buffers), --csd for a suite other
-#    than tpch, a --csd size that is not one.  Each must exit non-zero
+#    than tpch and htap, a --csd size that is not one.  Each must exit non-zero
 #    with the expected message and leave no server of ours running.
 # 2. `bench/run.sh all --smoke` with the AM under test (PH_AM; btree in stand-in
 #    mode) against btree: every suite must finish (TPC-H answers checked against
@@ -23,6 +23,9 @@
 #    where the kernel has zram): heap and hasis tables side by side, answers
 #    checked against DuckDB, metered physical bytes, Q1/Q6 blocks, and the
 #    device's own bytes with --csd.
+# 6. `bench/run.sh htap --smoke --table-am hasis` (--csd 2G where zram exists):
+#    go-tpc's CH-benCHmark on heap and on hasis, TPC-C alone and beside the
+#    analytical client, and the hasis side's compaction bytes.
 # No timing thresholds.  Reports go to $PH_SCRATCH/bench_smoke.
 #
 # Usage: bench/smoke.sh [--quick]     (--quick: accepted for test.sh, same sizes)
@@ -64,7 +67,7 @@ expect_fail unknown_table_am "unknown table AM" probe --smoke --table-am nosuch
 # hash answers equality only: no baseline of the range suites
 expect_fail hash_baseline "baseline must be a built-in AM" ycsb --smoke --baseline hash
 expect_fail bad_start "could not start cluster" probe --smoke --shared-buffers nonsense
-expect_fail csd_suite "is for the tpch suite" probe --smoke --csd 1G
+expect_fail csd_suite "is for the tpch and htap suites" probe --smoke --csd 1G
 expect_fail csd_size "needs a device size" tpch --smoke --table-am hasis --csd lots
 
 # a port in use: a plain TCP listener on the bench port
@@ -180,6 +183,21 @@ else
     fail "tpch --table-am hasis: no .csv report in $out/tables"
 fi
 if grep -qs "WRONG ANSWER" "$out"/tables/tpch-*-smoke.md; then fail "tpch --table-am hasis: wrong answers"; fi
+
+# htap: CH-benCHmark on heap and hasis tables
+rc=0
+bash "$PH_REPO/bench/run.sh" htap --smoke --table-am hasis "${csd[@]}" --out "$out/htap" || rc=$?
+((rc == 0)) || fail "bench/run.sh htap --smoke --table-am hasis ${csd[*]} exited $rc"
+no_server_left "htap"
+csv=$(ls "$out/htap/htap-btree+hasis-"*"-smoke.csv" 2>/dev/null | head -n1 || true)
+if [[ -n $csv ]]; then
+    for m in "oltp,tpmC" "htap,tpmC" "htap,queries_finished" "compaction,physical_share"; do
+        grep -q "^htap,$m," "$csv" || fail "htap --table-am hasis: no $m in $csv"
+    done
+    echo "ok: htap --table-am hasis report $(basename "$csv")${csd[*]:+ (on an emulated CSD)}"
+else
+    fail "htap --table-am hasis: no .csv report in $out/htap"
+fi
 
 if ((fails)); then
     echo "bench smoke: $fails failure(s); logs in $out" >&2
