@@ -108,6 +108,26 @@ UPDATE cf_h SET c16 = 'updated through the cursor' WHERE CURRENT OF cf_cur;
 SELECT k, c7, c16 FROM cf_h WHERE k = 11;
 SELECT count(*) = 20000 AS all_columns_kept FROM cf_h WHERE c11 IS NOT NULL AND c13 = 'thirteen';
 ROLLBACK;
+-- 7b. NOT NULL columns the plan does not read, before one it does, under
+-- JIT-compiled deforming (which takes NOT NULL columns to be present).
+CREATE TABLE cf_nn_h (id int NOT NULL, d date NOT NULL, u uuid NOT NULL, name text NOT NULL, t text, n numeric NOT NULL) USING hasis;
+CREATE TABLE cf_nn_x (LIKE cf_nn_h) USING heap;
+INSERT INTO cf_nn_h SELECT g, '2001-01-01'::date + g, md5(g::text)::uuid, 'n' || g, 't' || g % 50, g / 7.0
+  FROM generate_series(1, 5000) g;
+INSERT INTO cf_nn_x SELECT * FROM cf_nn_h;
+CREATE INDEX ON cf_nn_h USING hash (t);
+CREATE INDEX ON cf_nn_x USING hash (t);
+VACUUM ANALYZE cf_nn_h;
+VACUUM ANALYZE cf_nn_x;
+CREATE TEMP TABLE cf_nn_v AS SELECT t AS v, count(*) AS n FROM cf_nn_x GROUP BY 1;
+SET jit = on; SET jit_above_cost = 0; SET jit_inline_above_cost = 0; SET jit_optimize_above_cost = 0;
+SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_hashjoin = off; SET enable_mergejoin = off;
+SELECT count(*) AS wrong_counts FROM cf_nn_v WHERE n <> (SELECT count(*) FROM cf_nn_h WHERE t = cf_nn_v.v);
+SELECT * FROM cf_twin_diff('SELECT v.v, (SELECT max(n) FROM cf_nn_@ WHERE t = v.v) FROM cf_nn_v v');
+SELECT * FROM cf_twin_diff('SELECT p.n, i.t, i.n FROM cf_probe p JOIN cf_nn_@ i ON i.t = ''t'' || p.n % 50 WHERE p.n < 10');
+RESET jit; RESET jit_above_cost; RESET jit_inline_above_cost; RESET jit_optimize_above_cost;
+RESET enable_seqscan; RESET enable_bitmapscan; RESET enable_hashjoin; RESET enable_mergejoin;
+DROP TABLE cf_nn_h, cf_nn_x, cf_nn_v;
 -- 8. Fewer blocks: the nested loop's inner fetches read 3 of 16 columns.
 SET enable_hashjoin = off; SET enable_mergejoin = off; SET enable_memoize = off; SET enable_material = off;
 SET pg_hybrid.enable_hasis_column_fetch = off;

@@ -197,7 +197,7 @@ unsafe fn emit(rel: pg_sys::Relation, st: &mut ScanState, slot: *mut pg_sys::Tup
     if st.pos < st.pending.len() {
         let p = &st.pending[st.pos];
         st.pos += 1;
-        tuple::store(rel, slot, &mut st.slot_schema, p.natts, &p.payload, &p.mvcc, p.tid);
+        tuple::store_columns(rel, slot, &mut st.slot_schema, p.natts, &p.payload, &p.mvcc, p.tid, st.wanted.as_deref());
         true
     } else {
         false
@@ -697,7 +697,7 @@ unsafe fn hot_search(
         if !skip && check_visible(rel, snapshot, loc) {
             let mut ip = to_item_pointer(loc.tid);
             PredicateLockTID(rel, &mut ip, snapshot, pg_sys::TransactionId::from(loc.header.mvcc.xmin));
-            tuple::store(rel, slot, slot_schema, loc.header.natts, &loc.payload_of(wanted), &loc.header.mvcc, loc.tid);
+            tuple::store_columns(rel, slot, slot_schema, loc.header.natts, &loc.payload_of(wanted), &loc.header.mvcc, loc.tid, wanted);
             found = Some(loc.tid);
             return Walk::Stop;
         }

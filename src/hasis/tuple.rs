@@ -222,6 +222,21 @@ impl SlotSchema {
 /// written with. The values are read in place (no copy before
 /// `heap_form_tuple`'s).
 pub unsafe fn store(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cache: &mut SlotSchema, natts: u16, payload: &[u8], m: &Mvcc, tid: Tid) {
+    store_columns(rel, slot, cache, natts, payload, m, tid, None)
+}
+
+/// An empty 4-byte-header varlena (VARSIZE 4, little-endian), and an empty
+/// cstring: stand-ins for NOT NULL columns a partial fetch did not read.
+static EMPTY_VARLENA_BYTES: [u32; 1] = [4 << 2];
+static EMPTY_CSTRING: [u8; 1] = [0];
+
+/// `store` for a payload of a partial fetch (`colscan::fetch`), whose
+/// columns not in `wanted` read as NULL. A NOT NULL column must not: JIT
+/// tuple deforming takes a NOT NULL column to be present without looking
+/// at the null bitmap, and would read the columns after it at the wrong
+/// offsets. Such a column gets a stand-in of its length (zeros, an empty
+/// varlena, an empty cstring) that nothing in the plan reads.
+pub unsafe fn store_columns(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cache: &mut SlotSchema, natts: u16, payload: &[u8], m: &Mvcc, tid: Tid, wanted: Option<&[bool]>) {
     let desc = (*slot).tts_tupleDescriptor;
     let n = (*desc).natts as usize;
     let atts = attrs(desc);
@@ -240,6 +255,26 @@ pub unsafe fn store(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, ca
         let mut isnull = true;
         values[i] = pg_sys::getmissingattr(desc, i as i32 + 1, &mut isnull);
         *null = isnull;
+    }
+    let mut stand_ins: Vec<Vec<u64>> = Vec::new();
+    if let Some(w) = wanted {
+        for i in 0..n.min(natts as usize) {
+            let a = &atts[i];
+            if !nulls[i] || !a.attnotnull || a.attisdropped || w.get(i).copied().unwrap_or(true) {
+                continue;
+            }
+            values[i] = if a.attbyval {
+                pg_sys::Datum::from(0usize)
+            } else if a.attlen > 0 {
+                stand_ins.push(vec![0u64; (a.attlen as usize).div_ceil(8)]);
+                pg_sys::Datum::from(stand_ins.last().unwrap().as_ptr())
+            } else if a.attlen == -1 {
+                pg_sys::Datum::from(EMPTY_VARLENA_BYTES.as_ptr())
+            } else {
+                pg_sys::Datum::from(EMPTY_CSTRING.as_ptr())
+            };
+            nulls[i] = false;
+        }
     }
     // The slot frees the tuple when it is cleared, which may be after the
     // caller's memory context was reset: allocate it in the slot's.

@@ -13,7 +13,9 @@
 //! original index quals and ORDER BY expressions it rechecks. The scan's
 //! descriptor (created here for an index scan, as `IndexNext` would create
 //! it on its first call) then fetches those columns; the others read as
-//! NULL, which nothing in the plan looks at.
+//! NULL, which nothing in the plan looks at; a NOT NULL column instead
+//! gets a stand-in value of its length (`tuple::store_columns`), because
+//! JIT-compiled tuple deforming assumes NOT NULL columns are present.
 //!
 //! Conservative by construction: a node type whose expressions are not
 //! known here passes "every column" to its children; a whole-row
