@@ -226,7 +226,8 @@ conf=("fsync = off" "synchronous_commit = off" "${wal_conf[@]}"
       "maintenance_work_mem = '1GB'" "work_mem = '64MB'" "autovacuum = off"
       "max_parallel_maintenance_workers = 0" "max_parallel_workers_per_gather = 0" "jit = off"
       "max_connections = 100")
-((PH_PRELOAD)) && conf+=("pg_hybrid.shared_memory = '$shm'")
+# hasis compactions meter what they write (pg_hybrid.table_stats' physical bytes, the tpch and htap suites)
+((PH_PRELOAD)) && conf+=("pg_hybrid.shared_memory = '$shm'" "pg_hybrid.hasis_meter_compactions = on")
 # go-tpc's postgres driver (lib/pq via a postgres:// URL) cannot be pointed at a
 # unix socket, so for tpcc the cluster also listens on loopback, on its own port.
 [[ " ${run_suites[*]} " == *" tpcc "* || " ${run_suites[*]} " == *" htap "* ]] && conf+=("listen_addresses = '127.0.0.1'")

@@ -49,7 +49,8 @@ def prepare(a, cl, wh):
 
 def side_copy(a, cl, res, side, rep, mode):
     """A fresh copy of the loaded data for one measurement, on the side's
-    table AM and index AM; returns the open connection's figures."""
+    table AM and index AM; returns the compaction bytes written so far (a
+    hasis side; else None) and the WAL insert position, to subtract."""
     am, table_am = a.sides[side]
     cl.create_db(DB, template=BASE, tablespace=a.tablespace)
     with cl.connect(DB) as c:

@@ -7,6 +7,7 @@ CREATE EXTENSION IF NOT EXISTS pg_hybrid;
 -- compaction only where the statements ask for it: no background worker
 -- moving rows between the counts below
 SET pg_hybrid.hasis_compaction_worker = off;
+SET pg_hybrid.hasis_meter_compactions = on;
 CREATE FUNCTION cmp_twins(h regclass, x regclass) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE d bigint;
 BEGIN

@@ -43,6 +43,7 @@ pub unsafe fn init() {
     wal::register();
     options::register();
     worker::define_gucs();
+    compact::define_gucs();
     colscan::init();
 }
 

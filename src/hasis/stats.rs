@@ -26,7 +26,7 @@ CREATE FUNCTION pg_hybrid.table_stats(tbl regclass) RETURNS TABLE (
     redirect_slots bigint, relation_bytes bigint,
     compaction_written_bytes bigint, compaction_physical_bytes bigint)
     LANGUAGE c STRICT VOLATILE AS 'MODULE_PATHNAME', 'table_stats_wrapper';
-COMMENT ON FUNCTION pg_hybrid.table_stats(regclass) IS 'hybrid pages of a hasis table: extents, compactions (page versions past the first), rows in column parts and delta parts, slots waiting for VACUUM, HOT chain roots whose root version is gone (redirects); the bytes compactions of its current file wrote since the server started, and what they cost on a compressing drive (LZ4 per 4 KB block, the CSD meter)';
+COMMENT ON FUNCTION pg_hybrid.table_stats(regclass) IS 'hybrid pages of a hasis table: extents, compactions (page versions past the first), rows in column parts and delta parts, slots waiting for VACUUM, HOT chain roots whose root version is gone (redirects); the bytes compactions of its current file wrote since the server started, and what they cost on a compressing drive (LZ4 per 4 KB block, the CSD meter; NULL unless pg_hybrid.hasis_meter_compactions was on for all of them)';
 ")]
 fn table_stats(
     tbl: pg_sys::Oid,
@@ -90,11 +90,12 @@ fn table_stats(
         f.relation_bytes = (crate::storage::buffer::nblocks(rel) as i64) * pg_sys::BLCKSZ as i64;
         // Counted by the server since it started: NULL when its table of
         // counted relations filled before this file was first counted; a
-        // standby counts nothing (replaying a compaction is not one).
+        // standby counts nothing (replaying a compaction is not one). The
+        // physical bytes are NULL unless every compaction was metered.
         let written = crate::shmem::rel_counters::get(crate::shmem::rel_counters::RelFile::of(rel));
-        use super::compact::written::{BLOCKS, PHYSICAL_BYTES};
+        use super::compact::written::{BLOCKS, METERED_BLOCKS, PHYSICAL_BYTES};
         let written_bytes = written.map(|w| (w[BLOCKS] * pg_sys::BLCKSZ as u64) as i64);
-        let physical_bytes = written.map(|w| w[PHYSICAL_BYTES] as i64);
+        let physical_bytes = written.filter(|w| w[METERED_BLOCKS] == w[BLOCKS]).map(|w| w[PHYSICAL_BYTES] as i64);
         pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         TableIterator::once((
             f.extents,
