@@ -72,6 +72,13 @@ unsafe extern "C-unwind" fn executor_start(qd: *mut pg_sys::QueryDesc, eflags: i
         return;
     }
     let estate = (*qd).estate;
+    // Every SELECT comes here: leave at once unless a scan node opened a
+    // hasis table (es_relations holds the tables the plan's nodes opened).
+    let rels = (*estate).es_relations;
+    let opened = |i: usize| *rels.add(i);
+    if rels.is_null() || !(0..(*estate).es_range_table_size as usize).any(|i| !opened(i).is_null() && crate::hasis::handler::is_hasis(opened(i))) {
+        return;
+    }
     let old = pg_sys::MemoryContextSwitchTo((*estate).es_query_cxt);
     walk((*qd).planstate, None, estate);
     // InitPlans and SubPlans: every output column is used (their parents'
