@@ -121,3 +121,34 @@ SELECT k, length(v), length(w), left(v, 1), left(w, 1) FROM tl_h WHERE k IN (1, 
 SELECT count(*) FROM tl_h WHERE length(v) <> 1 OR length(w) <> 200;
 COMMIT;
 DROP TABLE tl_h;
+-- Bulk fill: a bulk insert (CREATE TABLE AS, ALTER TABLE ... SET ACCESS
+-- METHOD, COPY) stops filling an extent when its column part could not
+-- take the next row, so after VACUUM no row is left in a delta part. A
+-- 16-column table is the case: its column parts fill before the delta
+-- parts do. A row-by-row INSERT ... SELECT leaves some there.
+CREATE TABLE bf_src AS
+  SELECT g AS a, g * 7 AS b, g % 13 AS c, g % 5 AS d, (g % 97)::numeric / 7 AS e, (g % 89)::numeric / 3 AS f,
+         (g % 11)::numeric AS h, (g % 3)::numeric AS i, chr(65 + g % 3) AS j, chr(70 + g % 2) AS k,
+         date '1992-01-01' + g % 2500 AS l, date '1992-01-01' + g % 2400 AS m, date '1992-01-01' + g % 2600 AS n,
+         'DELIVER IN PERSON' AS o, 'TRUCK' AS p, md5(g::text) || ' comment' AS q
+  FROM generate_series(1, 20000) g;
+CREATE TABLE bf_ctas USING hasis AS SELECT * FROM bf_src;
+CREATE TABLE bf_alter AS SELECT * FROM bf_src;
+ALTER TABLE bf_alter SET ACCESS METHOD hasis;
+CREATE TABLE bf_copy (LIKE bf_src) USING hasis;
+-- (the file is the server's, in its data directory: psql runs as another user)
+COPY bf_src TO PROGRAM 'cat > pg_hybrid_bf_src.csv' csv;
+COPY bf_copy FROM 'pg_hybrid_bf_src.csv' csv;
+COPY (SELECT) TO PROGRAM 'rm -f pg_hybrid_bf_src.csv';
+CREATE TABLE bf_rows (LIKE bf_src) USING hasis;
+INSERT INTO bf_rows SELECT * FROM bf_src;
+VACUUM bf_ctas, bf_alter, bf_copy, bf_rows;
+SELECT t, column_rows, delta_versions, extents > 1 AS several_extents
+  FROM unnest(ARRAY['bf_ctas', 'bf_alter', 'bf_copy']) t, pg_hybrid.table_stats(t::regclass) ORDER BY t;
+SELECT delta_versions > 0 AS row_by_row_leaves_delta_rows FROM pg_hybrid.table_stats('bf_rows');
+SELECT t, (SELECT count(*) FROM (SELECT * FROM bf_src EXCEPT ALL SELECT * FROM bf_ctas) x) AS missing_ctas,
+       (SELECT count(*) FROM (SELECT * FROM bf_copy EXCEPT ALL SELECT * FROM bf_src) x) AS extra_copy,
+       (SELECT count(*) FROM (SELECT * FROM bf_src EXCEPT ALL SELECT * FROM bf_alter) x) AS missing_alter
+  FROM (VALUES ('bf')) v(t);
+SELECT pg_hybrid.verify_table('bf_copy');
+DROP TABLE bf_src, bf_ctas, bf_alter, bf_copy, bf_rows;

@@ -122,7 +122,7 @@ unsafe fn copy_kept(new: pg_sys::Relation, old: pg_sys::Relation, k: &Kept) {
     }
     let tup = tuple::form(old, &row, &k.mvcc, k.tid);
     let p = tuple::prepare_tuple(new, tup, std::ptr::null_mut(), 0);
-    relation::insert(new, p.natts, k.mvcc, &p.payload);
+    relation::insert(new, p.natts, k.mvcc, &p.payload, true);
 }
 
 #[allow(clippy::too_many_arguments)]

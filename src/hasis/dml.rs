@@ -524,7 +524,7 @@ pub unsafe fn update(
         pg_sys::pgstat_count_heap_update(rel, true);
         return TM_Ok;
     }
-    let ntid = relation::insert(rel, new.natts, new_mvcc, &new.payload);
+    let ntid = relation::insert(rel, new.natts, new_mvcc, &new.payload, false);
 
     let meta = relation::meta_covering(rel, otid).expect("metapage exists");
     if !optimistic {

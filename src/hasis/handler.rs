@@ -147,7 +147,9 @@ unsafe extern "C-unwind" fn index_delete_tuples(rel: pg_sys::Relation, delstate:
     scan::index_delete_tuples(rel, delstate)
 }
 
-unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId, options: i32, spec_token: Option<u32>) {
+/// `bulk`: COPY's multi-insert, or an insert with a bulk-insert state
+/// (CREATE TABLE AS, REFRESH MATERIALIZED VIEW, ALTER TABLE's rewrite).
+unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId, options: i32, spec_token: Option<u32>, bulk: bool) {
     crate::require_preload();
     let xid = pg_sys::GetCurrentTransactionId().into_inner();
     // Inserts conflict with serializable readers of the whole relation.
@@ -160,7 +162,7 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
         // for the token, not for the whole transaction.
         m.ctid = pg_hybrid_core::tid::Tid::new(token, relation::SPEC_TOKEN_OFFSET);
     }
-    let tid = relation::insert(rel, p.natts, m, &p.payload);
+    let tid = relation::insert(rel, p.natts, m, &p.payload, bulk);
     (*slot).tts_tid = super::visibility::to_item_pointer(tid);
     (*slot).tts_tableOid = (*rel).rd_id;
     if spec_token.is_none() {
@@ -170,16 +172,16 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn tuple_insert(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId, options: i32, _bistate: *mut pg_sys::BulkInsertStateData) {
+unsafe extern "C-unwind" fn tuple_insert(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId, options: i32, bistate: *mut pg_sys::BulkInsertStateData) {
     crate::require_preload();
-    insert_slot(rel, slot, cid, options, None);
+    insert_slot(rel, slot, cid, options, None, !bistate.is_null());
     pg_sys::pgstat_count_heap_insert(rel, 1);
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn tuple_insert_speculative(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId, options: i32, _bistate: *mut pg_sys::BulkInsertStateData, token: u32) {
     crate::require_preload();
-    insert_slot(rel, slot, cid, options, Some(token));
+    insert_slot(rel, slot, cid, options, Some(token), false);
     pg_sys::pgstat_count_heap_insert(rel, 1);
 }
 
@@ -193,7 +195,7 @@ unsafe extern "C-unwind" fn tuple_complete_speculative(rel: pg_sys::Relation, sl
 unsafe extern "C-unwind" fn multi_insert(rel: pg_sys::Relation, slots: *mut *mut pg_sys::TupleTableSlot, nslots: i32, cid: pg_sys::CommandId, options: i32, _bistate: *mut pg_sys::BulkInsertStateData) {
     crate::require_preload();
     for i in 0..nslots as usize {
-        insert_slot(rel, *slots.add(i), cid, options, None);
+        insert_slot(rel, *slots.add(i), cid, options, None, true);
     }
     pg_sys::pgstat_count_heap_insert(rel, nslots as i64);
 }

@@ -15,6 +15,7 @@
 //! | `colscan/` | the column scan: a custom scan that reads only the columns a query needs |
 //! | `compact.rs` | major compaction: heap's vacuum rules as the core's oracle, the pages, the COMPACT record |
 //! | `build.rs` | CREATE INDEX's table scan |
+//! | `bulk.rs` | bulk inserts fill an extent only as far as its column part takes the rows |
 //! | `worker.rs` | the background compaction worker |
 //! | `wal.rs` | hasis's WAL resource manager: insert and stamp records |
 //! | `options.rs` | the `hasis_*` reloptions and their DDL check |
@@ -24,6 +25,7 @@
 //! work yet.
 
 pub mod build;
+pub mod bulk;
 pub mod colscan;
 pub mod compact;
 pub mod ddl;

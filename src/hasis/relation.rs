@@ -331,8 +331,11 @@ pub enum Placed {
 /// set to the new version's own TID, unless it carries a speculative
 /// insertion token (heap's convention: offset `SpecTokenOffsetNumber`),
 /// which stays until the insertion is completed or aborted.
-pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u16, mvcc: Mvcc, payload: &[u8]) -> Placed {
-    insert_and_stamp(rel, meta, k, natts, mvcc, payload, None)
+/// With `bulk` (COPY, CREATE TABLE AS, a rewrite), an extent whose column
+/// part could not take the row beside what it holds is compacted and the
+/// row refused (`bulk.rs`).
+pub unsafe fn insert_into_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u16, mvcc: Mvcc, payload: &[u8], bulk: bool) -> Placed {
+    insert_and_stamp(rel, meta, k, natts, mvcc, payload, None, bulk)
 }
 
 /// The old version of a HOT update, stamped in the same critical section
@@ -371,7 +374,8 @@ enum OldAt {
 /// old version, under the same header lock: the old version is found and
 /// checked after the header block is held exclusively, so nobody else is
 /// inside the extent and the other blocks may be locked in any order.
-unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u16, mut mvcc: Mvcc, payload: &[u8], old: Option<&StampOld>) -> Placed {
+#[allow(clippy::too_many_arguments)]
+unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u16, mut mvcc: Mvcc, payload: &[u8], old: Option<&StampOld>, bulk: bool) -> Placed {
     let g = meta.geometry;
     let first = meta.extent_first(k);
     let hbuf = Buf::read(rel, first, Lock::Exclusive);
@@ -391,6 +395,19 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
             record_free_space(rel, &g, first, &done);
         }
     }
+    // A bulk insert fills the extent only as far as its column part will
+    // take the rows at the next compaction (bulk.rs); then it compacts the
+    // extent (everything moves in) and goes elsewhere.
+    let admitted = match (bulk && old.is_none()).then(|| super::bulk::admit(rel, &g, first, &h, natts, payload)) {
+        None => None,
+        Some(super::bulk::Admit::Yes(p)) => Some(p),
+        Some(super::bulk::Admit::Closed) => {
+            if let Some(done) = super::compact::compact_extent(rel, meta, k, &hbuf, super::compact::Goal::Room) {
+                record_free_space(rel, &g, first, &done);
+            }
+            return Placed::Full;
+        }
+    };
     // A slot: a fresh one above the high-water mark, else the lowest one
     // VACUUM made unused (as heap reuses line pointers).
     let slot = if (h.slot_hwm as usize) < g.max_slots() {
@@ -519,6 +536,9 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
         _ => super::wal::log_insert(rel, hbuf.buffer(), dbuf.buffer(), dir_buf.as_ref().map(|b| b.buffer()), &r, tid, &item, None),
     }
     pg_sys::CritSectionCount -= 1;
+    if let Some(p) = admitted {
+        super::bulk::keep(p, slot);
+    }
     let delta_used = if fresh { i as u16 + 1 } else { h.delta_used };
     Placed::At { tid, compaction_due: ExtentHeader { delta_used, ..h }.compaction_due(&g) }
 }
@@ -661,7 +681,8 @@ unsafe fn lowest_unused_slot(rel: pg_sys::Relation, g: &Geometry, first: u32, hb
 /// Inserts a row version somewhere in the relation and returns its TID:
 /// the extent this backend inserted into last, else one the free space
 /// map offers, else the last extent, else a new one.
-pub unsafe fn insert(rel: pg_sys::Relation, natts: u16, mvcc: Mvcc, payload: &[u8]) -> Tid {
+/// `bulk`: part of a bulk insert (see `insert_into_extent`).
+pub unsafe fn insert(rel: pg_sys::Relation, natts: u16, mvcc: Mvcc, payload: &[u8], bulk: bool) -> Tid {
     let mut meta = ensure_meta(rel);
     let header_of = |m: &Meta, blk: u32| m.extent_of(blk).filter(|&k| m.extent_first(k) == blk);
     let target = (*crate::storage::buffer::smgr(rel)).smgr_targblock;
@@ -673,7 +694,7 @@ pub unsafe fn insert(rel: pg_sys::Relation, natts: u16, mvcc: Mvcc, payload: &[u
             meta = add_extent(rel, meta.nextents);
             k = meta.nextents - 1;
         }
-        match insert_into_extent(rel, &meta, k, natts, mvcc, payload) {
+        match insert_into_extent(rel, &meta, k, natts, mvcc, payload, bulk) {
             Placed::At { tid, compaction_due } => {
                 (*crate::storage::buffer::smgr(rel)).smgr_targblock = meta.extent_first(k);
                 if compaction_due {
@@ -706,7 +727,7 @@ pub unsafe fn insert(rel: pg_sys::Relation, natts: u16, mvcc: Mvcc, payload: &[u
 pub unsafe fn hot_update(rel: pg_sys::Relation, old_tid: Tid, old: &StampOld, natts: u16, mvcc: Mvcc, payload: &[u8]) -> Placed {
     let Some(meta) = meta_covering(rel, old_tid) else { return Placed::Full };
     let Some(k) = meta.extent_of(old_tid.block) else { return Placed::Full };
-    let placed = insert_and_stamp(rel, &meta, k, natts, mvcc, payload, Some(old));
+    let placed = insert_and_stamp(rel, &meta, k, natts, mvcc, payload, Some(old), false);
     if let Placed::At { compaction_due: true, .. } = placed {
         super::worker::request(rel);
     }

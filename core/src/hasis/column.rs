@@ -128,6 +128,56 @@ impl SizeTally {
         Ok(())
     }
 
+    /// The tally of column part `part`'s rows, from its meta alone (row
+    /// and null counts, content lengths): no row is read.
+    pub fn of_part(schema: &Schema, part: &ColumnPart) -> Result<SizeTally> {
+        let mut t = SizeTally::new(schema);
+        t.nrows = part.nrows();
+        t.ncols = part.ncols();
+        if t.ncols > schema.len() {
+            return corrupt("column part has more columns than the schema");
+        }
+        for c in 0..t.ncols {
+            let m = part.column_meta(c).ok_or(Error::BadInput("column meta missing"))?;
+            let non_null = t.nrows.checked_sub(m.null_count as usize).ok_or(Error::BadInput("more nulls than rows"))?;
+            let bitmap = if m.has_nulls { bitmap_len(t.nrows) } else { 0 };
+            let fixed_or_ends = match m.desc.width {
+                Width::Fixed(_) => m.len as usize - bitmap,
+                Width::Varlena => 4 * t.nrows,
+            };
+            t.non_null[c] = non_null;
+            t.bytes[c] = match m.desc.width {
+                Width::Fixed(n) => non_null * n as usize,
+                Width::Varlena => (m.len as usize).checked_sub(bitmap + fixed_or_ends).ok_or(Error::BadInput("varlena mini-page shorter than its offsets"))?,
+            };
+        }
+        Ok(t)
+    }
+
+    /// Counts in a version stored as a payload of `natts` columns (the row
+    /// format), without decoding it into values.
+    pub fn add_payload(&mut self, schema: &Schema, natts: usize, payload: &[u8]) -> Result<()> {
+        let mut non_null = std::mem::take(&mut self.non_null);
+        let mut bytes = std::mem::take(&mut self.bytes);
+        let walked = super::row::payload_values(schema, natts, payload, |c, v| {
+            if let Some(v) = v {
+                non_null[c] += 1;
+                bytes[c] += v.len();
+            }
+        });
+        self.non_null = non_null;
+        self.bytes = bytes;
+        walked?;
+        self.nrows += 1;
+        self.ncols = self.ncols.max(natts);
+        Ok(())
+    }
+
+    /// Rows tallied.
+    pub fn rows(&self) -> usize {
+        self.nrows
+    }
+
     /// (rows, 4 KB units) of a column part holding the tallied rows.
     pub fn units(&self, schema: &Schema) -> Result<(usize, usize)> {
         if self.nrows > u16::MAX as usize {
@@ -974,6 +1024,32 @@ mod tests {
         let mut short = rows(1, 10).remove(0);
         short.row.values[0] = Some(vec![1, 2]);
         assert!(SizeTally::new(&schema()).add(&schema(), &short).is_err() && plan(&schema(), std::iter::once(&short)).is_err());
+    }
+
+    #[test]
+    fn size_tally_of_a_part_and_of_payloads_equals_the_rows_tally() {
+        // A bulk insert sizes an extent's column part from its meta and the
+        // payloads it appends: both must count as `add` counts the rows.
+        for (n, width) in [(1, 10), (300, 60), (700, 5), (90, 900)] {
+            let g = geo(16);
+            let rs = rows(n, width);
+            let mut want = SizeTally::new(&schema());
+            let mut from_payloads = SizeTally::new(&schema());
+            for r in &rs {
+                want.add(&schema(), r).unwrap();
+                let payload = super::super::row::encode_payload(&schema(), &r.row).unwrap();
+                from_payloads.add_payload(&schema(), r.row.values.len(), &payload).unwrap();
+            }
+            assert_eq!(from_payloads, want, "{n} rows of {width}: payloads");
+            let Ok((blocks, p)) = build(&g, &schema(), &rs, 5) else { continue };
+            let refs: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
+            let part = ColumnPart::parse(&g, refs, p.total_units, rs.len(), Some(5)).unwrap();
+            let of_part = SizeTally::of_part(&schema(), &part).unwrap();
+            assert_eq!(of_part.units(&schema()).unwrap(), want.units(&schema()).unwrap(), "{n} rows of {width}: part");
+            assert_eq!(of_part.rows(), n);
+        }
+        let mut t = SizeTally::new(&schema());
+        assert!(t.add_payload(&schema(), 2, &[0, 1]).is_err(), "a truncated payload is an error");
     }
 
     #[test]
