@@ -23,11 +23,14 @@
 //! | `exec.rs` | the executor node: extents in, virtual tuples out, parallel DSM, EXPLAIN |
 //! | `minmax.rs` | the min/max quals: found at plan time, checked per column part |
 //! | `fetch.rs` | column-aware index and bitmap heap fetches: an `ExecutorStart` hook tells them the columns the plan uses |
+//! | `cost.rs` | index and bitmap heap paths recosted for the blocks a fetch touches |
 //!
 //! `pg_hybrid.enable_hasis_column_scan` (on) turns the path off, as
 //! `enable_seqscan` does for PostgreSQL's; `pg_hybrid.enable_hasis_column_fetch`
-//! (on) makes fetches read every column again.
+//! (on) makes fetches read every column again; `pg_hybrid.hasis_fetch_costing`
+//! (on) off costs fetches as heap's.
 
+pub mod cost;
 pub mod exec;
 pub mod fetch;
 pub mod minmax;
@@ -44,6 +47,14 @@ pub unsafe fn init() {
         c"Enables the planner's use of hasis column scans (reading only the columns a query needs).",
         c"",
         &ENABLE,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_hybrid.hasis_fetch_costing",
+        c"Costs index and bitmap heap fetches from hasis tables by the column blocks they touch.",
+        c"Off costs them as heap fetches, one page each, as PostgreSQL does.",
+        &cost::ENABLE,
         GucContext::Userset,
         GucFlags::default(),
     );

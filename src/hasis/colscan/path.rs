@@ -60,7 +60,7 @@ unsafe fn needed_columns(nodes: &[*mut pg_sys::Node], rti: u32, natts: i32) -> O
     Some(cols)
 }
 
-unsafe fn list_nodes(list: *mut pg_sys::List) -> Vec<*mut pg_sys::Node> {
+pub(super) unsafe fn list_nodes(list: *mut pg_sys::List) -> Vec<*mut pg_sys::Node> {
     (0..pg_sys::list_length(list)).map(|i| pg_sys::list_nth(list, i) as *mut pg_sys::Node).collect()
 }
 
@@ -109,7 +109,7 @@ unsafe extern "C-unwind" fn set_rel_pathlist(root: *mut pg_sys::PlannerInfo, rel
         prev(root, rel, rti, rte);
     }
     // TABLESAMPLE scans keep their sample scan: this path would read every row.
-    if !super::ENABLE.get() || (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION || (*rte).inh || !(*rte).tablesample.is_null() {
+    if !(super::ENABLE.get() || super::cost::ENABLE.get()) || (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION || (*rte).inh || !(*rte).tablesample.is_null() {
         return;
     }
     if !matches!((*rel).reloptkind, pg_sys::RelOptKind::RELOPT_BASEREL | pg_sys::RelOptKind::RELOPT_OTHER_MEMBER_REL) {
@@ -136,6 +136,16 @@ unsafe extern "C-unwind" fn set_rel_pathlist(root: *mut pg_sys::PlannerInfo, rel
         pg_sys::RelationClose(relation);
         return;
     };
+    // Fetches touch a block per column read (cost.rs): index and bitmap
+    // paths are recosted before the column scan joins them.
+    if super::cost::ENABLE.get() {
+        let read = if super::fetch::ENABLE.get() { cols.len() } else { natts as usize };
+        super::cost::recost_fetches(root, rel, (*rte).relid, (*rte).inh, super::cost::fetch_factor(read.max(1)));
+    }
+    if !super::ENABLE.get() {
+        pg_sys::RelationClose(relation);
+        return;
+    }
     let has_minmax = quals.iter().any(|&q| minmax::from_clause(q, rti, desc).is_some());
     let all: Vec<i16> = (1..=natts as i16).collect();
     let width_all = width_of((*rte).relid, desc, all.iter().copied()) + ROW_HEADER_BYTES;
