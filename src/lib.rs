@@ -41,7 +41,6 @@ pub extern "C-unwind" fn _PG_init() {
             return;
         }
         guc::define();
-        pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_hybrid".as_ptr());
         engine::init();
         hash_path::io::register_wal();
         hybrid::init();
@@ -49,6 +48,11 @@ pub extern "C-unwind" fn _PG_init() {
         tiered::init();
         elastic::init();
         hasis::init();
+        // After every init has defined its settings: reserving the prefix
+        // removes the postgresql.conf values of pg_hybrid.* settings not
+        // defined yet (with a WARNING), and the hasis settings used to be
+        // defined after it, so postgresql.conf could not set them.
+        pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_hybrid".as_ptr());
         install_shmem_hooks();
         shmem::install_drop_hook();
         PRELOADED = true;

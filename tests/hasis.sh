@@ -246,9 +246,17 @@ sub_analytics() {
     local dir db=hasis_analytics t=${PH_HASIS_ANALYTICS_TIME:-60} rc=0
     ((quick)) && t=${PH_HASIS_ANALYTICS_TIME:-20}
     dir=$(ph_scratch hasis_analytics)
-    cluster_init "$dir" "$PH_PORT" "autovacuum = off"
+    # A hasis setting in postgresql.conf takes effect (they were once
+    # defined after pg_hybrid reserved its prefix, which dropped them).
+    cluster_init "$dir" "$PH_PORT" "autovacuum = off" "pg_hybrid.hasis_meter_compactions = on"
     cluster_start "$dir"
     ph_prepare_db "$dir" "$db"
+    local meter
+    meter=$(run_q "$dir" "$db" "SHOW pg_hybrid.hasis_meter_compactions" "")
+    if [[ $meter != on ]]; then
+        fail "pg_hybrid.hasis_meter_compactions = on in postgresql.conf reads '$meter'"
+        return 1
+    fi
     export PH_PGHOST=$dir/sock PH_PGPORT=$PH_PORT PH_DB=$db
     python3 "$PH_REPO/tests/hasis_analytics.py" --seed "${PH_SEED:-1}" --time 10 --rows 20000 --inject-fault >"$dir/selftest.out" 2>&1 || rc=$?
     if ((rc == 0)); then

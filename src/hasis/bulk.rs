@@ -12,11 +12,12 @@
 //! extent (everything moves in) and sends the row to another extent.
 //!
 //! The tally is a hint, never a promise: rows of other backends, dead
-//! versions and a concurrent compaction make it stale, which the key
-//! (relation file, extent, page version, slot high-water mark) notices and
-//! a rebuild from the pages fixes. A wrong tally costs rows left in the
-//! delta part or an extent closed early, never a wrong answer: compaction
-//! still turns back what does not fit.
+//! versions and a concurrent compaction make it stale. A new page version
+//! or another extent (the key: relation file, extent, page version) means
+//! a rebuild from the pages; rows other backends appended are not counted.
+//! A wrong tally costs rows left in the delta part or an extent closed
+//! early, never a wrong answer: compaction still turns back what does not
+//! fit.
 
 use super::relation::bytes;
 use crate::storage::buffer::{Buf, Lock};
@@ -41,7 +42,6 @@ struct FillKey {
     file: RelFile,
     first: u32,
     version: u32,
-    slot_hwm: u16,
 }
 
 thread_local! {
@@ -66,7 +66,11 @@ pub struct Pending(Option<Fill>);
 /// The caller holds the extent's header block exclusively (`h` read from
 /// it), so the extent does not change meanwhile.
 pub unsafe fn admit(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, natts: u16, payload: &[u8]) -> Admit {
-    let key = FillKey { file: RelFile::of(rel), first, version: h.version, slot_hwm: h.slot_hwm };
+    let key = FillKey { file: RelFile::of(rel), first, version: h.version };
+    // Rows another backend added meanwhile (same page version) are not
+    // read back: under two COPYs into one extent that would mean reading
+    // the extent at every row. The tally then misses them, and compaction
+    // turns back what does not fit.
     let known = FILL.with(|f| f.borrow_mut().take()).filter(|f| f.key == key);
     let (schema, mut tally) = match known {
         Some(f) => (f.schema, f.tally),
@@ -95,10 +99,9 @@ pub unsafe fn admit(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentH
     }
 }
 
-/// Keeps the tally of an admitted row that went in at `slot`.
-pub fn keep(p: Pending, slot: u16) {
-    if let Some(mut fill) = p.0 {
-        fill.key.slot_hwm = fill.key.slot_hwm.max(slot + 1);
+/// Keeps the tally of an admitted row once it is in.
+pub fn keep(p: Pending) {
+    if let Some(fill) = p.0 {
         FILL.with(|f| *f.borrow_mut() = Some(fill));
     }
 }

@@ -537,7 +537,7 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
     }
     pg_sys::CritSectionCount -= 1;
     if let Some(p) = admitted {
-        super::bulk::keep(p, slot);
+        super::bulk::keep(p);
     }
     let delta_used = if fresh { i as u16 + 1 } else { h.delta_used };
     Placed::At { tid, compaction_due: ExtentHeader { delta_used, ..h }.compaction_due(&g) }
