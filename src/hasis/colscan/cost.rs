@@ -123,20 +123,17 @@ pub unsafe fn recost_fetches(root: *mut pg_sys::PlannerInfo, rel: *mut pg_sys::R
             }
         }
     };
-    let paths = super::path::list_nodes((*rel).pathlist).into_iter().map(|n| n as *mut pg_sys::Path).collect::<Vec<_>>();
-    if paths.iter().any(|&p| index_share(p).is_some()) {
-        scale(&paths);
-        (*rel).pathlist = std::ptr::null_mut();
-        for p in paths {
-            pg_sys::add_path(rel, p);
-        }
-    }
-    let partial = super::path::list_nodes((*rel).partial_pathlist).into_iter().map(|n| n as *mut pg_sys::Path).collect::<Vec<_>>();
-    if partial.iter().any(|&p| index_share(p).is_some()) {
-        scale(&partial);
-        (*rel).partial_pathlist = std::ptr::null_mut();
-        for p in partial {
-            pg_sys::add_partial_path(rel, p);
+    // The complete paths, then the partial ones (parallel plans).
+    let lists: [(*mut *mut pg_sys::List, unsafe fn(*mut pg_sys::RelOptInfo, *mut pg_sys::Path)); 2] =
+        [(&raw mut (*rel).pathlist, pg_sys::add_path), (&raw mut (*rel).partial_pathlist, pg_sys::add_partial_path)];
+    for (list, add) in lists {
+        let paths = super::path::list_nodes(*list).into_iter().map(|n| n as *mut pg_sys::Path).collect::<Vec<_>>();
+        if paths.iter().any(|&p| index_share(p).is_some()) {
+            scale(&paths);
+            *list = std::ptr::null_mut();
+            for p in paths {
+                add(rel, p);
+            }
         }
     }
 }
