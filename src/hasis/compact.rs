@@ -355,6 +355,11 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     let relid = (*rel).rd_id;
     let mut latest_removed = pg_sys::InvalidTransactionId;
     let mut frozen = 0usize;
+    // Which slots hold a version visible to every snapshot for good (live
+    // and inserted before the horizon), and the newest such xmin: the
+    // all-visible flag's evidence and its standby conflict horizon.
+    let mut visible_to_all = vec![false; g.max_slots()];
+    let mut newest_visible_xmin = pg_sys::InvalidTransactionId;
     let mut oracle = |slot: u16, m: &mut Mvcc| -> Placement {
         let tid = g.tid(first, slot).unwrap_or_default();
         let (r, hint, mut ht) = vacuum_state(m, tid, relid, horizon, hbuf.buffer());
@@ -362,6 +367,18 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
             m.infomask = im;
         }
         use pg_sys::HTSV_Result::*;
+        if r == HEAPTUPLE_LIVE && xmin_visible_to_all(m, horizon) {
+            if let Some(v) = visible_to_all.get_mut(slot as usize) {
+                *v = true;
+            }
+            let xmin = pg_sys::TransactionId::from(m.xmin);
+            if m.infomask & HEAP_XMIN_FROZEN != HEAP_XMIN_FROZEN
+                && xmin.into_inner() >= pg_sys::FirstNormalTransactionId.into_inner()
+                && (newest_visible_xmin == pg_sys::InvalidTransactionId || pg_sys::TransactionIdFollows(xmin, newest_visible_xmin))
+            {
+                newest_visible_xmin = xmin;
+            }
+        }
         let committed = matches!(r, HEAPTUPLE_LIVE | HEAPTUPLE_RECENTLY_DEAD | HEAPTUPLE_DELETE_IN_PROGRESS);
         if let Some(f) = &freeze {
             if committed && freeze_version(m, f) {
@@ -388,6 +405,11 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     let mut rules = HeapRules { decide: &mut oracle, g: &g, first };
     let planned = compact::plan_with_sources(&page, &schema, &mut rules).unwrap_or_else(|e| super::format_error(rel, first, e));
     let rec = &planned.record;
+    // The new column part is all visible when each of its rows is, and
+    // each stores every column the part stores (a scan without row
+    // headers cannot tell a shorter row's missing columns).
+    let all_visible = !rec.column_rows.is_empty()
+        && rec.column_rows.iter().all(|r| visible_to_all.get(r.header.slot as usize) == Some(&true) && r.row.values.len() == rec.columns.len());
     let mut out = compact::apply(&g, rec).unwrap_or_else(|e| super::format_error(rel, first, e));
     // Full if versions offered to the column part had to stay out; with
     // none offered, as it was unless the part shrank.
@@ -397,6 +419,12 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     // own (once): the extent then keeps its delta part for HOT updates.
     let flag_changed = out.column_full != h.column_full;
     if rec.entries_released() == 0 && moved == 0 && out.delta_used >= h.delta_used && frozen == 0 && !flag_changed {
+        // The column part stays as it is. VACUUM (or any compaction)
+        // that finds it all visible now says so, without rewriting it:
+        // after a bulk load, whose rows went in before they committed.
+        if all_visible && !h.all_visible {
+            super::relation::set_all_visible(rel, &g, first, hbuf, newest_visible_xmin);
+        }
         return None;
     }
     if matches!(goal, Goal::Room) && out.delta_used >= h.delta_used && !flag_changed {
@@ -446,6 +474,11 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     }
     super::wal::log_compact(rel, latest_removed, &written, dirs.len(), ncol, ndelta, &body, by_reference, out.column_full);
     pg_sys::CritSectionCount -= 1;
+    // The record left the flag clear (a new part); set it in a record of
+    // its own, so a standby resolves its conflicts first.
+    if all_visible {
+        super::relation::set_all_visible(rel, &g, first, hbuf, newest_visible_xmin);
+    }
     count_written(rel, &written);
 
     Some(Compacted { removed: rec.entries_released(), moved, delta_used: out.delta_used, frozen,

@@ -576,6 +576,8 @@ unsafe fn locate_for_stamp(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &
             }
         }
         DirEntry::Column { row } => {
+            // The header is held exclusively: nobody is inside the extent.
+            clear_all_visible(rel, g, first, hbuf);
             let cblk = first + g.column_block(0) as u32;
             let (hb, off) = {
                 let cols = LazyColumns::new(rel, g, first, h, std::ptr::null_mut());
@@ -1061,6 +1063,14 @@ impl Located {
     /// Overwrites the version's MVCC fields, WAL-logged. The buffer must be
     /// exclusively locked.
     pub unsafe fn stamp(&mut self, rel: pg_sys::Relation, m: &Mvcc) {
+        // `locate` cleared the all-visible flag before it locked a column
+        // row exclusively, and the header share lock held since keeps
+        // compaction and VACUUM from setting it again.
+        if let (Some(hb), Payload::Column(_) | Payload::Owned(_)) = (&self._header, &self.payload) {
+            if bytes(hb.page())[ALL_VISIBLE_BYTE] & ALL_VISIBLE_BIT != 0 {
+                pgrx::error!("hasis: a column row of an all-visible column part was about to change (block {})", self.tid.block);
+            }
+        }
         pg_sys::CritSectionCount += 1;
         super::wal::apply_stamp(self.buf.page(), self.mvcc_at, m);
         pg_sys::MarkBufferDirty(self.buf.buffer());
@@ -1068,6 +1078,70 @@ impl Located {
         pg_sys::CritSectionCount -= 1;
         self.header.mvcc = *m;
     }
+}
+
+/// Where the header block keeps the all-visible flag (core header.rs),
+/// for the check in `Located::stamp`, which has no geometry at hand.
+const ALL_VISIBLE_BYTE: usize = 44;
+const ALL_VISIBLE_BIT: u8 = 0x02;
+
+/// Clears the all-visible flag of the extent at `first`, whose header block
+/// the caller holds exclusively in `hbuf`, before a column row's MVCC
+/// fields change (a no-op when it is clear). Logged on its own, ahead of
+/// the change: a crash between the two leaves the flag clear, which is
+/// always safe.
+pub unsafe fn clear_all_visible(rel: pg_sys::Relation, g: &Geometry, first: u32, hbuf: &Buf) {
+    let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), g));
+    if !h.all_visible {
+        return;
+    }
+    pg_sys::CritSectionCount += 1;
+    check(rel, first, super::wal::apply_visible(g, hbuf.page(), false));
+    pg_sys::MarkBufferDirty(hbuf.buffer());
+    super::wal::log_visible(rel, hbuf.buffer(), false, pg_sys::InvalidTransactionId);
+    pg_sys::CritSectionCount -= 1;
+}
+
+/// Sets the all-visible flag of the extent at `first` (header block held
+/// exclusively in `hbuf`); `cutoff` is the newest xmin among its column
+/// rows (a hot standby's conflict horizon).
+pub unsafe fn set_all_visible(rel: pg_sys::Relation, g: &Geometry, first: u32, hbuf: &Buf, cutoff: pg_sys::TransactionId) {
+    pg_sys::CritSectionCount += 1;
+    check(rel, first, super::wal::apply_visible(g, hbuf.page(), true));
+    pg_sys::MarkBufferDirty(hbuf.buffer());
+    super::wal::log_visible(rel, hbuf.buffer(), true, cutoff);
+    pg_sys::CritSectionCount -= 1;
+}
+
+/// The slot of each column row, in row order, from the directory (the
+/// header block, held by the caller, and the directory blocks): an
+/// all-visible part's rows are scanned without their row headers.
+pub unsafe fn column_slots(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, hpage: pg_sys::Page, strategy: pg_sys::BufferAccessStrategy) -> Vec<u16> {
+    let mut slots = vec![u16::MAX; h.column_rows as usize];
+    let mut dir: Option<(usize, Buf)> = None;
+    for slot in 0..h.slot_hwm {
+        let (bi, _) = g.directory_entry(slot);
+        let entry = if bi == 0 {
+            check(rel, first, header::read_entry(bytes(hpage), g, slot))
+        } else {
+            if dir.as_ref().is_none_or(|(i, _)| *i != bi) {
+                drop(dir.take());
+                dir = Some((bi, Buf::read_with(rel, first + bi as u32, Lock::Share, strategy)));
+            }
+            let d = &dir.as_ref().unwrap().1;
+            check(rel, first + bi as u32, header::read_entry(bytes(d.page()), g, slot))
+        };
+        if let DirEntry::Column { row } = entry {
+            match slots.get_mut(row as usize) {
+                Some(s) if *s == u16::MAX => *s = slot,
+                _ => format_error(rel, first, FormatError::Corrupt("directory names a column row twice or beyond the part")),
+            }
+        }
+    }
+    if slots.contains(&u16::MAX) || !slots.is_sorted() {
+        format_error(rel, first, FormatError::Corrupt("column rows are not the directory's column entries in slot order"));
+    }
+    slots
 }
 
 pub unsafe fn set_hint(page: pg_sys::Page, mvcc_at: usize, infomask: u16) {
@@ -1191,10 +1265,24 @@ impl ExtentRead {
 
 /// Finds the version a TID names and locks its block with `lock`. The
 /// TID's own slot only: HOT chains are walked by index fetches.
+///
+/// An exclusive lock is taken to change the version's MVCC fields: a
+/// column row's extent first loses its all-visible flag (the header
+/// block is locked exclusively for that, so this starts over).
 pub unsafe fn locate(rel: pg_sys::Relation, meta: &Meta, tid: Tid, lock: Lock) -> Lookup {
-    let Some(ext) = ExtentRead::of(rel, meta, tid) else { return Lookup::Missing };
-    let Some(slot) = ext.slot(tid) else { return Lookup::Missing };
-    let entry = ext.entry(slot);
+    let (ext, slot, entry) = loop {
+        let Some(ext) = ExtentRead::of(rel, meta, tid) else { return Lookup::Missing };
+        let Some(slot) = ext.slot(tid) else { return Lookup::Missing };
+        let entry = ext.entry(slot);
+        if lock == Lock::Exclusive && ext.h.all_visible && matches!(entry, DirEntry::Column { .. }) {
+            let (g, first) = (ext.g, ext.first);
+            drop(ext);
+            let hbuf = Buf::read(rel, first, Lock::Exclusive);
+            clear_all_visible(rel, &g, first, &hbuf);
+            continue;
+        }
+        break (ext, slot, entry);
+    };
     match entry {
         DirEntry::Unused | DirEntry::Redirect { .. } => Lookup::Missing,
         DirEntry::Dead => Lookup::Dead,
@@ -1347,6 +1435,9 @@ pub trait ColumnVisitor {
     /// Each column row's header, in row order (the visitor decides
     /// visibility; the row header's buffer is share-locked for hints).
     fn column_row(&mut self, row: usize, v: &Visited);
+    /// Instead of `column_row` for every row of an all-visible part: the
+    /// row is visible to the visitor's snapshot, whatever it is.
+    fn visible_column_row(&mut self, row: usize, tid: Tid, natts: u16);
     /// Once per kept part, after `column_row` saw every row: read the
     /// columns needed of the rows it returned.
     fn column_values(&mut self, part: &ColumnPart);
@@ -1361,6 +1452,8 @@ pub struct ColumnVisit {
     pub column_blocks_read: u32,
     /// The part had rows and `keep_part` turned it down.
     pub part_skipped: bool,
+    /// The part was read without its row headers (all visible).
+    pub all_visible: bool,
 }
 
 /// Visits extent `k` for `visitor`: the column part through blocks read on
@@ -1379,12 +1472,24 @@ pub unsafe fn visit_extent_columns(rel: pg_sys::Relation, meta: &Meta, k: u32, s
         let cols = LazyColumns::new(rel, &g, first, &h, strategy);
         let part = parse_columns(rel, &g, first, &h, &cols);
         if visitor.keep_part(&part) {
-            for r in 0..h.column_rows as usize {
-                let header = check(rel, cblk, part.row_header(r));
-                let (hb, off) = check(rel, cblk, part.header_location(r));
-                let (buffer, page) = cols.buffer(hb);
-                let tid = check(rel, cblk, g.tid(first, header.slot));
-                visitor.column_row(r, &Visited { tid, header, payload: &[], buffer, page, mvcc_at: off + MVCC_OFF });
+            if h.all_visible {
+                // Every row is visible to every snapshot and stores every
+                // column of the part: no row header is read (the header
+                // units' blocks are not even touched).
+                let slots = column_slots(rel, &g, first, &h, hbuf.page(), strategy);
+                let natts = part.ncols() as u16;
+                for (r, &slot) in slots.iter().enumerate() {
+                    visitor.visible_column_row(r, check(rel, cblk, g.tid(first, slot)), natts);
+                }
+                out.all_visible = true;
+            } else {
+                for r in 0..h.column_rows as usize {
+                    let header = check(rel, cblk, part.row_header(r));
+                    let (hb, off) = check(rel, cblk, part.header_location(r));
+                    let (buffer, page) = cols.buffer(hb);
+                    let tid = check(rel, cblk, g.tid(first, header.slot));
+                    visitor.column_row(r, &Visited { tid, header, payload: &[], buffer, page, mvcc_at: off + MVCC_OFF });
+                }
             }
             visitor.column_values(&part);
         } else {

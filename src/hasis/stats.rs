@@ -142,11 +142,36 @@ fn verify_table(tbl: pg_sys::Oid) -> i64 {
                 blocks.extend(others.iter().map(|b| b.as_ref().map_or(&ZERO[..], |b| &*bytes(b.page()))));
                 let page = pg_hybrid_core::hasis::HybridPage::open(&g, &schema, &blocks).unwrap_or_else(|e| super::format_error(rel, first + failing_block(&g, &blocks), e));
                 versions += page.scan().unwrap_or_else(|e| super::format_error(rel, first, e)).len() as i64;
+                if page.header().all_visible {
+                    check_all_visible(rel, first, &page);
+                }
             }
             verify_indexes(rel, &meta);
         }
         pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         versions
+    }
+}
+
+/// An extent flagged all-visible: no column row is deleted, updated or
+/// aborted, and each stores every column of the part (what a column scan
+/// that reads no row headers assumes).
+unsafe fn check_all_visible(rel: pg_sys::Relation, first: u32, page: &pg_hybrid_core::hasis::HybridPage) {
+    use super::visibility::*;
+    let ncols = page.column_rows().iter().map(|r| r.row.values.len()).max().unwrap_or(0);
+    for r in page.column_rows() {
+        let m = &r.header.mvcc;
+        // An updater that aborted may lack its hint (VACUUM sets the flag
+        // without rewriting the rows).
+        let xmax_hides = m.xmax != 0
+            && m.infomask & HEAP_XMAX_INVALID == 0
+            && m.infomask & HEAP_XMAX_LOCK_ONLY == 0
+            && m.infomask & (HEAP_XMAX_IS_MULTI | HEAP_LOCK_MASK) != HEAP_XMAX_EXCL_LOCK
+            && !(m.infomask & HEAP_XMAX_IS_MULTI == 0 && pg_sys::TransactionIdDidAbort(pg_sys::TransactionId::from(m.xmax)));
+        let aborted = m.infomask & HEAP_XMIN_FROZEN == HEAP_XMIN_INVALID;
+        if xmax_hides || aborted || r.row.values.len() != ncols {
+            super::format_error(rel, first, pg_hybrid_core::hasis::Error::Corrupt("extent flagged all-visible holds a column row that is deleted, updated, aborted or short"));
+        }
     }
 }
 

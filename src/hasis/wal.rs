@@ -7,6 +7,7 @@
 //! | INSERT | 0 header, 1 delta block (`WILL_INIT` when its first item), 2 directory block if the slot is not in the header | the insert (`wire::encode_insert`: slot, delta block index, flags, offset, page version of a new block, the item with its MVCC fields implied, payload LZ4-packed when that saves bytes) | directory entry, header sizes, `delta::init_block` if new, `delta::append_at(offset)` |
 //! | COMPACT | 0 header, then the directory blocks, then the column and delta blocks written (`WILL_INIT`) | newest removed xid, block counts, the core's compaction record | standby conflict, the core's `apply`, header and directory patches, blocks copied |
 //! | STAMP | 0 the block with the version's MVCC fields (delta item or column row header) | `wire::Stamp` with the ctid: byte offset, xmax, infomask words, ctid | the stamp over the version's xmin |
+//! | VISIBLE | 0 header | set or clear (u8), newest xmin of the rows made all-visible (u32) | standby conflict (set), the header's `all_visible` flag |
 //! | UPDATE (HOT) | INSERT's blocks, 3 the old version's block unless it is block 1 | `wire::Stamp` (ctid: the new version), then INSERT's data, whose payload may be a diff against the old version's (a delta item in block 1, or in block 3 when full-page writes are on and block 3 was logged since the redo point) | INSERT's redo (a diff rebuilt from the old payload, read before the append), then the stamp |
 //!
 //! These are format 2 (`core/src/hasis/wire.rs` says what it leaves out
@@ -41,6 +42,8 @@ const XLOG_HASIS_UPDATE: u8 = 0x40;
 const XLOG_HASIS_INSERT2: u8 = 0x50;
 const XLOG_HASIS_STAMP2: u8 = 0x60;
 const XLOG_HASIS_UPDATE2: u8 = 0x70;
+/// The extent header's all-visible flag, set or cleared.
+const XLOG_HASIS_VISIBLE: u8 = 0x80;
 
 static mut RMGR: pg_sys::RmgrData = pg_sys::RmgrData {
     rm_name: c"pg_hybrid_hasis".as_ptr(),
@@ -214,6 +217,59 @@ impl StampRedo {
                 s.apply(&Mvcc::decode(b), *ctid).encode(b);
             }
         }
+    }
+}
+
+/// Sets or clears the all-visible flag in the header block `page`.
+/// Shared by the primary and redo.
+pub unsafe fn apply_visible(g: &Geometry, page: pg_sys::Page, set: bool) -> Result<(), pg_hybrid_core::hasis::Error> {
+    let mut h = ExtentHeader::read(bytes(page), g)?;
+    h.all_visible = set;
+    h.write(bytes(page), g);
+    Ok(())
+}
+
+/// Logs a change of the all-visible flag in the header block `hbuf`
+/// (changed by the caller inside its critical section). `cutoff` is the
+/// newest xmin of the column rows made all-visible: a hot standby cancels
+/// the queries whose snapshots may not see it, as for heap's
+/// visibility-map records.
+pub unsafe fn log_visible(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, set: bool, cutoff: pg_sys::TransactionId) {
+    if !crate::storage::wal::relation_needs_wal(rel) {
+        return;
+    }
+    let mut data = Vec::with_capacity(5);
+    data.push(set as u8);
+    data.extend_from_slice(&cutoff.into_inner().to_le_bytes());
+    pg_sys::XLogBeginInsert();
+    pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
+    pg_sys::XLogRegisterBuffer(0, hbuf, pg_sys::REGBUF_STANDARD as u8);
+    let lsn = pg_sys::XLogInsert(RM_HASIS_ID, XLOG_HASIS_VISIBLE);
+    crate::storage::wal::set_page_lsn(pg_sys::BufferGetPage(hbuf), lsn);
+}
+
+unsafe fn redo_visible(record: *mut pg_sys::XLogReaderState) {
+    let d = main_data(record);
+    if d.len() != 5 || d[0] > 1 {
+        redo_failed("malformed VISIBLE record");
+    }
+    let set = d[0] == 1;
+    let cutoff = pg_sys::TransactionId::from(u32::from_le_bytes(d[1..5].try_into().unwrap()));
+    if set && cutoff != pg_sys::InvalidTransactionId && pg_sys::standbyState >= pg_sys::HotStandbyState::STANDBY_SNAPSHOT_PENDING {
+        let mut node: pg_sys::RelFileNode = std::mem::zeroed();
+        pg_sys::XLogRecGetBlockTag(record, 0, &mut node, std::ptr::null_mut(), std::ptr::null_mut());
+        pg_sys::ResolveRecoveryConflictWithSnapshot(cutoff, node);
+    }
+    let mut buf: pg_sys::Buffer = 0;
+    if pg_sys::XLogReadBufferForRedo(record, 0, &mut buf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
+        let p = pg_sys::BufferGetPage(buf);
+        let g = geometry_of_header(p);
+        apply_visible(&g, p, set).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        crate::storage::wal::set_page_lsn(p, (*record).EndRecPtr);
+        pg_sys::MarkBufferDirty(buf);
+    }
+    if buf != 0 {
+        pg_sys::UnlockReleaseBuffer(buf);
     }
 }
 
@@ -642,6 +698,7 @@ unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
         XLOG_HASIS_UPDATE2 => redo_insert(record, true, true),
         XLOG_HASIS_STAMP2 => redo_stamp(record, true),
         XLOG_HASIS_COMPACT => redo_compact(record),
+        XLOG_HASIS_VISIBLE => redo_visible(record),
         other => redo_failed(&format!("unknown WAL record type {other:#x}")),
     }
 }
@@ -674,6 +731,11 @@ unsafe extern "C-unwind" fn desc(out: pg_sys::StringInfo, record: *mut pg_sys::X
             _ => "short record".into(),
         },
         XLOG_HASIS_COMPACT => format!("compaction record of {} bytes", main_data(record).len()),
+        XLOG_HASIS_VISIBLE => match main_data(record) {
+            [1, x @ ..] if x.len() == 4 => format!("column part all visible, cutoff xid {}", u32::from_le_bytes(x.try_into().unwrap())),
+            [0, ..] => "column part no longer all visible".into(),
+            _ => "malformed record".into(),
+        },
         _ => return,
     };
     let s = std::ffi::CString::new(text).unwrap();
@@ -690,6 +752,7 @@ unsafe extern "C-unwind" fn identify(info: u8) -> *const std::os::raw::c_char {
         XLOG_HASIS_STAMP2 => c"STAMP".as_ptr(),
         XLOG_HASIS_UPDATE2 => c"UPDATE".as_ptr(),
         XLOG_HASIS_COMPACT => c"COMPACT".as_ptr(),
+        XLOG_HASIS_VISIBLE => c"VISIBLE".as_ptr(),
         _ => std::ptr::null(),
     }
 }

@@ -36,6 +36,11 @@ pub const META_COL: usize = 48;
 
 const F_NULLS: u8 = 0x01;
 const F_MINMAX: u8 = 0x02;
+const F_DICT: u8 = 0x04;
+
+/// Most distinct values a dictionary mini-page holds (its codes are one
+/// byte each).
+pub const DICT_MAX: usize = 255;
 
 /// A row headed for the column part.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +63,9 @@ pub struct ColumnMeta {
     /// (min, max) over the non-null values, for descriptions that have an
     /// order (`ColumnDesc::has_minmax`) and at least one non-null value.
     pub minmax: Option<(Vec<u8>, Vec<u8>)>,
+    /// Dictionary-encoded: each row holds a one-byte code into the part's
+    /// distinct values (`encoded_len` says when).
+    pub dict: bool,
 }
 
 /// Sizes of a column part, computed without building it.
@@ -77,6 +85,75 @@ fn units_for(len: usize) -> usize {
 
 fn bitmap_len(nrows: usize) -> usize {
     nrows.div_ceil(8)
+}
+
+/// A column's distinct non-null values, as long as there are at most
+/// `DICT_MAX` of them (then the column can be a dictionary), sorted by
+/// their bytes: the dictionary's order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Distinct {
+    /// None: more than `DICT_MAX`, or not known (a conservative tally).
+    values: Option<Vec<Vec<u8>>>,
+    /// Their bytes.
+    bytes: usize,
+}
+
+impl Distinct {
+    fn new() -> Distinct {
+        Distinct { values: Some(Vec::new()), bytes: 0 }
+    }
+
+    fn unknown() -> Distinct {
+        Distinct { values: None, bytes: 0 }
+    }
+
+    fn add(&mut self, v: &[u8]) {
+        if let Some(vals) = &mut self.values {
+            if let Err(i) = vals.binary_search_by(|x| x.as_slice().cmp(v)) {
+                if vals.len() < DICT_MAX {
+                    vals.insert(i, v.to_vec());
+                    self.bytes += v.len();
+                } else {
+                    *self = Distinct::unknown();
+                }
+            }
+        }
+    }
+
+    /// (count, bytes) when a dictionary could hold them.
+    fn dictionary(&self) -> Option<(usize, usize)> {
+        self.values.as_ref().filter(|v| !v.is_empty()).map(|v| (v.len(), self.bytes))
+    }
+
+    fn code_of(&self, v: &[u8]) -> Option<u8> {
+        let i = self.values.as_ref()?.binary_search_by(|x| x.as_slice().cmp(v)).ok()?;
+        u8::try_from(i).ok()
+    }
+}
+
+/// Bytes of a column's mini-page content and whether it is a dictionary:
+/// the dictionary when the column has at most `DICT_MAX` distinct values
+/// (`dictionary`: their count and bytes) and that is shorter than the plain
+/// layout (`mini_page_len`). Sizes never shrink as rows are added (both
+/// layouts grow), so compaction may bisect on them.
+fn encoded_len(desc: &ColumnDesc, nrows: usize, nulls: usize, bytes: usize, dictionary: Option<(usize, usize)>) -> (usize, bool) {
+    let plain = mini_page_len(desc, nrows, nulls, bytes);
+    match dictionary {
+        Some((n, dict_bytes)) if n <= DICT_MAX => {
+            let bitmap = if nulls > 0 { bitmap_len(nrows) } else { 0 };
+            let ends = match desc.width {
+                Width::Fixed(_) => 0,
+                Width::Varlena => 4 * n,
+            };
+            let dict = bitmap + 2 + nrows + ends + dict_bytes;
+            if dict < plain {
+                (dict, true)
+            } else {
+                (plain, false)
+            }
+        }
+        _ => (plain, false),
+    }
 }
 
 fn value<'r>(r: &'r ColumnRow, c: usize) -> Option<&'r [u8]> {
@@ -105,12 +182,13 @@ pub struct SizeTally {
     ncols: usize,
     non_null: Vec<usize>,
     bytes: Vec<usize>,
+    distinct: Vec<Distinct>,
 }
 
 impl SizeTally {
     pub fn new(schema: &Schema) -> SizeTally {
         let n = schema.len();
-        SizeTally { nrows: 0, ncols: 0, non_null: vec![0; n], bytes: vec![0; n] }
+        SizeTally { nrows: 0, ncols: 0, non_null: vec![0; n], bytes: vec![0; n], distinct: vec![Distinct::new(); n] }
     }
 
     /// Counts `r` in (checked against its header and the schema, as `plan`
@@ -123,13 +201,17 @@ impl SizeTally {
             if let Some(v) = v {
                 self.non_null[c] += 1;
                 self.bytes[c] += v.len();
+                self.distinct[c].add(v);
             }
         }
         Ok(())
     }
 
-    /// The tally of column part `part`'s rows, from its meta alone (row
-    /// and null counts, content lengths): no row is read.
+    /// The tally of column part `part`'s rows, from its meta (row and null
+    /// counts, content lengths) and its dictionaries; no other value is
+    /// read. A plain column's distinct values are not known: the tally
+    /// counts it as staying plain, which may overstate its size, never
+    /// understate it.
     pub fn of_part(schema: &Schema, part: &ColumnPart) -> Result<SizeTally> {
         let mut t = SizeTally::new(schema);
         t.nrows = part.nrows();
@@ -140,16 +222,31 @@ impl SizeTally {
         for c in 0..t.ncols {
             let m = part.column_meta(c).ok_or(Error::BadInput("column meta missing"))?;
             let non_null = t.nrows.checked_sub(m.null_count as usize).ok_or(Error::BadInput("more nulls than rows"))?;
-            let bitmap = if m.has_nulls { bitmap_len(t.nrows) } else { 0 };
-            let fixed_or_ends = match m.desc.width {
-                Width::Fixed(_) => m.len as usize - bitmap,
-                Width::Varlena => 4 * t.nrows,
-            };
             t.non_null[c] = non_null;
+            if m.dict {
+                let mut stream = Vec::new();
+                let values = part.column_values(c, &mut stream)?;
+                let entries = values.dictionary_entries()?;
+                let mut bytes = 0usize;
+                for r in 0..t.nrows {
+                    if let Some(v) = values.get(r)? {
+                        bytes += v.len();
+                    }
+                }
+                t.bytes[c] = bytes;
+                let mut d = Distinct::new();
+                for e in entries {
+                    d.add(e);
+                }
+                t.distinct[c] = d;
+                continue;
+            }
+            let bitmap = if m.has_nulls { bitmap_len(t.nrows) } else { 0 };
             t.bytes[c] = match m.desc.width {
                 Width::Fixed(n) => non_null * n as usize,
-                Width::Varlena => (m.len as usize).checked_sub(bitmap + fixed_or_ends).ok_or(Error::BadInput("varlena mini-page shorter than its offsets"))?,
+                Width::Varlena => (m.len as usize).checked_sub(bitmap + 4 * t.nrows).ok_or(Error::BadInput("varlena mini-page shorter than its offsets"))?,
             };
+            t.distinct[c] = Distinct::unknown();
         }
         Ok(t)
     }
@@ -159,14 +256,17 @@ impl SizeTally {
     pub fn add_payload(&mut self, schema: &Schema, natts: usize, payload: &[u8]) -> Result<()> {
         let mut non_null = std::mem::take(&mut self.non_null);
         let mut bytes = std::mem::take(&mut self.bytes);
+        let mut distinct = std::mem::take(&mut self.distinct);
         let walked = super::row::payload_values(schema, natts, payload, |c, v| {
             if let Some(v) = v {
                 non_null[c] += 1;
                 bytes[c] += v.len();
+                distinct[c].add(v);
             }
         });
         self.non_null = non_null;
         self.bytes = bytes;
+        self.distinct = distinct;
         walked?;
         self.nrows += 1;
         self.ncols = self.ncols.max(natts);
@@ -185,7 +285,8 @@ impl SizeTally {
         }
         let mut next = units_for(META_FIXED + META_COL * self.ncols).max(1) + self.nrows.div_ceil(HEADERS_PER_UNIT);
         for (c, desc) in schema.columns[..self.ncols].iter().enumerate() {
-            next += units_for(mini_page_len(desc, self.nrows, self.nrows - self.non_null[c], self.bytes[c]));
+            let (len, _) = encoded_len(desc, self.nrows, self.nrows - self.non_null[c], self.bytes[c], self.distinct[c].dictionary());
+            next += units_for(len);
         }
         Ok((self.nrows, next))
     }
@@ -238,12 +339,14 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
     for (c, desc) in schema.columns[..ncols].iter().enumerate() {
         let mut nulls = 0usize;
         let mut bytes = 0usize;
+        let mut distinct = Distinct::new();
         let mut minmax: Option<(&[u8], &[u8])> = None;
         for r in rows.clone() {
             match value(r, c) {
                 None => nulls += 1,
                 Some(v) => {
                     bytes += v.len();
+                    distinct.add(v);
                     if desc.has_minmax() {
                         minmax = Some(match minmax {
                             None => (v, v),
@@ -257,7 +360,7 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
             }
         }
         let has_nulls = nulls > 0;
-        let len = mini_page_len(desc, nrows, nulls, bytes);
+        let (len, dict) = encoded_len(desc, nrows, nulls, bytes, distinct.dictionary());
         let units = units_for(len);
         columns.push(ColumnMeta {
             desc: *desc,
@@ -267,6 +370,7 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
             null_count: nulls as u16,
             has_nulls,
             minmax: minmax.map(|(a, b)| (a.to_vec(), b.to_vec())),
+            dict,
         });
         next += units;
         if next > u16::MAX as usize {
@@ -325,7 +429,7 @@ pub fn build(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32) ->
         wr16(e, 6, m.units);
         wr32(e, 8, m.len);
         wr16(e, 12, m.null_count);
-        e[14] = if m.has_nulls { F_NULLS } else { 0 } | if m.minmax.is_some() { F_MINMAX } else { 0 };
+        e[14] = if m.has_nulls { F_NULLS } else { 0 } | if m.minmax.is_some() { F_MINMAX } else { 0 } | if m.dict { F_DICT } else { 0 };
         if let Some((lo, hi)) = &m.minmax {
             e[16..16 + lo.len()].copy_from_slice(lo);
             e[32..32 + hi.len()].copy_from_slice(hi);
@@ -351,6 +455,32 @@ pub fn build(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32) ->
             }
         }
         match m.desc.width {
+            _ if m.dict => {
+                // u16 count, a code per row (0 for NULL), then the values
+                // in byte order: fixed ones back to back, varlena ones as
+                // end offsets and bytes.
+                let mut distinct = Distinct::new();
+                for row in rows {
+                    if let Some(v) = value(row, c) {
+                        distinct.add(v);
+                    }
+                }
+                let entries = distinct.values.as_ref().ok_or(Error::BadInput("dictionary column with too many values"))?;
+                s.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+                for row in rows {
+                    s.push(value(row, c).and_then(|v| distinct.code_of(v)).unwrap_or(0));
+                }
+                if m.desc.width == Width::Varlena {
+                    let mut end = 0u32;
+                    for e in entries {
+                        end += e.len() as u32;
+                        s.extend_from_slice(&end.to_le_bytes());
+                    }
+                }
+                for e in entries {
+                    s.extend_from_slice(e);
+                }
+            }
             Width::Fixed(n) => {
                 for row in rows {
                     match value(row, c) {
@@ -538,7 +668,8 @@ impl<'a> ColumnPart<'a> {
             let desc = ColumnDesc::decode(&e[0..DESC_LEN])?;
             let (first_unit, cunits, len, null_count, flags) = (rd16(e, 4), rd16(e, 6), rd32(e, 8), rd16(e, 12), e[14]);
             let has_nulls = flags & F_NULLS != 0;
-            if flags & !(F_NULLS | F_MINMAX) != 0 || e[15] != 0 {
+            let dict = flags & F_DICT != 0;
+            if flags & !(F_NULLS | F_MINMAX | F_DICT) != 0 || e[15] != 0 {
                 return corrupt("unknown column flags");
             }
             if first_unit as usize != next || cunits as usize != units_for(len as usize) {
@@ -550,6 +681,7 @@ impl<'a> ColumnPart<'a> {
             }
             let bitmap = if has_nulls { bitmap_len(rows) } else { 0 };
             let ok_len = match desc.width {
+                _ if dict => len as usize > bitmap + 2 + rows && null_count as usize != rows,
                 Width::Fixed(n) => len as usize == bitmap + rows * n as usize,
                 Width::Varlena => len as usize >= bitmap + 4 * rows,
             };
@@ -569,7 +701,7 @@ impl<'a> ColumnPart<'a> {
             } else {
                 None
             };
-            columns.push(ColumnMeta { desc, first_unit, units: cunits, len, null_count, has_nulls, minmax });
+            columns.push(ColumnMeta { desc, first_unit, units: cunits, len, null_count, has_nulls, minmax, dict });
         }
         if next != units {
             return corrupt("column mini-pages do not end where the part ends");
@@ -663,42 +795,82 @@ impl<'a> ColumnPart<'a> {
                 out[bitmap_at + c / 8] |= 1 << (c % 8);
                 continue;
             }
-            let mut base = 0;
-            if m.has_nulls {
-                base = bitmap_len(self.nrows);
-                let mut byte = [0u8; 1];
-                self.read_stream_into(c, r / 8, &mut byte)?;
-                if byte[0] & (1 << (r % 8)) != 0 {
-                    out[bitmap_at + c / 8] |= 1 << (c % 8);
-                    continue;
-                }
-            }
+            let Some((pos, len)) = self.value_span(r, c)? else {
+                out[bitmap_at + c / 8] |= 1 << (c % 8);
+                continue;
+            };
             let at = out.len();
             match m.desc.width {
-                Width::Fixed(n) => {
-                    out.resize(at + n as usize, 0);
-                    self.read_stream_into(c, base + r * n as usize, &mut out[at..])?;
+                Width::Fixed(_) => {
+                    out.resize(at + len, 0);
+                    self.read_stream_into(c, pos, &mut out[at..])?;
                 }
                 Width::Varlena => {
-                    let data = base + 4 * self.nrows;
-                    let mut ends = [0u8; 8];
-                    let (start, end) = if r == 0 {
-                        self.read_stream_into(c, base, &mut ends[4..])?;
-                        (0, rd32(&ends, 4) as usize)
-                    } else {
-                        self.read_stream_into(c, base + 4 * (r - 1), &mut ends)?;
-                        (rd32(&ends, 0) as usize, rd32(&ends, 4) as usize)
-                    };
-                    if start > end || data + end > m.len as usize || end - start > u16::MAX as usize {
-                        return corrupt("varlena offsets out of order or out of range");
+                    if len > u16::MAX as usize {
+                        return corrupt("varlena value too long for a row");
                     }
-                    out.extend_from_slice(&((end - start) as u16).to_le_bytes());
-                    out.resize(at + 2 + end - start, 0);
-                    self.read_stream_into(c, data + start, &mut out[at + 2..])?;
+                    out.extend_from_slice(&(len as u16).to_le_bytes());
+                    out.resize(at + 2 + len, 0);
+                    self.read_stream_into(c, pos, &mut out[at + 2..])?;
                 }
             }
         }
         Ok(header)
+    }
+
+    /// Where row `r`'s value of column `c` lies in the column's mini-page
+    /// content (position, length); None for NULL. Reads the null bit, the
+    /// offsets or the dictionary code it needs, not the value.
+    fn value_span(&self, r: usize, c: usize) -> Result<Option<(usize, usize)>> {
+        let m = &self.layout.columns[c];
+        let mut base = 0;
+        if m.has_nulls {
+            base = bitmap_len(self.nrows);
+            let mut byte = [0u8; 1];
+            self.read_stream_into(c, r / 8, &mut byte)?;
+            if byte[0] & (1 << (r % 8)) != 0 {
+                return Ok(None);
+            }
+        }
+        // The (start, end) offsets of entry `i` in an end-offset table at `at`.
+        let ends = |at: usize, i: usize| -> Result<(usize, usize)> {
+            let mut b = [0u8; 8];
+            if i == 0 {
+                self.read_stream_into(c, at, &mut b[4..])?;
+                Ok((0, rd32(&b, 4) as usize))
+            } else {
+                self.read_stream_into(c, at + 4 * (i - 1), &mut b)?;
+                Ok((rd32(&b, 0) as usize, rd32(&b, 4) as usize))
+            }
+        };
+        let (index, table, count) = if m.dict {
+            let mut head = [0u8; 3];
+            self.read_stream_into(c, base, &mut head[..2])?;
+            self.read_stream_into(c, base + 2 + r, &mut head[2..])?;
+            let n = u16::from_le_bytes([head[0], head[1]]) as usize;
+            let code = head[2] as usize;
+            if n == 0 || n > DICT_MAX || code >= n {
+                return corrupt("dictionary code out of range");
+            }
+            (code, base + 2 + self.nrows, n)
+        } else {
+            (r, base, self.nrows)
+        };
+        let (pos, len) = match m.desc.width {
+            Width::Fixed(n) => (table + index * n as usize, n as usize),
+            Width::Varlena => {
+                let data = table + 4 * count;
+                let (start, end) = ends(table, index)?;
+                if start > end {
+                    return corrupt("varlena offsets out of order or out of range");
+                }
+                (data + start, end - start)
+            }
+        };
+        if pos + len > m.len as usize {
+            return corrupt("value past its mini-page");
+        }
+        Ok(Some((pos, len)))
     }
 
     pub fn nrows(&self) -> usize {
@@ -736,25 +908,9 @@ impl<'a> ColumnPart<'a> {
         if r >= self.nrows || c >= self.layout.columns.len() {
             return Err(Error::BadInput("column value out of range"));
         }
-        let m = &self.layout.columns[c];
-        let mut base = 0;
-        if m.has_nulls {
-            base = bitmap_len(self.nrows);
-            if self.read_stream(c, r / 8, 1)?[0] & (1 << (r % 8)) != 0 {
-                return Ok(None);
-            }
-        }
-        match m.desc.width {
-            Width::Fixed(n) => Ok(Some(self.read_stream(c, base + r * n as usize, n as usize)?)),
-            Width::Varlena => {
-                let data = base + 4 * self.nrows;
-                let end = rd32(&self.read_stream(c, base + 4 * r, 4)?, 0) as usize;
-                let start = if r == 0 { 0 } else { rd32(&self.read_stream(c, base + 4 * (r - 1), 4)?, 0) as usize };
-                if start > end || data + end > m.len as usize {
-                    return corrupt("varlena offsets out of order or out of range");
-                }
-                Ok(Some(self.read_stream(c, data + start, end - start)?))
-            }
+        match self.value_span(r, c)? {
+            None => Ok(None),
+            Some((pos, len)) => Ok(Some(self.read_stream(c, pos, len)?)),
         }
     }
 
@@ -769,7 +925,22 @@ impl<'a> ColumnPart<'a> {
         stream.resize(m.len as usize, 0);
         self.read_stream_into(c, 0, stream)?;
         let base = if m.has_nulls { bitmap_len(self.nrows) } else { 0 };
-        Ok(ColumnValues { stream, nrows: self.nrows, width: m.desc.width, has_nulls: m.has_nulls, base })
+        let dict = if m.dict {
+            let n = rd16(stream, base) as usize;
+            let entries = base + 2 + self.nrows;
+            let ok = (1..=DICT_MAX).contains(&n)
+                && match m.desc.width {
+                    Width::Fixed(w) => stream.len() == entries + n * w as usize,
+                    Width::Varlena => stream.len() >= entries + 4 * n,
+                };
+            if !ok {
+                return corrupt("dictionary mini-page length inconsistent");
+            }
+            Some((entries, n))
+        } else {
+            None
+        };
+        Ok(ColumnValues { stream, nrows: self.nrows, width: m.desc.width, has_nulls: m.has_nulls, base, dict })
     }
 
     /// Header and values of row `r` (`natts` values).
@@ -790,8 +961,12 @@ pub struct ColumnValues<'s> {
     nrows: usize,
     width: Width,
     has_nulls: bool,
-    /// Where the values (fixed) or the end offsets (varlena) begin.
+    /// Where the values (fixed) or the end offsets (varlena) begin; a
+    /// dictionary's count.
     base: usize,
+    /// A dictionary's entries (where they begin, how many): the codes are
+    /// at `base + 2`.
+    dict: Option<(usize, usize)>,
 }
 
 impl<'s> ColumnValues<'s> {
@@ -803,6 +978,13 @@ impl<'s> ColumnValues<'s> {
         }
         if self.has_nulls && self.stream[r / 8] & (1 << (r % 8)) != 0 {
             return Ok(None);
+        }
+        if let Some((entries, n)) = self.dict {
+            let code = self.stream[self.base + 2 + r] as usize;
+            if code >= n {
+                return corrupt("dictionary code out of range");
+            }
+            return self.entry(entries, n, code).map(Some);
         }
         match self.width {
             Width::Fixed(n) => {
@@ -821,6 +1003,33 @@ impl<'s> ColumnValues<'s> {
                 }
                 Ok(Some(&self.stream[data + start..data + end]))
             }
+        }
+    }
+
+    /// Entry `i` of a dictionary of `n` entries beginning at `entries`.
+    fn entry(&self, entries: usize, n: usize, i: usize) -> Result<&'s [u8]> {
+        match self.width {
+            Width::Fixed(w) => {
+                let at = entries + i * w as usize;
+                self.stream.get(at..at + w as usize).ok_or(Error::Corrupt("dictionary entry past its mini-page"))
+            }
+            Width::Varlena => {
+                let data = entries + 4 * n;
+                let end = rd32(self.stream, entries + 4 * i) as usize;
+                let start = if i == 0 { 0 } else { rd32(self.stream, entries + 4 * (i - 1)) as usize };
+                if start > end || data + end > self.stream.len() {
+                    return corrupt("dictionary offsets out of order or out of range");
+                }
+                Ok(&self.stream[data + start..data + end])
+            }
+        }
+    }
+
+    /// A dictionary column's distinct values (empty for a plain column).
+    pub fn dictionary_entries(&self) -> Result<Vec<&'s [u8]>> {
+        match self.dict {
+            Some((entries, n)) => (0..n).map(|i| self.entry(entries, n, i)).collect(),
+            None => Ok(Vec::new()),
         }
     }
 }
@@ -1024,6 +1233,87 @@ mod tests {
         let mut short = rows(1, 10).remove(0);
         short.row.values[0] = Some(vec![1, 2]);
         assert!(SizeTally::new(&schema()).add(&schema(), &short).is_err() && plan(&schema(), std::iter::once(&short)).is_err());
+    }
+
+    #[test]
+    fn few_distinct_values_make_a_dictionary() {
+        // Low-cardinality fixed and varlena columns (with NULLs) become
+        // dictionaries, a column of 300 distinct values stays plain; every
+        // reader returns the rows as they went in.
+        let schema = Schema::new(vec![
+            ColumnDesc::fixed(4, MinMaxOrder::SignedInt),
+            ColumnDesc::varlena(),
+            ColumnDesc::varlena(),
+            ColumnDesc::fixed(8, MinMaxOrder::Float),
+        ])
+        .unwrap();
+        let rs: Vec<ColumnRow> = (0..600usize)
+            .map(|i| ColumnRow {
+                header: RowHeader { slot: i as u16, natts: 4, mvcc: Mvcc::default() },
+                row: Row {
+                    values: vec![
+                        Some(((i % 7) as i32 + 1).to_le_bytes().to_vec()),
+                        if i % 10 == 0 { None } else { Some(format!("\x0bMODE{}", i % 5).into_bytes()) },
+                        Some(format!("comment {}", i % 300).into_bytes()),
+                        Some(((i % 3) as f64 * 0.01).to_le_bytes().to_vec()),
+                    ],
+                },
+            })
+            .collect();
+        let g = geo(16);
+        let (blocks, p) = build(&g, &schema, &rs, 5).unwrap();
+        assert_eq!(p.columns.iter().map(|m| m.dict).collect::<Vec<_>>(), vec![true, true, false, true]);
+        let plain = mini_page_len(&schema.columns[0], 600, 0, 600 * 4);
+        assert!((p.columns[0].len as usize) < plain / 3, "codes take a byte a row");
+        let part = ColumnPart::parse(&g, views(&blocks), p.total_units, rs.len(), Some(5)).unwrap();
+        let mut streams = vec![Vec::new(); 4];
+        for (c, stream) in streams.iter_mut().enumerate() {
+            let values = part.column_values(c, stream).unwrap();
+            let entries = values.dictionary_entries().unwrap();
+            let mut sorted = entries.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(entries, sorted, "column {c}: entries in byte order, distinct");
+            for (r, want) in rs.iter().enumerate() {
+                assert_eq!(values.get(r).unwrap(), want.row.values[c].as_deref(), "column {c} row {r}");
+            }
+        }
+        for (r, want) in rs.iter().enumerate() {
+            assert_eq!(&part.row(r).unwrap(), want);
+            let mut out = Vec::new();
+            part.row_payload(r, &mut out).unwrap();
+            assert_eq!(out, super::super::row::encode_payload(&schema, &want.row).unwrap());
+        }
+        // The tally of the built part, plus more rows, sizes as the rows do.
+        let mut of_part = SizeTally::of_part(&schema, &part).unwrap();
+        let mut want = SizeTally::new(&schema);
+        for r in &rs {
+            want.add(&schema, r).unwrap();
+        }
+        assert_eq!(of_part.units(&schema).unwrap(), want.units(&schema).unwrap());
+        for r in rs.iter().take(50) {
+            of_part.add(&schema, r).unwrap();
+            want.add(&schema, r).unwrap();
+        }
+        assert_eq!(of_part.units(&schema).unwrap(), want.units(&schema).unwrap());
+        // A code past the dictionary is corruption, never a panic.
+        let mut bad = blocks.clone();
+        let m = &p.columns[0];
+        let (blk, off) = Geometry::unit_location(m.first_unit as usize);
+        bad[blk][off + 2 + 5] = 200;
+        let part = ColumnPart::parse(&g, views(&bad), p.total_units, rs.len(), Some(5)).unwrap();
+        assert!(part.value(5, 0).is_err());
+        assert!(part.row(5).is_err());
+        let mut stream = Vec::new();
+        assert!(part.column_values(0, &mut stream).unwrap().get(5).is_err());
+        // So is a dictionary count of zero or past DICT_MAX.
+        for n in [0u16, 300] {
+            let mut bad = blocks.clone();
+            bad[blk][off..off + 2].copy_from_slice(&n.to_le_bytes());
+            let part = ColumnPart::parse(&g, views(&bad), p.total_units, rs.len(), Some(5)).unwrap();
+            assert!(part.value(5, 0).is_err());
+            assert!(part.column_values(0, &mut stream).is_err());
+        }
     }
 
     #[test]

@@ -200,42 +200,31 @@ pub fn plan_with_sources(page: &HybridPage, schema: &Schema, oracle: &mut dyn Or
 
     // Offered delta versions by descending slot: the first `k` of them are
     // turned back if the column part would not fit. Fewer rows never need
-    // more units, so the smallest working k is found by bisection, each
-    // guess sized from `with_offered[k]`: the kept column rows' tally plus
-    // the offered versions from k on.
+    // more units (`column::encoded_len`), so the smallest working k is
+    // found in one pass: the kept column rows' tally, then the offered
+    // versions added from the last one back, until one no longer fits.
     let mut offered: Vec<usize> = (0..deltas.len()).filter(|&i| deltas[i].to_column.is_some()).collect();
     offered.sort_by_key(|&i| std::cmp::Reverse(deltas[i].to_column.as_ref().map_or(0, |r| r.header.slot)));
-    let mut with_offered = vec![column::SizeTally::new(schema); offered.len() + 1];
+    let mut tally = column::SizeTally::new(schema);
     for (cr, _) in &kept_column {
-        with_offered[offered.len()].add(schema, cr)?;
+        tally.add(schema, cr)?;
     }
-    for k in (0..offered.len()).rev() {
-        let mut t = with_offered[k + 1].clone();
-        if let Some(cr) = &deltas[offered[k]].to_column {
-            t.add(schema, cr)?;
-        }
-        with_offered[k] = t;
-    }
-    let fits = |k: usize| -> Result<bool> {
-        let (nrows, units) = with_offered[k].units(schema)?;
+    let fits = |t: &column::SizeTally| -> Result<bool> {
+        let (nrows, units) = t.units(schema)?;
         Ok(nrows == 0 || units <= g.column_units())
     };
-    let (mut lo, mut hi) = (0usize, offered.len());
-    if !fits(hi)? {
+    if !fits(&tally)? {
         return corrupt("column part no longer fits with its own rows");
     }
-    if !fits(0)? {
-        // Invariant: fits(hi) and !fits(lo).
-        while hi - lo > 1 {
-            let mid = (lo + hi) / 2;
-            if fits(mid)? {
-                hi = mid;
-            } else {
-                lo = mid;
-            }
+    let mut hi = 0;
+    for k in (0..offered.len()).rev() {
+        if let Some(cr) = &deltas[offered[k]].to_column {
+            tally.add(schema, cr)?;
         }
-    } else {
-        hi = 0;
+        if !fits(&tally)? {
+            hi = k + 1;
+            break;
+        }
     }
     for &i in &offered[..hi] {
         deltas[i].to_column = None;
@@ -392,6 +381,9 @@ impl CompactionOutput {
             delta_used: self.delta_used,
             free_hint: self.directory.iter().filter(|(_, e)| *e == DirEntry::Unused).map(|&(s, _)| s).fold(old.free_hint, u16::min),
             column_full: self.column_full,
+            // A new column part: whether all of it is visible is the
+            // glue's call, made after the compaction (it logs it apart).
+            all_visible: false,
         };
         h.write(block, g);
         self.patch_entries(block, g, 0);

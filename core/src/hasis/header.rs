@@ -82,6 +82,7 @@ impl DirEntry {
 /// 42  2  free_hint     no unused slot lies below it (0 in extents written
 ///                      before the hint existed: search from slot 0)
 /// 44  1  flags         0x01 column part full (`column_full`)
+///                      0x02 column part all visible (`all_visible`)
 /// 45  3  reserved, 0
 /// 48 ..  directory entries for slots 0..2032
 /// ```
@@ -104,15 +105,25 @@ pub struct ExtentHeader {
     /// 4 KB units, so a part of ten columns is full with units to spare).
     /// Set and cleared by compaction only (its WAL record carries it).
     pub column_full: bool,
+    /// Every column row is visible to every snapshot, present and future:
+    /// inserted by a transaction that committed before the oldest running
+    /// snapshot, neither deleted nor updated (a lock-only xmax does not
+    /// count), and storing every column the part stores. A column scan then
+    /// reads no row headers (heap's PD_ALL_VISIBLE). Set after a compaction
+    /// or by VACUUM, cleared before any row header of the part changes
+    /// other than hints and freezing (the glue's protocol, its README).
+    pub all_visible: bool,
 }
 
 /// Header flag: `column_full`.
 const FLAG_COLUMN_FULL: u8 = 0x01;
+/// Header flag: `all_visible`.
+const FLAG_ALL_VISIBLE: u8 = 0x02;
 
 impl ExtentHeader {
     /// The header of a new, empty extent.
     pub fn empty() -> ExtentHeader {
-        ExtentHeader { version: FIRST_VERSION, slot_hwm: 0, column_rows: 0, column_units: 0, delta_used: 0, free_hint: 0, column_full: false }
+        ExtentHeader { version: FIRST_VERSION, slot_hwm: 0, column_rows: 0, column_units: 0, delta_used: 0, free_hint: 0, column_full: false, all_visible: false }
     }
 
     /// Writes a fresh header block (directory all unused).
@@ -134,7 +145,7 @@ impl ExtentHeader {
         wr16(block, 38, self.column_units);
         wr16(block, 40, self.delta_used);
         wr16(block, 42, self.free_hint);
-        block[44] = if self.column_full { FLAG_COLUMN_FULL } else { 0 };
+        block[44] = if self.column_full { FLAG_COLUMN_FULL } else { 0 } | if self.all_visible { FLAG_ALL_VISIBLE } else { 0 };
         block[45..DIR_START].fill(0);
         BlockTrailer { kind: BlockKind::Header, index: 0, version: self.version }.write(block);
     }
@@ -159,8 +170,9 @@ impl ExtentHeader {
             delta_used: rd16(block, 40),
             free_hint: rd16(block, 42),
             column_full: block[44] & FLAG_COLUMN_FULL != 0,
+            all_visible: block[44] & FLAG_ALL_VISIBLE != 0,
         };
-        if block[44] & !FLAG_COLUMN_FULL != 0 {
+        if block[44] & !(FLAG_COLUMN_FULL | FLAG_ALL_VISIBLE) != 0 {
             return corrupt("unknown extent header flags");
         }
         if h.slot_hwm as usize > g.max_slots() {
@@ -177,6 +189,9 @@ impl ExtentHeader {
         }
         if h.delta_used > g.params.delta_blocks {
             return corrupt("more delta blocks in use than exist");
+        }
+        if h.all_visible && h.column_rows == 0 {
+            return corrupt("all-visible flag on an extent without column rows");
         }
         Ok(h)
     }
@@ -300,7 +315,7 @@ mod tests {
         let mut b = vec![0u8; BLCKSZ];
         ExtentHeader::init_block(&mut b, &g);
         assert_eq!(ExtentHeader::read(&b, &g).unwrap(), ExtentHeader::empty());
-        let h = ExtentHeader { version: 9, slot_hwm: 100, column_rows: 60, column_units: 5, delta_used: 2, free_hint: 17, column_full: false };
+        let h = ExtentHeader { version: 9, slot_hwm: 100, column_rows: 60, column_units: 5, delta_used: 2, free_hint: 17, column_full: false, all_visible: false };
         h.write(&mut b, &g);
         assert_eq!(ExtentHeader::read(&b, &g).unwrap(), h);
         assert!(h.compaction_due(&g));
@@ -313,7 +328,18 @@ mod tests {
         assert!(flagged.column_part_full(&g));
         assert!(!ExtentHeader { delta_used: 6, ..flagged }.compaction_due(&g));
         assert!(ExtentHeader { delta_used: 7, ..flagged }.compaction_due(&g));
-        f[44] = 0x02;
+        // So does the all-visible flag, beside column_full and alone.
+        let visible = ExtentHeader { all_visible: true, ..flagged };
+        visible.write(&mut f, &g);
+        assert_eq!(f[44], 0x03);
+        assert_eq!(ExtentHeader::read(&f, &g).unwrap(), visible);
+        ExtentHeader { column_full: false, ..visible }.write(&mut f, &g);
+        assert_eq!(ExtentHeader::read(&f, &g).unwrap(), ExtentHeader { column_full: false, ..visible });
+        // Not on an extent without column rows; no unknown flags.
+        ExtentHeader { column_rows: 0, column_units: 0, ..visible }.write(&mut f, &g);
+        assert!(ExtentHeader::read(&f, &g).is_err());
+        flagged.write(&mut f, &g);
+        f[44] = 0x04;
         assert!(ExtentHeader::read(&f, &g).is_err());
         // A full column part: due only with one delta block left, after the
         // room new rows leave to HOT updates is nearly used.

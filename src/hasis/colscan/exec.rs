@@ -3,7 +3,8 @@
 //! Extents are read one at a time (`relation::visit_extent_columns`, the
 //! header block share-locked throughout): the column part's row headers
 //! decide visibility exactly as the sequential scan does (heap's rules,
-//! hints written back), then each needed column's mini-page is read once
+//! hints written back), unless the extent's header says the whole part is
+//! visible to every snapshot (then no row header is read), then each needed column's mini-page is read once
 //! and the visible rows' values copied into an aligned arena; the delta
 //! part's visible versions add theirs. The rows then go out one by one as
 //! virtual tuples whose by-reference datums point into the arena, which
@@ -60,6 +61,7 @@ struct ColumnScanNode {
 struct Needed {
     attno: i16,
     byval: bool,
+    attlen: i16,
     align: usize,
 }
 
@@ -69,7 +71,35 @@ enum Value {
     Null,
     /// The version was written before the column was added: its default.
     Missing,
+    /// In the arena (a delta row's value, or one that needs aligning).
     At { off: u32, len: u32 },
+    /// A by-value datum, or a pointer into the column's gathered stream
+    /// (`ColumnScan::streams`), which stays put until the next extent.
+    Datum(pg_sys::Datum),
+}
+
+/// The datum of a by-value type stored as its `attlen` bytes
+/// (`tuple::bytes_datum` without the attribute).
+fn byval_datum(attlen: i16, b: &[u8]) -> pg_sys::Datum {
+    let raw = match (attlen, b) {
+        (1, [x, ..]) => *x as i8 as i64 as u64,
+        (2, [x, y, ..]) => i16::from_le_bytes([*x, *y]) as i64 as u64,
+        (4, [a, b2, c, d, ..]) => i32::from_le_bytes([*a, *b2, *c, *d]) as i64 as u64,
+        _ => {
+            let mut v = [0u8; 8];
+            let n = b.len().min(8);
+            v[..n].copy_from_slice(&b[..n]);
+            u64::from_le_bytes(v)
+        }
+    };
+    pg_sys::Datum::from(raw as usize)
+}
+
+/// Whether a by-reference value may be handed out where it lies: a
+/// varlena with a one-byte header needs no alignment, anything else its
+/// type's.
+fn usable_in_place(attlen: i16, align: usize, b: &[u8]) -> bool {
+    (attlen == -1 && b.first().is_some_and(|h| h & 0x01 == 0x01)) || (b.as_ptr() as usize).is_multiple_of(align)
 }
 
 /// A row ready to go out.
@@ -113,6 +143,8 @@ struct Counters {
     extents: i64,
     parts_read: i64,
     parts_skipped: i64,
+    /// Parts read without their row headers (all visible).
+    parts_all_visible: i64,
     column_blocks_read: i64,
     delta_rows: i64,
 }
@@ -142,7 +174,9 @@ struct ColumnScan {
     pos: usize,
     /// The current column part's visible rows: (row in the part, natts).
     part_rows: Vec<(usize, u16)>,
-    stream: Vec<u8>,
+    /// Per needed column, its mini-page's content in the current extent:
+    /// `Value::Datum` pointers point in here.
+    streams: Vec<Vec<u8>>,
     counters: Counters,
 }
 
@@ -188,7 +222,7 @@ unsafe extern "C-unwind" fn begin(css: *mut pg_sys::CustomScanState, estate: *mu
                 b's' => 2,
                 _ => 1,
             };
-            Needed { attno: a, byval: att.attbyval, align }
+            Needed { attno: a, byval: att.attbyval, attlen: att.attlen, align }
         })
         .collect();
     let minmax = quals
@@ -218,7 +252,7 @@ unsafe extern "C-unwind" fn begin(css: *mut pg_sys::CustomScanState, estate: *mu
         arena: Arena::default(),
         pos: 0,
         part_rows: Vec::new(),
-        stream: Vec::new(),
+        streams: Vec::new(),
         counters: Counters::default(),
     };
     (*node).scan = Box::into_raw(Box::new(scan));
@@ -260,6 +294,9 @@ impl ColumnScan {
             self.counters.column_blocks_read += visit.column_blocks_read as i64;
             if visit.part_skipped {
                 self.counters.parts_skipped += 1;
+            }
+            if visit.all_visible {
+                self.counters.parts_all_visible += 1;
             }
             if !self.rows.is_empty() {
                 return true;
@@ -309,7 +346,13 @@ impl ColumnScan {
         }
         let i = self.pos;
         self.pos += 1;
-        pg_sys::ExecClearTuple(slot);
+        // A virtual slot that owns no memory is cleared and stored by its
+        // flags (what ExecClearTuple and ExecStoreVirtualTuple do for it)
+        // rather than by two calls per row.
+        let plain = std::ptr::eq((*slot).tts_ops, &raw const pg_sys::TTSOpsVirtual) && (*slot).tts_flags as u32 & pg_sys::TTS_FLAG_SHOULDFREE == 0;
+        if !plain {
+            pg_sys::ExecClearTuple(slot);
+        }
         let desc = (*slot).tts_tupleDescriptor;
         let natts = (*desc).natts as usize;
         let atts = (*desc).attrs.as_slice(natts);
@@ -331,11 +374,20 @@ impl ColumnScan {
                     values[a] = if col.byval { tuple::bytes_datum(&atts[a], b) } else { pg_sys::Datum::from(b.as_ptr()) };
                     nulls[a] = false;
                 }
+                Value::Datum(d) => {
+                    values[a] = d;
+                    nulls[a] = false;
+                }
             }
         }
         (*slot).tts_tid = to_item_pointer(self.rows[i].tid);
         (*slot).tts_tableOid = (*self.rel).rd_id;
-        pg_sys::ExecStoreVirtualTuple(slot);
+        if plain {
+            (*slot).tts_flags &= !(pg_sys::TTS_FLAG_EMPTY as u16);
+            (*slot).tts_nvalid = natts as i16;
+        } else {
+            pg_sys::ExecStoreVirtualTuple(slot);
+        }
         true
     }
 }
@@ -361,6 +413,7 @@ impl ColumnVisitor for ColumnScan {
         let nw = self.needed.len();
         let first_row = self.rows.len() - self.part_rows.len();
         self.values.resize(self.rows.len() * nw, Value::Null);
+        self.streams.resize_with(nw, Vec::new);
         for (j, col) in self.needed.iter().enumerate() {
             let c = col.attno as usize - 1;
             if c >= part.ncols() {
@@ -369,7 +422,7 @@ impl ColumnVisitor for ColumnScan {
                 }
                 continue;
             }
-            let column = match part.column_values(c, &mut self.stream) {
+            let column = match part.column_values(c, &mut self.streams[j]) {
                 Ok(v) => v,
                 Err(e) => unsafe { crate::hasis::format_error(self.rel, self.rows[first_row].tid.block, e) },
             };
@@ -379,6 +432,8 @@ impl ColumnVisitor for ColumnScan {
                 } else {
                     match column.get(r) {
                         Ok(None) => Value::Null,
+                        Ok(Some(b)) if col.byval => Value::Datum(byval_datum(col.attlen, b)),
+                        Ok(Some(b)) if usable_in_place(col.attlen, col.align, b) => Value::Datum(pg_sys::Datum::from(b.as_ptr())),
                         Ok(Some(b)) => Value::At { off: self.arena.push(b, col.align), len: b.len() as u32 },
                         Err(e) => unsafe { crate::hasis::format_error(self.rel, self.rows[first_row + i].tid.block, e) },
                     }
@@ -386,6 +441,11 @@ impl ColumnVisitor for ColumnScan {
                 self.values[(first_row + i) * nw + j] = v;
             }
         }
+    }
+
+    fn visible_column_row(&mut self, row: usize, tid: Tid, natts: u16) {
+        self.part_rows.push((row, natts));
+        self.rows.push(RowOut { tid });
     }
 
     fn delta_row(&mut self, v: &Visited) {
@@ -519,6 +579,7 @@ unsafe extern "C-unwind" fn explain(css: *mut pg_sys::CustomScanState, _ancestor
             (c"Extents", c.extents),
             (c"Column Parts Read", c.parts_read),
             (c"Column Parts Skipped", c.parts_skipped),
+            (c"Column Parts All Visible", c.parts_all_visible),
             (c"Column Blocks Read", c.column_blocks_read),
             (c"Delta Rows", c.delta_rows),
         ] {
