@@ -410,6 +410,15 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     // headers cannot tell a shorter row's missing columns).
     let all_visible = !rec.column_rows.is_empty()
         && rec.column_rows.iter().all(|r| visible_to_all.get(r.header.slot as usize) == Some(&true) && r.row.values.len() == rec.columns.len());
+    // Nothing to remove, move or freeze, and no delta part: the page stays
+    // as it is (VACUUM after a bulk load, every extent). Known before the
+    // new part is built.
+    if rec.entries_released() == 0 && rec.column_rows.len() == h.column_rows as usize && rec.delta_items.is_empty() && h.delta_used == 0 && frozen == 0 && planned.column_full.is_none() {
+        if all_visible && !h.all_visible {
+            super::relation::set_all_visible(rel, &g, first, hbuf, newest_visible_xmin);
+        }
+        return None;
+    }
     let mut out = compact::apply(&g, rec).unwrap_or_else(|e| super::format_error(rel, first, e));
     // Full if versions offered to the column part had to stay out; with
     // none offered, as it was unless the part shrank.

@@ -4,6 +4,7 @@
 use pgrx::pg_sys;
 
 use pg_hybrid_core::hasis::delta::ITEM_HDR;
+use pg_hybrid_core::hasis::header::ExtentHeader;
 use pg_hybrid_core::hasis::row::{Mvcc, Row};
 use pg_hybrid_core::tid::Tid;
 
@@ -199,18 +200,23 @@ pub unsafe fn copy_for_cluster(
 }
 
 /// VACUUM: every extent is compacted with freezing (dead versions leave,
-/// committed ones move into the column part, old xids are frozen); then
-/// the index entries of the slots compaction emptied are bulk-deleted
-/// from every index, and those slots become unused (reusable TIDs). Since
-/// every extent went through the freezing oracle, relfrozenxid advances to
-/// the freeze limit.
+/// committed ones move into the column part, old xids are frozen), except,
+/// unless the VACUUM is aggressive, all-visible extents without a delta
+/// part; then the index entries of the slots compaction emptied are
+/// bulk-deleted from every index, and those slots become unused (reusable
+/// TIDs). When every extent went through the freezing oracle, relfrozenxid
+/// advances to the freeze limit; after a skip it stays.
 pub unsafe fn vacuum(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, strategy: pg_sys::BufferAccessStrategy) {
     let p = &*params;
     let mut oldest_xmin = pg_sys::InvalidTransactionId;
     let mut oldest_mxact = pg_sys::InvalidTransactionId;
     let mut freeze_limit = pg_sys::InvalidTransactionId;
     let mut multi_cutoff = pg_sys::InvalidTransactionId;
-    pg_sys::vacuum_set_xid_limits(
+    // Aggressive (relfrozenxid old enough, VACUUM FREEZE, DISABLE_PAGE_SKIPPING):
+    // every extent is compacted and frozen. Otherwise an all-visible extent
+    // without a delta part is skipped, as heap skips all-visible pages: it
+    // has nothing to remove or move, only rows it would freeze early.
+    let aggressive = pg_sys::vacuum_set_xid_limits(
         rel,
         p.freeze_min_age,
         p.freeze_table_age,
@@ -220,7 +226,8 @@ pub unsafe fn vacuum(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, s
         &mut oldest_mxact,
         &mut freeze_limit,
         &mut multi_cutoff,
-    );
+    ) || p.options & pg_sys::VACOPT_DISABLE_PAGE_SKIPPING != 0;
+    let mut skipped = false;
     let freeze = super::compact::Freeze { limit: freeze_limit };
     let relid = (*rel).rd_id;
     let mut dead_slots: Vec<(u32, Vec<u16>)> = Vec::new();
@@ -230,15 +237,25 @@ pub unsafe fn vacuum(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, s
         for k in 0..meta.nextents {
             let first = meta.extent_first(k);
             let hbuf = crate::storage::buffer::Buf::read_with(rel, first, Lock::Exclusive, strategy);
-            if let Some(done) = super::compact::compact_extent(rel, &meta, k, &hbuf, super::compact::Goal::Vacuum(freeze)) {
+            let before = ExtentHeader::read(relation::bytes(hbuf.page()), &g).unwrap_or_else(|e| super::format_error(rel, first, e));
+            if !aggressive && before.all_visible && before.delta_used == 0 {
+                skipped = true;
+            } else if let Some(done) = super::compact::compact_extent(rel, &meta, k, &hbuf, super::compact::Goal::Vacuum(freeze)) {
                 relation::record_free_space(rel, &g, first, &done);
             }
             let slots = relation::dead_slots(rel, &meta, k, &hbuf);
             if !slots.is_empty() {
                 dead_slots.push((k, slots));
             }
+            let h = ExtentHeader::read(relation::bytes(hbuf.page()), &g).unwrap_or_else(|e| super::format_error(rel, first, e));
             drop(hbuf);
-            // What is left, for the statistics.
+            // What is left, for the statistics: an all-visible extent
+            // without a delta part holds its column rows, all live.
+            if h.all_visible && h.delta_used == 0 {
+                live += h.column_rows as i64;
+                pg_sys::vacuum_delay_point();
+                continue;
+            }
             relation::visit_extent(rel, &meta, k, Select::All, strategy, &mut |v| {
                 let (r, hint, _) = vacuum_state(&v.header.mvcc, v.tid, relid, oldest_xmin, v.buffer);
                 if let Some(h) = hint {
@@ -264,8 +281,10 @@ pub unsafe fn vacuum(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, s
         live as f64,
         0,
         (*(*rel).rd_rel).relhasindex,
-        freeze_limit,
-        multi_cutoff,
+        // A skipped extent was not frozen: relfrozenxid and relminmxid
+        // stay (invalid values leave them), as after heap's skipping.
+        if skipped { pg_sys::InvalidTransactionId } else { freeze_limit },
+        if skipped { pg_sys::InvalidTransactionId } else { multi_cutoff },
         &mut frozen_updated,
         &mut minmulti_updated,
         false,

@@ -88,46 +88,98 @@ fn bitmap_len(nrows: usize) -> usize {
 }
 
 /// A column's distinct non-null values, as long as there are at most
-/// `DICT_MAX` of them (then the column can be a dictionary), sorted by
-/// their bytes: the dictionary's order.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// `DICT_MAX` of them (then the column can be a dictionary). Counted per
+/// value of every row a tally or a compaction sees, so it is a small
+/// open-addressing table over one byte arena: no allocation per value, one
+/// comparison per lookup as a rule.
+#[derive(Clone, Debug)]
 struct Distinct {
-    /// None: more than `DICT_MAX`, or not known (a conservative tally).
-    values: Option<Vec<Vec<u8>>>,
-    /// Their bytes.
-    bytes: usize,
+    /// More than `DICT_MAX`, or not known (a conservative tally).
+    over: bool,
+    /// The values, back to back, in the order they were first seen.
+    arena: Vec<u8>,
+    /// (start, len) in `arena` of each value.
+    entries: Vec<(u32, u32)>,
+    /// `DISTINCT_SLOTS` slots: 0 empty, else an index into `entries` + 1.
+    table: Vec<u16>,
+}
+
+/// Slots of `Distinct::table`: a power of two above twice `DICT_MAX`.
+const DISTINCT_SLOTS: usize = 512;
+
+/// Two tallies are equal when they hold the same set of values.
+impl PartialEq for Distinct {
+    fn eq(&self, other: &Distinct) -> bool {
+        self.over == other.over && self.sorted() == other.sorted()
+    }
+}
+impl Eq for Distinct {}
+
+fn distinct_hash(v: &[u8]) -> usize {
+    use std::hash::Hasher;
+    let mut h = crate::fast_hash::FastHasher::default();
+    h.write(v);
+    h.write_usize(v.len());
+    // The top bits: the multiplicative hash mixes upwards.
+    (h.finish() >> (64 - 9)) as usize
 }
 
 impl Distinct {
     fn new() -> Distinct {
-        Distinct { values: Some(Vec::new()), bytes: 0 }
+        Distinct { over: false, arena: Vec::new(), entries: Vec::new(), table: Vec::new() }
     }
 
     fn unknown() -> Distinct {
-        Distinct { values: None, bytes: 0 }
+        Distinct { over: true, ..Distinct::new() }
     }
 
-    fn add(&mut self, v: &[u8]) {
-        if let Some(vals) = &mut self.values {
-            if let Err(i) = vals.binary_search_by(|x| x.as_slice().cmp(v)) {
-                if vals.len() < DICT_MAX {
-                    vals.insert(i, v.to_vec());
-                    self.bytes += v.len();
-                } else {
-                    *self = Distinct::unknown();
-                }
+    fn value(&self, i: usize) -> &[u8] {
+        let (at, len) = self.entries[i];
+        &self.arena[at as usize..(at + len) as usize]
+    }
+
+    /// The slot of `v` in the table: its own, or the empty one it would take.
+    fn probe(&self, v: &[u8]) -> usize {
+        let mut slot = distinct_hash(v);
+        loop {
+            match self.table[slot] {
+                0 => return slot,
+                e if self.value(e as usize - 1) == v => return slot,
+                _ => slot = (slot + 1) & (DISTINCT_SLOTS - 1),
             }
         }
     }
 
-    /// (count, bytes) when a dictionary could hold them.
-    fn dictionary(&self) -> Option<(usize, usize)> {
-        self.values.as_ref().filter(|v| !v.is_empty()).map(|v| (v.len(), self.bytes))
+    fn add(&mut self, v: &[u8]) {
+        if self.over {
+            return;
+        }
+        if self.table.is_empty() {
+            self.table = vec![0; DISTINCT_SLOTS];
+        }
+        let slot = self.probe(v);
+        if self.table[slot] != 0 {
+            return;
+        }
+        if self.entries.len() == DICT_MAX {
+            *self = Distinct::unknown();
+            return;
+        }
+        self.entries.push((self.arena.len() as u32, v.len() as u32));
+        self.arena.extend_from_slice(v);
+        self.table[slot] = self.entries.len() as u16;
     }
 
-    fn code_of(&self, v: &[u8]) -> Option<u8> {
-        let i = self.values.as_ref()?.binary_search_by(|x| x.as_slice().cmp(v)).ok()?;
-        u8::try_from(i).ok()
+    /// (count, bytes) when a dictionary could hold them.
+    fn dictionary(&self) -> Option<(usize, usize)> {
+        (!self.over && !self.entries.is_empty()).then(|| (self.entries.len(), self.arena.len()))
+    }
+
+    /// The values in byte order: the dictionary's order.
+    fn sorted(&self) -> Vec<&[u8]> {
+        let mut v: Vec<&[u8]> = (0..self.entries.len()).map(|i| self.value(i)).collect();
+        v.sort_unstable();
+        v
     }
 }
 
@@ -465,19 +517,27 @@ pub fn build(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32) ->
                         distinct.add(v);
                     }
                 }
-                let entries = distinct.values.as_ref().ok_or(Error::BadInput("dictionary column with too many values"))?;
+                if distinct.dictionary().is_none() {
+                    return Err(Error::BadInput("dictionary column with too many values"));
+                }
+                let entries = distinct.sorted();
+                // Each first-seen index's code: its rank in byte order.
+                let mut code = vec![0u8; entries.len()];
+                for (rank, e) in entries.iter().enumerate() {
+                    code[distinct.table[distinct.probe(e)] as usize - 1] = rank as u8;
+                }
                 s.extend_from_slice(&(entries.len() as u16).to_le_bytes());
                 for row in rows {
-                    s.push(value(row, c).and_then(|v| distinct.code_of(v)).unwrap_or(0));
+                    s.push(value(row, c).map_or(0, |v| code[distinct.table[distinct.probe(v)] as usize - 1]));
                 }
                 if m.desc.width == Width::Varlena {
                     let mut end = 0u32;
-                    for e in entries {
+                    for e in &entries {
                         end += e.len() as u32;
                         s.extend_from_slice(&end.to_le_bytes());
                     }
                 }
-                for e in entries {
+                for e in &entries {
                     s.extend_from_slice(e);
                 }
             }
