@@ -15,7 +15,8 @@ BEGIN
 END $$;
 -- What EXPLAIN ANALYZE says about the (first) column scan of q.
 CREATE FUNCTION cs_explain(q text, OUT node text, OUT columns text, OUT parts_read bigint,
-                           OUT parts_skipped bigint, OUT column_blocks bigint, OUT extents bigint)
+                           OUT parts_skipped bigint, OUT column_blocks bigint, OUT extents bigint,
+                           OUT all_visible bigint)
 LANGUAGE plpgsql AS $$
 DECLARE j json; p json;
 BEGIN
@@ -30,6 +31,7 @@ BEGIN
   parts_skipped := (p->>'Column Parts Skipped')::bigint;
   column_blocks := (p->>'Column Blocks Read')::bigint;
   extents := (p->>'Extents')::bigint;
+  all_visible := (p->>'Column Parts All Visible')::bigint;
 END $$;
 
 -- 16 columns, like lineitem: keys, small ints, numerics, dates, flags, text.
@@ -208,18 +210,6 @@ DROP ROLE regress_cs_reader;
 -- 9. All-visible column parts: VACUUM marks a column part whose rows every
 -- snapshot sees, and the scan reads none of its row headers. Any change to
 -- one of its rows (delete, update, row lock) clears the mark first.
-CREATE FUNCTION cs_visible(q text, OUT parts_read bigint, OUT all_visible bigint)
-LANGUAGE plpgsql AS $$
-DECLARE j json; p json;
-BEGIN
-  EXECUTE 'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) ' || q INTO j;
-  p := j->0->'Plan';
-  WHILE p->>'Node Type' <> 'Custom Scan' AND p->'Plans' IS NOT NULL LOOP
-    p := p->'Plans'->0;
-  END LOOP;
-  parts_read := (p->>'Column Parts Read')::bigint;
-  all_visible := (p->>'Column Parts All Visible')::bigint;
-END $$;
 CREATE TABLE av_h (id int8, v int4, d date, note text) USING hasis;
 CREATE TABLE av_x (LIKE av_h) USING heap;
 INSERT INTO av_h SELECT g, g % 100, '2000-01-01'::date + g % 1000, 'n' || g FROM generate_series(1, 20000) g;
@@ -227,15 +217,15 @@ INSERT INTO av_x SELECT * FROM av_h;
 CREATE INDEX av_h_id ON av_h (id);
 CREATE INDEX av_x_id ON av_x (id);
 -- Loaded by this transaction's inserts: not marked yet.
-SELECT parts_read > 0 AS read, all_visible FROM cs_visible('SELECT sum(v) FROM av_h');
+SELECT parts_read > 0 AS read, all_visible FROM cs_explain('SELECT sum(v) FROM av_h');
 VACUUM av_h;
-SELECT all_visible = parts_read AS all_marked FROM cs_visible('SELECT sum(v) FROM av_h');
+SELECT all_visible = parts_read AS all_marked FROM cs_explain('SELECT sum(v) FROM av_h');
 SELECT * FROM cs_twin_diff('SELECT id, v, d, note, ctid IS NOT NULL AS has_tid FROM av_@');
 -- A rolled-back delete clears the mark of its part; the row stays.
 BEGIN;
 DELETE FROM av_h WHERE id = 5;
 ROLLBACK;
-SELECT parts_read - all_visible AS unmarked FROM cs_visible('SELECT sum(v) FROM av_h');
+SELECT parts_read - all_visible AS unmarked FROM cs_explain('SELECT sum(v) FROM av_h');
 SELECT * FROM cs_twin_diff('SELECT id, v FROM av_@ WHERE v = 5');
 -- Deletes, HOT updates, key updates and row locks on marked parts.
 VACUUM av_h;
@@ -246,13 +236,13 @@ UPDATE av_x SET v = v + 1 WHERE id % 997 = 1;
 UPDATE av_h SET id = -id WHERE id % 1999 = 3;
 UPDATE av_x SET id = -id WHERE id % 1999 = 3;
 SELECT count(*) FROM (SELECT id FROM av_h WHERE id BETWEEN 12000 AND 12010 FOR UPDATE) l;
-SELECT all_visible < parts_read AS some_unmarked FROM cs_visible('SELECT sum(v) FROM av_h');
+SELECT all_visible < parts_read AS some_unmarked FROM cs_explain('SELECT sum(v) FROM av_h');
 SELECT * FROM cs_twin_diff('SELECT id, v, d, note FROM av_@');
 SELECT * FROM cs_twin_diff('SELECT v, count(*), sum(id) FROM av_@ GROUP BY v');
 SELECT pg_hybrid.verify_table('av_h') > 0 AS verified;
 -- VACUUM removes the dead versions and marks the parts again.
 VACUUM av_h;
-SELECT all_visible = parts_read AS all_marked FROM cs_visible('SELECT sum(v) FROM av_h');
+SELECT all_visible = parts_read AS all_marked FROM cs_explain('SELECT sum(v) FROM av_h');
 SELECT * FROM cs_twin_diff('SELECT id, v, d, note FROM av_@');
 -- ADD COLUMN with a default: rows stored before it read the default; a
 -- part mixing rows stored before and after is never marked.
@@ -267,7 +257,6 @@ SELECT * FROM cs_twin_diff('SELECT id, v, extra FROM av_@');
 SELECT * FROM cs_twin_diff('SELECT extra, count(*), sum(v) FROM av_@ GROUP BY extra');
 SELECT pg_hybrid.verify_table('av_h') > 0 AS verified;
 DROP TABLE av_h, av_x;
-DROP FUNCTION cs_visible(text);
 
 DROP TABLE wide_h, wide_x, part_h;
 DROP FUNCTION cs_twin_diff(text), cs_explain(text), cs_buffers(text);
