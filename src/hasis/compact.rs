@@ -413,11 +413,17 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     // Nothing to remove, move or freeze, and no delta part: the page stays
     // as it is (VACUUM after a bulk load, every extent). Known before the
     // new part is built.
-    if rec.entries_released() == 0 && rec.column_rows.len() == h.column_rows as usize && rec.delta_items.is_empty() && h.delta_used == 0 && frozen == 0 && planned.column_full.is_none() {
+    // The column part stays as it is. VACUUM (or any compaction) that
+    // finds it all visible now says so, without rewriting it: after a bulk
+    // load, whose rows went in before they committed.
+    let unchanged = || {
         if all_visible && !h.all_visible {
             super::relation::set_all_visible(rel, &g, first, hbuf, newest_visible_xmin);
         }
-        return None;
+        None
+    };
+    if rec.entries_released() == 0 && rec.column_rows.len() == h.column_rows as usize && rec.delta_items.is_empty() && h.delta_used == 0 && frozen == 0 && planned.column_full.is_none() {
+        return unchanged();
     }
     let mut out = compact::apply(&g, rec).unwrap_or_else(|e| super::format_error(rel, first, e));
     // Full if versions offered to the column part had to stay out; with
@@ -428,13 +434,7 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     // own (once): the extent then keeps its delta part for HOT updates.
     let flag_changed = out.column_full != h.column_full;
     if rec.entries_released() == 0 && moved == 0 && out.delta_used >= h.delta_used && frozen == 0 && !flag_changed {
-        // The column part stays as it is. VACUUM (or any compaction)
-        // that finds it all visible now says so, without rewriting it:
-        // after a bulk load, whose rows went in before they committed.
-        if all_visible && !h.all_visible {
-            super::relation::set_all_visible(rel, &g, first, hbuf, newest_visible_xmin);
-        }
-        return None;
+        return unchanged();
     }
     if matches!(goal, Goal::Room) && out.delta_used >= h.delta_used && !flag_changed {
         return None;

@@ -1067,7 +1067,7 @@ impl Located {
         // row exclusively, and the header share lock held since keeps
         // compaction and VACUUM from setting it again.
         if let (Some(hb), Payload::Column(_) | Payload::Owned(_)) = (&self._header, &self.payload) {
-            if bytes(hb.page())[ALL_VISIBLE_BYTE] & ALL_VISIBLE_BIT != 0 {
+            if header::stored_geometry(bytes(hb.page())).and_then(|g| ExtentHeader::read(bytes(hb.page()), &g)).is_ok_and(|h| h.all_visible) {
                 pgrx::error!("hasis: a column row of an all-visible column part was about to change (block {})", self.tid.block);
             }
         }
@@ -1079,11 +1079,6 @@ impl Located {
         self.header.mvcc = *m;
     }
 }
-
-/// Where the header block keeps the all-visible flag (core header.rs),
-/// for the check in `Located::stamp`, which has no geometry at hand.
-const ALL_VISIBLE_BYTE: usize = 44;
-const ALL_VISIBLE_BIT: u8 = 0x02;
 
 /// Clears the all-visible flag of the extent at `first`, whose header block
 /// the caller holds exclusively in `hbuf`, before a column row's MVCC

@@ -147,19 +147,24 @@ unsafe fn datum_bytes(a: &pg_sys::FormData_pg_attribute, d: pg_sys::Datum) -> Ve
 
 pub(crate) unsafe fn bytes_datum(a: &pg_sys::FormData_pg_attribute, b: &[u8]) -> pg_sys::Datum {
     if a.attbyval {
-        let mut v = [0u8; 8];
-        v[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
-        // Sign-extend as the type's DatumGet* would see it.
-        let raw = match a.attlen {
-            1 => v[0] as i8 as i64 as u64,
-            2 => i16::from_le_bytes([v[0], v[1]]) as i64 as u64,
-            4 => i32::from_le_bytes(v[..4].try_into().unwrap()) as i64 as u64,
-            _ => u64::from_le_bytes(v),
-        };
-        pg_sys::Datum::from(raw as usize)
+        byval_datum(a.attlen, b)
     } else {
         pg_sys::Datum::from(b.as_ptr())
     }
+}
+
+/// The datum of a by-value type of length `attlen` stored as its bytes,
+/// sign-extended as the type's DatumGet* would see it.
+pub(crate) fn byval_datum(attlen: i16, b: &[u8]) -> pg_sys::Datum {
+    let mut v = [0u8; 8];
+    v[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
+    let raw = match attlen {
+        1 => v[0] as i8 as i64 as u64,
+        2 => i16::from_le_bytes([v[0], v[1]]) as i64 as u64,
+        4 => i32::from_le_bytes(v[..4].try_into().unwrap()) as i64 as u64,
+        _ => u64::from_le_bytes(v),
+    };
+    pg_sys::Datum::from(raw as usize)
 }
 
 /// Decodes a stored payload into a row.

@@ -78,23 +78,6 @@ enum Value {
     Datum(pg_sys::Datum),
 }
 
-/// The datum of a by-value type stored as its `attlen` bytes
-/// (`tuple::bytes_datum` without the attribute).
-fn byval_datum(attlen: i16, b: &[u8]) -> pg_sys::Datum {
-    let raw = match (attlen, b) {
-        (1, [x, ..]) => *x as i8 as i64 as u64,
-        (2, [x, y, ..]) => i16::from_le_bytes([*x, *y]) as i64 as u64,
-        (4, [a, b2, c, d, ..]) => i32::from_le_bytes([*a, *b2, *c, *d]) as i64 as u64,
-        _ => {
-            let mut v = [0u8; 8];
-            let n = b.len().min(8);
-            v[..n].copy_from_slice(&b[..n]);
-            u64::from_le_bytes(v)
-        }
-    };
-    pg_sys::Datum::from(raw as usize)
-}
-
 /// Whether a by-reference value may be handed out where it lies: a
 /// varlena with a one-byte header needs no alignment, anything else its
 /// type's.
@@ -432,7 +415,7 @@ impl ColumnVisitor for ColumnScan {
                 } else {
                     match column.get(r) {
                         Ok(None) => Value::Null,
-                        Ok(Some(b)) if col.byval => Value::Datum(byval_datum(col.attlen, b)),
+                        Ok(Some(b)) if col.byval => Value::Datum(tuple::byval_datum(col.attlen, b)),
                         Ok(Some(b)) if usable_in_place(col.attlen, col.align, b) => Value::Datum(pg_sys::Datum::from(b.as_ptr())),
                         Ok(Some(b)) => Value::At { off: self.arena.push(b, col.align), len: b.len() as u32 },
                         Err(e) => unsafe { crate::hasis::format_error(self.rel, self.rows[first_row + i].tid.block, e) },
