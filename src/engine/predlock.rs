@@ -13,10 +13,13 @@
 //! the key, so a range [lower, upper] covers partitions [f(lower),
 //! f(successor(upper))].
 //!
-//! - Scans lock the partitions of their range (the whole index relation
-//!   when it spans more than `MAX_SCAN_LOCKS`, when the index has no map
-//!   yet, or when its key order is not byte order), after reading the map
-//!   and before reading entries.
+//! - Scans lock the partitions of their range after reading the map and
+//!   before reading entries (the whole index relation when the index has
+//!   no map yet, or when its key order is not byte order). A range
+//!   spanning more than `MAX_SCAN_LOCKS` partitions is locked as it is
+//!   read instead, from the partition it starts in (`ScanLocks`), so a
+//!   `LIMIT` scan with an open end locks what it reads, not the rest of
+//!   the index; past `MAX_SCAN_LOCKS` it locks the relation.
 //! - Inserts check the partition of their key after their entry is in the
 //!   dynamic stage (a scan that started before the entry was there holds
 //!   its lock by now; one that starts later sees the entry and meets the
@@ -135,25 +138,119 @@ unsafe fn load_map(index: pg_sys::Relation, blk: u32) -> std::rc::Rc<PartitionMa
     m
 }
 
-/// A scan of key prefixes [lower, upper] under `snapshot` locks what it
-/// reads; `lockmap` as the scan's start saw it.
-pub unsafe fn lock_scan(index: pg_sys::Relation, desc: &IndexDesc, lockmap: u32, lower: &[u8], upper: Option<&[u8]>, snapshot: pg_sys::Snapshot) {
+/// The SIREAD locks of one cursor's range. A range that fits in
+/// `MAX_SCAN_LOCKS` partitions is locked whole before it is read; a wider
+/// one (an open-ended `k >= $1 ORDER BY k LIMIT n`) is locked as the scan
+/// goes, partition by partition from the edge it starts at, as nbtree
+/// locks the leaf pages it reads: the cursor asks `needs` before it
+/// returns an item or reports the end, and after `extend` re-reads from
+/// its last item, so an entry inserted into a newly locked partition
+/// before the lock is read, and one inserted after it meets the lock
+/// (inserts check after their entry is in the dynamic stage).
+pub enum ScanLocks {
+    /// Nothing more to lock: not SERIALIZABLE, or the range (or the whole
+    /// relation) is locked.
+    Complete,
+    Progressive(Progressive),
+}
+
+pub struct Progressive {
+    map: std::rc::Rc<PartitionMap>,
+    snapshot: pg_sys::Snapshot,
+    /// The partitions of the cursor's range.
+    span: (u32, u32),
+    /// The partitions locked so far: one interval within `span`.
+    locked: (u32, u32),
+}
+
+/// Partitions a progressive cursor must lock before going on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Needed {
+    pub from: u32,
+    pub to: u32,
+}
+
+impl ScanLocks {
+    /// Whether the cursor must check its items against the locks.
+    pub fn progressive(&self) -> bool {
+        matches!(self, ScanLocks::Progressive(_))
+    }
+
+    /// The partitions to lock before the cursor returns what it found in
+    /// direction `forward`: an item of key prefix `Some(keycols)`, an item
+    /// whose key it does not know (`Some(None)`: the whole range), or the
+    /// end of the range (`None`: everything from the locked partitions to
+    /// the range's end).
+    pub fn needs(&self, found: Option<Option<&[u8]>>, forward: bool) -> Option<Needed> {
+        let ScanLocks::Progressive(p) = self else { return None };
+        let (lo, hi) = p.locked;
+        let (from, to) = match found {
+            Some(Some(k)) => {
+                let at = p.map.of(k).clamp(p.span.0, p.span.1);
+                (at.min(lo), at.max(hi))
+            }
+            Some(None) => p.span,
+            None if forward => (lo, p.span.1),
+            None => (p.span.0, hi),
+        };
+        if from < lo || to > hi {
+            Some(Needed { from, to })
+        } else {
+            None
+        }
+    }
+
+    /// Takes the locks `needed` names, which include the ones held (a
+    /// range the caller then reads again).
+    pub unsafe fn extend(&mut self, index: pg_sys::Relation, needed: Needed) {
+        let ScanLocks::Progressive(p) = self else { return };
+        let (lo, hi) = (needed.from.min(p.locked.0), needed.to.max(p.locked.1));
+        let snapshot = p.snapshot;
+        if (hi - lo) as usize >= MAX_SCAN_LOCKS {
+            pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockRelation(index, snapshot));
+            *self = ScanLocks::Complete;
+            return;
+        }
+        for b in needed.from..=needed.to {
+            if b < p.locked.0 || b > p.locked.1 {
+                pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockPage(index, VIRTUAL_BASE + b, snapshot));
+            }
+        }
+        p.locked = (lo, hi);
+    }
+}
+
+/// A cursor over key prefixes [lower, upper] under `snapshot`, about to
+/// read in direction `forward`, locks its range, or the partition it
+/// starts in when the range is wide (`ScanLocks`); `lockmap` as the
+/// scan's start saw it.
+pub unsafe fn lock_scan(
+    index: pg_sys::Relation,
+    desc: &IndexDesc,
+    lockmap: u32,
+    lower: &[u8],
+    upper: Option<&[u8]>,
+    forward: bool,
+    snapshot: pg_sys::Snapshot,
+) -> ScanLocks {
     if !serializable() {
-        return;
+        return ScanLocks::Complete;
     }
     if lockmap == 0 || !mappable(desc) {
         pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockRelation(index, snapshot));
-        return;
+        return ScanLocks::Complete;
     }
     let map = load_map(index, lockmap);
     let (lo, hi) = map.span(lower, upper);
-    if (hi - lo) as usize >= MAX_SCAN_LOCKS {
-        pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockRelation(index, snapshot));
-        return;
+    if ((hi - lo) as usize) < MAX_SCAN_LOCKS {
+        for p in lo..=hi {
+            pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockPage(index, VIRTUAL_BASE + p, snapshot));
+        }
+        return ScanLocks::Complete;
     }
-    for p in lo..=hi {
-        pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockPage(index, VIRTUAL_BASE + p, snapshot));
-    }
+    let edge = if forward { lo } else { hi };
+    pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockPage(index, VIRTUAL_BASE + edge, snapshot));
+    ScanLocks::Progressive(Progressive { map, snapshot, span: (lo, hi), locked: (edge, edge) })
 }
 
 /// A write of `key` meets the locks of the scans that read its range (and

@@ -126,6 +126,8 @@ struct Cursor {
     /// The metapage snapshot the cursor reads (a promotion checks that
     /// nothing moved since).
     info: BaseInfo,
+    /// SIREAD locks of the range, taken as the cursor reads a wide one.
+    locks: predlock::ScanLocks,
 }
 
 impl Cursor {
@@ -513,7 +515,7 @@ impl ScanState {
 
     /// Opens the cursor of subscan `sub`, in the last closed cursor's
     /// buffers when there is one.
-    unsafe fn open_cursor(&mut self, index: pg_sys::Relation, sub: usize) -> Box<Cursor> {
+    unsafe fn open_cursor(&mut self, index: pg_sys::Relation, sub: usize, dir: Dir) -> Box<Cursor> {
         let mut spare = self.spare.take();
         let held = spare.as_mut().and_then(|c| c.reader.take());
         let mut conds = spare.as_mut().map(|c| std::mem::take(&mut c.conds)).unwrap_or_default();
@@ -530,9 +532,10 @@ impl ScanState {
         let point_hash = if point && desc.hashable { Some(pg_hybrid_core::bloom::key_hash(&lower)) } else { None };
         let start = state::start_scan(index, desc, self.slot, point_hash, held);
         self.killed_epoch = start.base.vacuum_epoch;
-        // SIREAD locks on the range before reading it (predlock.rs).
-        predlock::lock_scan(index, desc, start.lockmap, &lower, upper.as_deref(), self.snapshot);
-        let none = !start.dynamic_may_contain;
+        // SIREAD locks on the range (or where a wide one starts) before
+        // reading it (predlock.rs).
+        let locks = predlock::lock_scan(index, desc, start.lockmap, &lower, upper.as_deref(), dir == Dir::Fwd, self.snapshot);
+        let none = skip_dynamic(start.dynamic_may_contain);
         let hot = if point { ams::base(index).hot_tier(index) } else { None };
         match spare {
             Some(mut c) => {
@@ -551,6 +554,7 @@ impl ScanState {
                 c.returned = None;
                 c.point_hash = point_hash;
                 c.point = point;
+                c.locks = locks;
                 c
             }
             None => {
@@ -576,6 +580,7 @@ impl ScanState {
                     hot,
                     base_skipped: false,
                     info: start.base,
+                    locks,
                 })
             }
         }
@@ -639,7 +644,7 @@ impl Cursor {
         self.base = ams::base(index).cursor(index, desc, &start.base);
         self.info = start.base;
         self.reader = Some(start.reader);
-        self.dynamic.reset(start.base.generation, start.base.merged_upto, &self.lower, self.upper.as_deref(), !start.dynamic_may_contain);
+        self.dynamic.reset(start.base.generation, start.base.merged_upto, &self.lower, self.upper.as_deref(), skip_dynamic(start.dynamic_may_contain));
         match self.returned {
             Some(t) => {
                 let k = self.key_for_seek(index, last_key, t);
@@ -706,11 +711,37 @@ impl Cursor {
     /// for keyless items), which holds the previous item's key on entry.
     /// None at the end of the range.
     unsafe fn next(&mut self, index: pg_sys::Relation, desc: &Rc<IndexDesc>, dir: Dir, key_out: &mut Vec<u8>) -> Option<Tid> {
-        let t = self.next_inner(index, desc, dir, key_out);
-        if t.is_some() {
-            self.returned = t;
+        if !self.locks.progressive() {
+            let t = self.next_inner(index, desc, dir, key_out);
+            if t.is_some() {
+                self.returned = t;
+            }
+            return t;
         }
-        t
+        // A wide SERIALIZABLE range: what the streams found may lie past
+        // the partitions locked so far. Lock up to it, then read again from
+        // the last item returned (predlock::ScanLocks).
+        let prev_key = key_out.clone();
+        loop {
+            let t = self.next_inner(index, desc, dir, key_out);
+            let found = t.map(|_| if key_out.is_empty() { None } else { Some(desc.keycols(key_out)) });
+            let Some(needed) = self.locks.needs(found, dir == Dir::Fwd) else {
+                if t.is_some() {
+                    self.returned = t;
+                }
+                return t;
+            };
+            self.locks.extend(index, needed);
+            key_out.clear();
+            key_out.extend_from_slice(&prev_key);
+            match self.returned {
+                Some(rt) => {
+                    let k = self.key_for_seek(index, &prev_key, rt);
+                    self.seek_after(index, desc, dir, &k, rt);
+                }
+                None => self.start(index, desc, dir),
+            }
+        }
     }
 
     unsafe fn next_inner(&mut self, index: pg_sys::Relation, desc: &Rc<IndexDesc>, dir: Dir, key_out: &mut Vec<u8>) -> Option<Tid> {
@@ -791,7 +822,7 @@ impl ScanState {
             self.exhausted = false;
             self.sub = if dir == Dir::Fwd { 0 } else { self.nsub as isize - 1 };
             self.close_cursor();
-            let mut c = self.open_cursor(index, self.sub as usize);
+            let mut c = self.open_cursor(index, self.sub as usize, dir);
             c.start(index, &desc, dir);
             self.cur = Some(c);
             self.dir = dir;
@@ -822,11 +853,20 @@ impl ScanState {
             }
             self.sub = next_sub;
             self.close_cursor();
-            let mut c = self.open_cursor(index, self.sub as usize);
+            let mut c = self.open_cursor(index, self.sub as usize, dir);
             c.start(index, &desc, dir);
             self.cur = Some(c);
         }
     }
+}
+
+/// Whether a cursor may leave the dynamic stage unread: it was empty (or
+/// the Bloom filter ruled the key out) when the scan started. Not under
+/// SERIALIZABLE: the SIREAD locks are taken after that look, and an entry
+/// inserted in between has met no lock, so the scan must read it (and meet
+/// its writer through the heap tuple).
+fn skip_dynamic(dynamic_may_contain: bool) -> bool {
+    !dynamic_may_contain && !predlock::serializable()
 }
 
 unsafe fn state<'a>(scan: pg_sys::IndexScanDesc) -> &'a mut ScanState {
@@ -1081,7 +1121,7 @@ pub unsafe extern "C-unwind" fn amrestrpos(scan: pg_sys::IndexScanDesc) {
                 st.sub = mark.sub;
                 let desc = st.desc.clone();
                 st.close_cursor();
-                let mut c = st.open_cursor(index, mark.sub as usize);
+                let mut c = st.open_cursor(index, mark.sub as usize, st.dir);
                 let k = c.key_for_seek(index, &k, t);
                 c.seek_after(index, &desc, st.dir, &k, t);
                 st.cur = Some(c);
