@@ -13,6 +13,10 @@ Per case and AM:
   probe_ns                       1M probes: nested loop (hash/merge join, memoize off), inner
                                  index scan; EXPLAIN (ANALYZE, TIMING OFF) execution time / probes;
                                  plan and pg_stat_user_indexes.idx_scan are checked
+  probe_index_buffers            index buffer accesses per probe (pg_statio_user_indexes
+                                 idx_blks_hit + idx_blks_read over the probe runs)
+  probe_index_reads              of those, the misses (idx_blks_read): run with --shared-buffers
+                                 small against the index to see what a probe reads
   range_us                       10k random ranges of ~100 rows, nested loop, per range
   insert_random_rows_per_s       N rows in random key order into an empty indexed table
   insert_random_index_us_per_row (time with index - time without index) / rows
@@ -159,8 +163,14 @@ class Bench:
           "SET enable_bitmapscan = off; SET enable_material = off; SET max_parallel_workers_per_gather = 0;")
 
     def explain_run(self, sql, idx, reps):
-        """EXPLAIN ANALYZE sql reps times; return (median exec ms, node type, idx_scan delta)."""
-        before = int(self.pg.val("SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes WHERE indexrelname = '%s'" % idx))
+        """EXPLAIN ANALYZE sql reps times; return (median exec ms, node type, idx_scan delta,
+        the index's buffer accesses and misses (pg_statio's idx_blks_hit + idx_blks_read,
+        idx_blks_read) over all reps)."""
+        counters = ("SELECT coalesce(sum(s.idx_scan), 0), coalesce(sum(io.idx_blks_hit + io.idx_blks_read), 0), "
+                    "coalesce(sum(io.idx_blks_read), 0) "
+                    "FROM pg_stat_user_indexes s JOIN pg_statio_user_indexes io USING (indexrelid) "
+                    "WHERE s.indexrelname = '%s'" % idx)
+        before = [int(x) for x in self.pg.val(counters).split("|")]
         times, node = [], None
         for _ in range(reps):
             out = self.pg.psql(self.NL + "\nEXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) %s;\n" % sql)
@@ -178,16 +188,21 @@ class Bench:
                 raise RuntimeError("plan does not use %s: %s" % (idx, json.dumps(plan["Plan"])[:2000]))
             node = found[0]
         time.sleep(0.6)  # let the backend's stats reach the shared stats (flushed at exit)
-        after = int(self.pg.val("SELECT pg_stat_clear_snapshot(); SELECT coalesce(sum(idx_scan), 0) FROM "
-                                "pg_stat_user_indexes WHERE indexrelname = '%s'" % idx))
+        after = [int(x) for x in self.pg.val("SELECT pg_stat_clear_snapshot(); " + counters).split("|")]
         # the first run warms the cache; median of the rest
         med = statistics.median(times[1:] if len(times) > 1 else times)
-        return med, node, after - before
+        return med, node, after[0] - before[0], after[1] - before[1], after[2] - before[2]
 
     def probes(self, case, am, table, idx, metric):
         sql = "SELECT count(*) FROM %s_probe p JOIN %s d ON d.k = p.k" % (case, table)
-        ms, node, delta = self.explain_run(sql, idx, self.a.reps)
+        ms, node, delta, buffers, reads = self.explain_run(sql, idx, self.a.reps)
         self.add(case, metric, "ns/probe", "lower", am, ms * 1e6 / self.a.probes)
+        # index pages touched per probe (btree: its height; a hash path: its bucket page)
+        self.add(case, metric.replace("_ns", "_index_buffers"), "buffers/probe", "lower", am,
+                 buffers / float(self.a.reps * self.a.probes))
+        # of which missed shared_buffers (with the index several times shared_buffers)
+        self.add(case, metric.replace("_ns", "_index_reads"), "reads/probe", "lower", am,
+                 reads / float(self.a.reps * self.a.probes))
         self.notes.append("%s/%s/%s: inner node %s, idx_scan +%d over %d runs of %d probes"
                           % (case, am, metric, node, delta, self.a.reps, self.a.probes))
         if delta < self.a.probes:
@@ -200,7 +215,7 @@ class Bench:
             return
         sql = ("SELECT sum(c) FROM %s_range r, LATERAL (SELECT count(*) AS c FROM %s d "
                "WHERE d.k >= r.lo AND d.k < r.hi) x" % (case, table))
-        ms, node, delta = self.explain_run(sql, idx, self.a.reps)
+        ms, node, delta, _, _ = self.explain_run(sql, idx, self.a.reps)
         rows = self.pg.val("SELECT sum(c) FROM %s_range r, LATERAL (SELECT count(*) AS c FROM %s d "
                            "WHERE d.k >= r.lo AND d.k < r.hi) x" % (case, table))
         self.add(case, "range_us", "us/range", "lower", am, ms * 1e3 / self.a.ranges)

@@ -4,7 +4,9 @@ the side's AM.
 
 Workloads (YCSB core): A 50% read / 50% update, B 95/5, C read only,
 E 95% short range scans (1..100 rows from a key, in key order) / 5% inserts of
-new keys; then U, update-only with zipfian keys for three times as long,
+new keys, then E again at SERIALIZABLE (E-serializable: pgbench retries a
+serialization failure up to 10 times; the retries and the transactions that
+still failed are counted as serialization_failures); then U, update-only with zipfian keys for three times as long,
 right after a VACUUM (hot_updates_after_vacuum).  Each runs with zipfian keys, permute(random_zipfian(1, n, s), n)
 (permute spreads the hot keys over the key space, as YCSB's hashing does;
 pgbench needs s > 1, YCSB's own constant is 0.99), and with uniform keys.
@@ -113,17 +115,28 @@ def run(a, cl, res):
             res.add("load", "index_bytes_after_build", "bytes", "lower", side, rep,
                     index_bytes(c)[0])
             # read-only first, inserts last, so each workload sees the same key set as YCSB's
-            for wl in ("C", "B", "A", "E"):
+            # E-serializable: workload E again at SERIALIZABLE (pgbench retries
+            # serialization failures up to 10 times; retries and failures counted)
+            for wl in ("C", "B", "A", "E", "E-serializable"):
                 for dist in ("zipfian", "uniform"):
+                    serializable = wl.endswith("-serializable")
                     args = ["-n", "-M", "prepared", "-c", str(a.clients), "-j", str(a.threads), "-T", str(seconds)]
-                    for script, weight in WORKLOADS[wl]:
+                    if serializable:
+                        args += ["--max-tries=10"]
+                    for script, weight in WORKLOADS[wl.split("-")[0]]:
                         args += ["-f", "%s@%d" % (paths[dist][script], weight)]
-                    out = cl.pgbench(args, db="ycsb")
+                    env = {"PGOPTIONS": "-c default_transaction_isolation=serializable"} if serializable else None
+                    out = cl.pgbench(args, db="ycsb", env=env)
                     m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out)
                     lat = re.search(r"latency average = ([0-9.]+) ms", out)
                     if not m:
                         raise BenchError("ycsb %s/%s: no tps in pgbench output: %s" % (wl, dist, out[-1000:]))
                     case = "%s-%s" % (wl, dist)
+                    if serializable:
+                        retries = re.search(r"total number of retries: (\d+)", out)
+                        failed = re.search(r"number of failed transactions: (\d+)", out)
+                        res.add(case, "serialization_failures", "count", "lower", side, rep,
+                                (int(retries.group(1)) if retries else 0) + (int(failed.group(1)) if failed else 0))
                     res.add(case, "tps", "tps", "higher", side, rep, float(m.group(1)))
                     if lat:
                         res.add(case, "latency_avg_ms", "ms", "lower", side, rep, float(lat.group(1)))
@@ -141,7 +154,7 @@ def run(a, cl, res):
                        "zipfian": "permute(random_zipfian(1, n, %s), n)" % ZIPF_S,
                        "clients": a.clients, "threads": a.threads, "seconds per workload and side": seconds,
                        "pgbench": "-M prepared"})
-    res.note("workloads run in the order C, B, A, E on a fresh copy of usertable per side; "
+    res.note("workloads run in the order C, B, A, E, E-serializable on a fresh copy of usertable per side; "
              "E inserts new keys above n from a sequence; then VACUUM and U (update-only zipfian, "
              "3 x the time, TPS and slowest 5 s interval)")
 
