@@ -141,7 +141,9 @@ SELECT c, pad FROM gt WHERE c IN (7, 22222, 30000) ORDER BY c;
 -- ------------------------------------------------- sync, VACUUM, verify --
 SELECT pg_hybrid.merge('gt_c') > 0 AS synced;
 SELECT pg_hybrid.merge('gt_ab') > 0 AS synced;
-SELECT dynamic_entries, hash_entries = static_entries AS paths_agree, hash_entries FROM pg_hybrid.index_stats('gt_c');
+-- The sync may drop the dead versions the updates above left (when no
+-- snapshot can see them any more), from both paths alike.
+SELECT dynamic_entries, hash_entries = static_entries AS paths_agree, hash_entries >= (SELECT count(*) FROM gt) AS live_hashed FROM pg_hybrid.index_stats('gt_c');
 SELECT q, (gq(q)).* FROM queries;
 DELETE FROM gt WHERE c % 3 = 0;
 DELETE FROM gb WHERE c % 3 = 0;

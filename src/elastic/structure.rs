@@ -114,6 +114,7 @@ impl BaseStructure for ElasticBase {
             key_fetches: out.key_fetches,
             consumed: step.fresh.len(),
             next: None,
+            dropped: Vec::new(),
         };
         // Hinted TIDs (not `everywhere`) never come: `prunes_on_merge`.
         if let Some(Prune { dead, everywhere: true }) = prune {

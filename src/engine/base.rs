@@ -110,6 +110,11 @@ pub struct MergeResult {
     /// Where the next step starts (its `from`); None when the merge is
     /// complete.
     pub next: Option<Vec<u8>>,
+    /// The entries a hinted prune (`Prune { everywhere: false }`) took out
+    /// of the step's part, with their keys: a structure that holds its
+    /// entries twice (griffin's tree and buckets) drops them from its other
+    /// part by key. Empty for VACUUM's prune, which reaches every part.
+    pub dropped: Vec<Entry>,
 }
 
 /// What VACUUM did to the structure.

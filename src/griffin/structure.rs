@@ -92,10 +92,11 @@ impl BaseStructure for Griffin {
         c"griffin"
     }
 
-    /// Hinted dead TIDs would have to leave both parts alike; VACUUM
-    /// removes them from both instead.
+    /// Hinted dead TIDs leave the tree's rewritten part and, by key, the
+    /// buckets (`merge`): a hot key's dead versions do not pile up in its
+    /// bucket until VACUUM.
     fn prunes_on_merge(&self) -> bool {
-        false
+        true
     }
 
     fn hash_point_path(&self) -> bool {
@@ -145,20 +146,32 @@ impl BaseStructure for Griffin {
     ) -> MergeResult {
         let header = hash_header(&meta.base);
         let tm = tree_meta(meta);
-        let mut res = match prune {
+        let (mut res, gone): (MergeResult, HashSet<Tid>) = match prune {
             // VACUUM's merge (after a bulk delete that could not remove
-            // dead TIDs in place): both parts drop them.
+            // dead TIDs in place): both parts drop them, and so does the
+            // batch on its way into the buckets, as on its way into the tree.
             Some(Prune { dead, everywhere: true }) => {
                 let mut res = TREE.merge(index, desc, &tm, step, Some(Prune { dead: &mut *dead, everywhere: true }), gen);
                 res.retired.extend(hash::remove_dead(index, header, &mut *dead).1);
-                res
+                let gone = step.fresh[..res.consumed.min(step.fresh.len())].iter().map(|e| e.tid).filter(|&t| dead(t)).collect();
+                (res, gone)
             }
-            // Hinted TIDs are left for VACUUM (`prunes_on_merge`).
-            _ => TREE.merge(index, desc, &tm, step, None, gen),
+            // Hinted TIDs (dead to all, `killed::droppable`): the tree drops
+            // those of the leaves it rewrites and names them; the same
+            // entries leave their buckets, before the batch goes in so the
+            // room they free is used. The batch's own dead entries are
+            // among them.
+            hinted => {
+                let mut res = TREE.merge(index, desc, &tm, step, hinted, gen);
+                let dropped = std::mem::take(&mut res.dropped);
+                res.retired.extend(hash::remove_entries(index, desc, header, dropped.iter().map(|e| (&e.key[..], e.tid))));
+                (res, dropped.into_iter().map(|e| e.tid).collect())
+            }
         };
         // What the tree's step took goes into the buckets: a step run again
         // after a crash finds its entries there and adds nothing twice.
-        res.retired.extend(hash::insert_entries(index, desc, header, step.fresh[..res.consumed].iter().map(|e| (&e.key[..], e.tid))));
+        let took = &step.fresh[..res.consumed.min(step.fresh.len())];
+        res.retired.extend(hash::insert_entries(index, desc, header, took.iter().filter(|e| !gone.contains(&e.tid)).map(|e| (&e.key[..], e.tid))));
         res.shape = with_header(res.shape, header);
         res
     }

@@ -159,6 +159,19 @@ pub unsafe fn insert_entries<'e>(index: pg_sys::Relation, desc: &IndexDesc, head
     area.into_pool().retired
 }
 
+/// Removes these exact (key, TID) entries where present, in place, reading
+/// only their buckets; returns the blocks retired (overflow pages left
+/// empty).
+pub unsafe fn remove_entries<'e>(index: pg_sys::Relation, desc: &IndexDesc, header: u32, entries: impl Iterator<Item = (&'e [u8], Tid)>) -> Vec<u32> {
+    let batch: Vec<HashEntry<'_>> = entries.map(|(k, t)| HashEntry::new(key_hash(desc, k), k, t)).collect();
+    if batch.is_empty() {
+        return Vec::new();
+    }
+    let mut area = io::open_writer(index, header);
+    ok(index, area.remove_entries(&batch));
+    area.into_pool().retired
+}
+
 /// Removes every entry whose TID `dead` accepts, in place; returns how
 /// many went and the blocks retired.
 pub unsafe fn remove_dead(index: pg_sys::Relation, header: u32, dead: &mut dyn FnMut(Tid) -> bool) -> (u64, Vec<u32>) {

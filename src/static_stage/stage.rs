@@ -6,7 +6,7 @@
 //! that, and an AM that pairs the tree with a structure of its own calls
 //! these methods from its own `BaseStructure`.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::cmp::Ordering;
 use std::collections::HashSet;
 use std::ffi::CStr;
@@ -138,7 +138,7 @@ impl BaseStructure for StaticStage {
             // Nothing worth segmenting: one step writes the whole stage.
             let map = static_io::stage_map(index, &old);
             let old_leaves: Vec<u32> = map.leaves.iter().map(|l| l.blk).collect();
-            let counts = Counts::default();
+            let counts = Counts { record_dropped: !everywhere, ..Counts::default() };
             let mut stream = merged_stream(index, &old, old_leaves, step.fresh, dead.as_deref_mut(), desc, &counts).inspect(|(k, _)| {
                 if want_hashes {
                     hashes.extend(desc.key_hash(k));
@@ -153,6 +153,7 @@ impl BaseStructure for StaticStage {
                 key_fetches: 0,
                 consumed: step.fresh.len(),
                 next: None,
+                dropped: counts.dropped.take(),
             };
         }
 
@@ -179,11 +180,11 @@ impl BaseStructure for StaticStage {
             // and checks that nothing was left unmerged).
             let b = &meta.base;
             let shape = BaseShape { roots: Stage { generation: gen, ..old }.roots(), keys: b.keys, entries: b.entries, pages: b.pages, bytes: b.bytes };
-            return MergeResult { shape, retired: Vec::new(), key_hashes: None, key_fetches: 0, consumed: 0, next: None };
+            return MergeResult { shape, retired: Vec::new(), key_hashes: None, key_fetches: 0, consumed: 0, next: None, dropped: Vec::new() };
         };
         let consumed = fresh_in_segment(&seps, seg.end, step.fresh, |e| &e.key[..], &mut cmp);
         let seg_blocks: Vec<u32> = map.leaves[seg.first..seg.end].iter().map(|l| l.blk).collect();
-        let counts = Counts::default();
+        let counts = Counts { record_dropped: !everywhere, ..Counts::default() };
         let old_bytes = static_io::body_bytes(index, &seg_blocks);
         let mut stream = merged_stream(index, &old, seg_blocks.clone(), &step.fresh[..consumed], dead.as_deref_mut(), desc, &counts).inspect(|(k, _)| {
             if want_hashes {
@@ -205,7 +206,7 @@ impl BaseStructure for StaticStage {
             // Every entry died: the stage becomes one empty leaf.
             let res = static_io::write_stage(index, &mut std::iter::empty(), gen, compress, &mut |_| {});
             retired = map.blocks();
-            return MergeResult { shape: shape_of(&res, gen, compress), retired, key_hashes: None, key_fetches: 0, consumed, next: None };
+            return MergeResult { shape: shape_of(&res, gen, compress), retired, key_hashes: None, key_fetches: 0, consumed, next: None, dropped: counts.dropped.take() };
         }
         let (first_leaf, last_leaf) = (children[0].1, children.last().unwrap().1);
         let inner = static_io::write_inner(index, children, gen);
@@ -229,6 +230,7 @@ impl BaseStructure for StaticStage {
             key_fetches: 0,
             consumed,
             next,
+            dropped: counts.dropped.take(),
         }
     }
 
@@ -302,11 +304,16 @@ const SEGMENTS_PER_STAGE: usize = 32;
 /// steps for small stages, since each step rewrites the inner levels.
 const MIN_SEGMENT_LEAVES: usize = 64;
 
-/// What a merge step read from the old leaves of its segment.
+/// What a merge step read from the old leaves of its segment, and what a
+/// hinted prune dropped from it (`MergeResult::dropped`).
 #[derive(Default)]
 struct Counts {
     keys: Cell<u64>,
     tids: Cell<u64>,
+    /// Set for a hinted prune: VACUUM's may drop millions, and reaches the
+    /// other parts of a structure by itself.
+    record_dropped: bool,
+    dropped: RefCell<Vec<Entry>>,
 }
 
 /// The entries of the old `leaves` (without TIDs `dead` accepts) merged
@@ -335,8 +342,14 @@ fn merged_stream<'a, 'd: 'a>(
     // Dead TIDs leave the batch too: the batch is the delta log, which
     // keeps every version a key went through since the last merge (the
     // dynamic stage drops dead versions from its tree only).
-    let live = MergePairs { a: old_pairs.peekable(), b: fresh_pairs.peekable(), desc }.filter(move |(_, t)| match dead.as_mut() {
-        Some(d) => !d(*t),
+    let live = MergePairs { a: old_pairs.peekable(), b: fresh_pairs.peekable(), desc }.filter(move |(k, t)| match dead.as_mut() {
+        Some(d) => {
+            let gone = d(*t);
+            if gone && counts.record_dropped {
+                counts.dropped.borrow_mut().push(Entry { key: (**k).clone(), tid: *t });
+            }
+            !gone
+        }
         None => true,
     });
     Box::new(Regroup { pairs: live, pending: None })

@@ -135,7 +135,7 @@ impl BaseStructure for TieredHash {
             }
             retired.extend(hash::insert_entries(index, desc, header, step.fresh.iter().map(|e| (&e.key[..], e.tid))));
         }
-        MergeResult { shape: shape_of(index, header), retired, key_hashes: None, key_fetches: 0, consumed: step.fresh.len(), next: None }
+        MergeResult { shape: shape_of(index, header), retired, key_hashes: None, key_fetches: 0, consumed: step.fresh.len(), next: None, dropped: Vec::new() }
     }
 
     unsafe fn bulk_delete(&self, index: pg_sys::Relation, _desc: &Rc<IndexDesc>, meta: &IndexMeta, dead: &mut dyn FnMut(Tid) -> bool) -> VacuumResult {
