@@ -12,7 +12,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use super::ams;
-use super::base::{Entry, MergeStep, Prune};
+use super::base::{Dir, Entry, MergeStep, Prune, ScanRange};
 use super::killed;
 use super::wal;
 use super::delta;
@@ -239,7 +239,18 @@ pub unsafe fn merge_locked(
         let switch = if last {
             // The batch leaves the dynamic stage, and the delta pages it
             // filled retire with this step's pages, as one recycle segment.
-            let key_filter = hashes.as_deref().and_then(|h| KeyFilter::build(gen, h));
+            let mut key_filter = hashes.as_deref().and_then(|h| KeyFilter::build(gen, h, filter_room(h.len())));
+            if want_filter && key_filter.is_none() && key_filter_stale(slot, m.base.generation, fresh.len()) {
+                // Steps skipped leaves (an ascending load merges into the
+                // last one only) and the filter in place is missing or
+                // overfull: read every key of the new base once. Sized
+                // with room, this happens each time the keys grow ~2.25×.
+                let all = every_key_hash(index, &desc, &new_base);
+                if let Some(h) = &all {
+                    debug1!("index \"{}\": key filter built from all {} keys of the base", crate::storage::page::rel_name(index), h.len());
+                }
+                key_filter = all.and_then(|h| KeyFilter::build(gen, &h, filter_room(h.len())));
+            }
             // Without every key at hand (steps skipped leaves nothing was
             // merged into), the filter in place takes the batch's keys.
             let fresh_hashes = if want_filter && key_filter.is_none() { fresh.iter().filter_map(|e| desc.key_hash(&e.key)).collect() } else { Vec::new() };
@@ -355,6 +366,7 @@ impl Switch {
                     for &h in &self.fresh_hashes {
                         st.key_filter.bloom.add(h);
                     }
+                    st.key_filter.added += self.fresh_hashes.len() as u64;
                     st.key_filter.generation = self.new_base.generation;
                 } else {
                     st.install_key_filter(self.key_filter);
@@ -365,6 +377,49 @@ impl Switch {
         }
         drop(metab);
     }
+}
+
+/// Keys a key filter built over `n` keys is sized for: room for half as
+/// many again, added in place by merges that skip leaves.
+pub fn filter_room(n: usize) -> u64 {
+    (n as u64).saturating_mul(3) / 2
+}
+
+/// Whether the key filter of generation `gen` should be built anew rather
+/// than take `more` keys in place (KeyFilter::stale).
+unsafe fn key_filter_stale(slot: SlotRef, gen: u32, more: usize) -> bool {
+    let _g = slot.shared();
+    slot.state().key_filter.stale(gen, more as u64)
+}
+
+/// The hash of every distinct key of the base structure of `base`, read in
+/// key order (None when the structure has no order or stores no keys). The
+/// caller holds the maintenance lock, so no page of `base` is recycled.
+unsafe fn every_key_hash(index: pg_sys::Relation, desc: &Rc<IndexDesc>, base: &BaseInfo) -> Option<Vec<u64>> {
+    let structure = ams::base(index);
+    if !structure.ordered() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(base.keys as usize);
+    if structure.is_empty(base) {
+        return Some(out);
+    }
+    let mut c = structure.cursor(index, desc, base);
+    if c.keyless() {
+        return None;
+    }
+    c.start(Dir::Fwd, &ScanRange { lower: &[], upper: None, whole_key: false, strict: (false, false), point: false });
+    let mut last: Option<u64> = None;
+    while let Some((k, _)) = c.peek(Dir::Fwd) {
+        let h = desc.key_hash(k)?;
+        if last != Some(h) {
+            out.push(h);
+            last = Some(h);
+        }
+        c.advance(Dir::Fwd);
+    }
+    c.stop();
+    Some(out)
 }
 
 /// Lists `blocks` (pages a base structure deleted outside a merge) on a new

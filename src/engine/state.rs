@@ -39,10 +39,7 @@ impl<const N: usize> SharedBloom<N> {
     /// no block at all to give.
     fn allocate(&mut self, pool: &mut ArenaPool, expected: u64, bits: usize) -> bool {
         self.free(pool);
-        let words = bloom::bloom_words_for(expected.max(4096) as usize, bits);
-        let per_block = DYN_BLOCK_SIZE / 8;
-        let cap = (shmem::header().nblocks as usize / 32).clamp(1, N);
-        let want = words.div_ceil(per_block).clamp(1, cap);
+        let want = Self::wanted_blocks(expected, bits).min(Self::cap_blocks());
         for _ in 0..want {
             match pool.alloc() {
                 Some(b) => {
@@ -57,6 +54,18 @@ impl<const N: usize> SharedBloom<N> {
         let got_bits = (self.nblocks as usize * DYN_BLOCK_SIZE * 8) / expected.max(1) as usize;
         self.nhashes = bloom::bloom_optimal_hashes(got_bits.clamp(1, bits));
         self.nblocks > 0
+    }
+
+    /// Blocks a filter for `expected` items at `bits` bits each would take
+    /// without the cap.
+    fn wanted_blocks(expected: u64, bits: usize) -> usize {
+        let words = bloom::bloom_words_for(expected.max(4096) as usize, bits);
+        words.div_ceil(DYN_BLOCK_SIZE / 8).max(1)
+    }
+
+    /// The most blocks one filter may take: 1/32 of the arena, at most N.
+    fn cap_blocks() -> usize {
+        (shmem::header().nblocks as usize / 32).clamp(1, N)
     }
 
     fn free(&mut self, pool: &mut ArenaPool) {
@@ -97,12 +106,20 @@ impl<const N: usize> SharedBloom<N> {
 
 /// A filter over every key of one static-stage generation of a UNIQUE
 /// index, so most unique checks of new keys skip the static descent. Built
-/// from the stream a build or merge writes; absent (the check descends)
-/// after a restart until the next merge.
+/// from the stream a build or merge writes, or from a scan of the whole
+/// base when a merge did not read every leaf and the filter in place is
+/// missing (after a restart) or overfull (merge.rs, `key_filter_stale`).
 #[repr(C)]
 pub struct KeyFilter {
     /// Generation the filter describes; 0 = none.
     pub generation: u32,
+    /// Keys the filter was sized for, and keys added to it since (merges
+    /// that skip leaves add their batch in place).
+    pub sized_for: u64,
+    pub added: u64,
+    /// The filter got the most blocks a filter may have: a bigger one
+    /// cannot be built, so it is not rebuilt for being overfull.
+    pub at_cap: bool,
     pub bloom: SharedBloom<MAX_KEY_FILTER_BLOCKS>,
 }
 
@@ -118,19 +135,40 @@ impl Drop for PendingKeyFilter {
 
 impl KeyFilter {
     /// Fills a filter on fresh arena blocks, outside any lock: nobody sees
-    /// it until `install_key_filter`.
-    pub fn build(generation: u32, hashes: &[u64]) -> Option<PendingKeyFilter> {
+    /// it until `install_key_filter`. `sized_for` (at least `hashes.len()`) leaves room for keys that
+    /// later merges add in place.
+    pub fn build(generation: u32, hashes: &[u64], sized_for: u64) -> Option<PendingKeyFilter> {
+        let sized_for = sized_for.max(hashes.len() as u64);
         let mut f: Box<KeyFilter> = Box::new(KeyFilter {
             generation,
+            sized_for,
+            added: hashes.len() as u64,
+            at_cap: false,
             bloom: SharedBloom { nblocks: 0, nhashes: 0, blocks: [0; MAX_KEY_FILTER_BLOCKS] },
         });
-        if !f.bloom.allocate(&mut ArenaPool, hashes.len() as u64, KEY_FILTER_BITS_PER_ITEM) {
+        if !f.bloom.allocate(&mut ArenaPool, sized_for, KEY_FILTER_BITS_PER_ITEM) {
             return None;
         }
+        let wanted = SharedBloom::<MAX_KEY_FILTER_BLOCKS>::wanted_blocks(sized_for, KEY_FILTER_BITS_PER_ITEM);
+        f.at_cap = (f.bloom.nblocks as usize) < wanted;
         for &h in hashes {
             f.bloom.add(h);
         }
         Some(PendingKeyFilter(f))
+    }
+
+    /// True when a merge to generation `gen`'s successor that adds `more`
+    /// keys in place should build the filter anew from every key of the
+    /// base: there is none for `gen` (a restart, or the arena was short),
+    /// or it would hold more than 3/2 of the keys it was sized for (6 bits
+    /// per key fall to 4: about 1 false positive in 6, and an ascending
+    /// load, whose merges skip every leaf but the last, never rebuilds it
+    /// otherwise).
+    pub fn stale(&self, gen: u32, more: u64) -> bool {
+        if self.generation != gen || gen == 0 || self.bloom.nblocks == 0 {
+            return true;
+        }
+        !self.at_cap && (self.added + more).saturating_mul(2) > self.sized_for.saturating_mul(3)
     }
 
     /// False only when no key hashing to `h` is in static generation `gen`.
@@ -239,6 +277,9 @@ impl DualStageState {
             self.key_filter.bloom.blocks[..n].copy_from_slice(&f.0.bloom.blocks[..n]);
             self.key_filter.bloom.nblocks = n as u32;
             self.key_filter.generation = f.0.generation;
+            self.key_filter.sized_for = f.0.sized_for;
+            self.key_filter.added = f.0.added;
+            self.key_filter.at_cap = f.0.at_cap;
             f.0.bloom.nblocks = 0; // the slot owns the blocks now
         }
     }
