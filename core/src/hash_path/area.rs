@@ -424,16 +424,28 @@ fn mark_present(v: &BucketView, new: &[Entry], present: &mut [bool]) -> Result<(
         return Ok(());
     }
     // A sync adds a few entries to a page of hundreds: each is looked up
-    // by its hash in the slot array, and only the entries of that hash
-    // are read.
+    // by its hash in the slot array, then by (key, TID) among the entries
+    // of that hash, which the slots keep sorted. A binary search, not a
+    // walk: one key with many TIDs (a low-cardinality column) fills whole
+    // chains with a single hash, and a walk read every entry of every
+    // page of the chain for each new entry.
+    let n = v.len();
     for (j, e) in new.iter().enumerate() {
-        let mut i = v.lower_bound(e.hash);
-        while v.hash(i) == Some(e.hash) {
-            if v.entry(i)? == *e {
-                present[j] = true;
-                break;
+        let (mut lo, mut hi) = (v.lower_bound(e.hash), n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let below = match v.slot_hash(mid).cmp(&e.hash) {
+                std::cmp::Ordering::Equal => v.entry(mid)? < *e,
+                o => o == std::cmp::Ordering::Less,
+            };
+            if below {
+                lo = mid + 1;
+            } else {
+                hi = mid;
             }
-            i += 1;
+        }
+        if lo < n && v.slot_hash(lo) == e.hash && v.entry(lo)? == *e {
+            present[j] = true;
         }
     }
     Ok(())

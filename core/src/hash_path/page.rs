@@ -399,7 +399,7 @@ impl<'a> BucketView<'a> {
 
     /// Hash in slot `i < len()` (in bounds by `parse`).
     #[inline]
-    fn slot_hash(&self, i: usize) -> u32 {
+    pub(crate) fn slot_hash(&self, i: usize) -> u32 {
         rd_u32(self.b, BUCKET_HDR + SLOT * i)
     }
 
