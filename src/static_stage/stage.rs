@@ -168,13 +168,23 @@ impl BaseStructure for StaticStage {
             first_fresh: step.fresh.first().map(|e| &e.key[..]),
             rewrite_all,
             segment_leaves: (n / SEGMENTS_PER_STAGE).max(MIN_SEGMENT_LEAVES),
+            // A step rewrites every inner page and writes the metapage and
+            // a recycle list page.
+            step_cost_leaves: map.inner.len() + 2,
         };
         let mut last_key = |i: usize| -> Option<Vec<u8>> {
             // The last key of the nearest non-empty leaf at or before i
             // (VACUUM may have emptied some).
             (0..=i).rev().take(64).find_map(|j| static_io::leaf_last_key(index, map.leaves[j].blk, &old))
         };
-        let Some(seg) = plan_segment(&input, &mut cmp, &mut last_key) else {
+        let fresh = step.fresh;
+        let mut takes_fresh = |i: usize| -> bool {
+            let below = |f: &Entry, sep: &[u8]| desc.compare(&f.key, sep) == Ordering::Less;
+            let lo = if i == 0 { 0 } else { fresh.partition_point(|f| below(f, seps[i])) };
+            let hi = if i + 1 < n { fresh.partition_point(|f| below(f, seps[i + 1])) } else { fresh.len() };
+            hi > lo
+        };
+        let Some(seg) = plan_segment(&input, &mut cmp, &mut last_key, &mut takes_fresh) else {
             // No fresh entries left and no leaf to visit: the step changes
             // nothing but the generation (the engine still switches to it,
             // and checks that nothing was left unmerged).

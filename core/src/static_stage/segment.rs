@@ -39,18 +39,29 @@ pub struct SegmentInput<'a, S: AsRef<[u8]>> {
     /// Leaves per segment (at least 1); a segment grows past it only to
     /// keep equal keys together.
     pub segment_leaves: usize,
+    /// What one more step costs, in leaf writes (the inner levels it
+    /// rewrites, the metapage, the recycle list): a run of at least this
+    /// many leaves that take no fresh key ends the segment, since
+    /// rewriting them would cost more than starting the next step past
+    /// them. 0: segments always span `segment_leaves`.
+    pub step_cost_leaves: usize,
 }
 
 /// Plans the next step: the segment starts at the leaf the smallest fresh
 /// key falls into (or at `start` with `rewrite_all`), spans
-/// `segment_leaves` leaves, and moves its edges outwards while the leaves
-/// on either side of an edge share a key. `last_key(i)` is the last key of
-/// the nearest non-empty leaf at or before `i` (None if there is none).
-/// None when nothing is left to do.
+/// `segment_leaves` leaves, or ends after its last leaf that takes fresh
+/// keys when `step_cost_leaves` leaves without any follow it (sparse
+/// batches: an ascending key per district, say, touches one leaf in a
+/// hundred), and moves its edges outwards while the leaves on either side
+/// of an edge share a key. `last_key(i)` is the last key of the nearest
+/// non-empty leaf at or before `i` (None if there is none); `takes_fresh(i)`
+/// says whether any fresh key falls into leaf `i`. None when nothing is
+/// left to do.
 pub fn plan_segment<S: AsRef<[u8]>>(
     input: &SegmentInput<'_, S>,
     cmp: &mut dyn FnMut(&[u8], &[u8]) -> Ordering,
     last_key: &mut dyn FnMut(usize) -> Option<Vec<u8>>,
+    takes_fresh: &mut dyn FnMut(usize) -> bool,
 ) -> Option<Segment> {
     let seps = input.seps;
     let n = seps.len();
@@ -72,7 +83,21 @@ pub fn plan_segment<S: AsRef<[u8]>>(
     while first > input.start && shares_key(first) {
         first -= 1;
     }
-    let mut end = (first + input.segment_leaves.max(1)).min(n);
+    let limit = (first + input.segment_leaves.max(1)).min(n);
+    let mut end = limit;
+    if !input.rewrite_all && input.step_cost_leaves > 0 {
+        // The first leaf takes the smallest fresh key; stop after the last
+        // leaf that takes one once a long enough gap follows it.
+        let mut last_hit = first;
+        let mut i = first + 1;
+        while i < limit && i - last_hit <= input.step_cost_leaves {
+            if takes_fresh(i) {
+                last_hit = i;
+            }
+            i += 1;
+        }
+        end = if i - last_hit > input.step_cost_leaves { last_hit + 1 } else { limit };
+    }
     while end < n && shares_key(end) {
         end += 1;
     }
@@ -118,12 +143,12 @@ mod tests {
     fn starts_where_the_first_fresh_key_falls() {
         let leaves = vec![vec![1, 2], vec![5, 6], vec![9, 10], vec![13, 14]];
         let seps = seps_of(&leaves);
-        let input = SegmentInput { seps: &seps, start: 0, first_fresh: Some(&[7]), rewrite_all: false, segment_leaves: 1 };
-        let s = plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves)).unwrap();
+        let input = SegmentInput { seps: &seps, start: 0, first_fresh: Some(&[7]), rewrite_all: false, segment_leaves: 1, step_cost_leaves: 0 };
+        let s = plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves), &mut |_| true).unwrap();
         assert_eq!(s, Segment { first: 1, end: 2 });
         // A key below every separator goes to the first leaf.
         let input = SegmentInput { first_fresh: Some(&[0]), ..input };
-        assert_eq!(plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves)).unwrap(), Segment { first: 0, end: 1 });
+        assert_eq!(plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves), &mut |_| true).unwrap(), Segment { first: 0, end: 1 });
     }
 
     #[test]
@@ -131,19 +156,45 @@ mod tests {
         // Key 5 spans leaves 1..=3.
         let leaves = vec![vec![1, 2], vec![3, 5], vec![5, 5], vec![5, 8], vec![9]];
         let seps = seps_of(&leaves);
-        let input = SegmentInput { seps: &seps, start: 0, first_fresh: Some(&[5]), rewrite_all: false, segment_leaves: 1 };
-        let s = plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves)).unwrap();
+        let input = SegmentInput { seps: &seps, start: 0, first_fresh: Some(&[5]), rewrite_all: false, segment_leaves: 1, step_cost_leaves: 0 };
+        let s = plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves), &mut |_| true).unwrap();
         assert_eq!(s, Segment { first: 1, end: 4 });
+    }
+
+    /// Whether a fresh key of `rest` (sorted) falls into leaf `i`.
+    fn takes_fresh(seps: &[Vec<u8>], rest: &[u8], i: usize) -> bool {
+        let lo = if i == 0 { 0 } else { rest.partition_point(|k| *k < seps[i][0]) };
+        let hi = if i + 1 < seps.len() { rest.partition_point(|k| *k < seps[i + 1][0]) } else { rest.len() };
+        hi > lo
+    }
+
+    #[test]
+    fn sparse_batches_end_segments_early() {
+        // 100 leaves of keys 2i, 2i+1; fresh keys land in leaves 10, 11 and 60.
+        let leaves: Vec<Vec<u8>> = (0..100u8).map(|i| vec![2 * i, 2 * i + 1]).collect();
+        let seps = seps_of(&leaves);
+        let rest = [21u8, 23, 121];
+        let input = SegmentInput { seps: &seps, start: 0, first_fresh: Some(&rest[..1]), rewrite_all: false, segment_leaves: 64, step_cost_leaves: 3 };
+        let mut takes = |i: usize| takes_fresh(&seps, &rest, i);
+        assert_eq!(plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves), &mut takes).unwrap(), Segment { first: 10, end: 12 });
+        // Without a step cost the segment spans segment_leaves.
+        let input = SegmentInput { step_cost_leaves: 0, ..input };
+        assert_eq!(plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves), &mut takes).unwrap(), Segment { first: 10, end: 74 });
+        // A gap shorter than the step cost is rewritten rather than skipped.
+        let rest = [21u8, 27];
+        let input = SegmentInput { step_cost_leaves: 3, ..input };
+        let mut takes = |i: usize| takes_fresh(&seps, &rest, i);
+        assert_eq!(plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves), &mut takes).unwrap(), Segment { first: 10, end: 14 });
     }
 
     #[test]
     fn nothing_to_do() {
         let leaves = vec![vec![1, 2], vec![5, 6]];
         let seps = seps_of(&leaves);
-        let input = SegmentInput { seps: &seps, start: 0, first_fresh: None, rewrite_all: false, segment_leaves: 4 };
-        assert_eq!(plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves)), None);
+        let input = SegmentInput { seps: &seps, start: 0, first_fresh: None, rewrite_all: false, segment_leaves: 4, step_cost_leaves: 0 };
+        assert_eq!(plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves), &mut |_| true), None);
         let input = SegmentInput { start: 2, first_fresh: Some(&[9]), ..input };
-        assert_eq!(plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves)), None);
+        assert_eq!(plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves), &mut |_| true), None);
     }
 
     proptest! {
@@ -155,7 +206,8 @@ mod tests {
             mut old in proptest::collection::vec(0u8..40, 1..120),
             mut fresh in proptest::collection::vec(0u8..40, 0..60),
             per_leaf in 1usize..5,
-            seg in 1usize..4,
+            seg in 1usize..8,
+            step_cost in 0usize..4,
             rewrite_all in any::<bool>(),
         ) {
             old.sort();
@@ -178,8 +230,10 @@ mod tests {
                     first_fresh: rest.first().map(std::slice::from_ref),
                     rewrite_all,
                     segment_leaves: seg,
+                    step_cost_leaves: step_cost,
                 };
-                let Some(s) = plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves)) else { break };
+                let mut takes = |i: usize| takes_fresh(&seps, rest, i);
+                let Some(s) = plan_segment(&input, &mut cmp, &mut last_key_fn(&leaves), &mut takes) else { break };
                 prop_assert!(s.first >= start && s.first < s.end && s.end <= leaves.len());
                 let wrapped: Vec<[u8; 1]> = rest.iter().map(|k| [*k]).collect();
                 let c = fresh_in_segment(&seps, s.end, &wrapped, |k| &k[..], &mut cmp);
