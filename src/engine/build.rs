@@ -143,7 +143,7 @@ pub unsafe extern "C-unwind" fn ambuild(
         // KeyFilter) so the first inserts skip the base structure.
         if unique && desc.hashable && !entries.is_empty() {
             let hashes: Vec<u64> = entries.iter().filter_map(|e| desc.key_hash(spool.key(e))).collect();
-            if let Some(f) = super::state::KeyFilter::build(gen, &hashes, super::merge::filter_room(hashes.len())) {
+            if let Some(f) = super::state::KeyFilter::build(gen, &hashes) {
                 let slot = crate::shmem::slot_for(index);
                 let _g = slot.exclusive();
                 slot.state().install_key_filter(Some(f));

@@ -239,7 +239,7 @@ pub unsafe fn merge_locked(
         let switch = if last {
             // The batch leaves the dynamic stage, and the delta pages it
             // filled retire with this step's pages, as one recycle segment.
-            let mut key_filter = hashes.as_deref().and_then(|h| KeyFilter::build(gen, h, filter_room(h.len())));
+            let mut key_filter = hashes.as_deref().and_then(|h| KeyFilter::build(gen, h));
             if want_filter && key_filter.is_none() && key_filter_stale(slot, m.base.generation, fresh.len()) {
                 // Steps skipped leaves (an ascending load merges into the
                 // last one only) and the filter in place is missing or
@@ -249,7 +249,7 @@ pub unsafe fn merge_locked(
                 if let Some(h) = &all {
                     debug1!("index \"{}\": key filter built from all {} keys of the base", crate::storage::page::rel_name(index), h.len());
                 }
-                key_filter = all.and_then(|h| KeyFilter::build(gen, &h, filter_room(h.len())));
+                key_filter = all.and_then(|h| KeyFilter::build(gen, &h));
             }
             // Without every key at hand (steps skipped leaves nothing was
             // merged into), the filter in place takes the batch's keys.
@@ -377,12 +377,6 @@ impl Switch {
         }
         drop(metab);
     }
-}
-
-/// Keys a key filter built over `n` keys is sized for: room for half as
-/// many again, added in place by merges that skip leaves.
-pub fn filter_room(n: usize) -> u64 {
-    (n as u64).saturating_mul(3) / 2
 }
 
 /// Whether the key filter of generation `gen` should be built anew rather

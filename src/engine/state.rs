@@ -135,10 +135,11 @@ impl Drop for PendingKeyFilter {
 
 impl KeyFilter {
     /// Fills a filter on fresh arena blocks, outside any lock: nobody sees
-    /// it until `install_key_filter`. `sized_for` (at least `hashes.len()`) leaves room for keys that
-    /// later merges add in place.
-    pub fn build(generation: u32, hashes: &[u64], sized_for: u64) -> Option<PendingKeyFilter> {
-        let sized_for = sized_for.max(hashes.len() as u64);
+    /// it until `install_key_filter`. It is sized for half as many keys
+    /// again as `hashes`: room for the batches that later merges which
+    /// skip leaves add in place.
+    pub fn build(generation: u32, hashes: &[u64]) -> Option<PendingKeyFilter> {
+        let sized_for = (hashes.len() as u64).saturating_mul(3) / 2;
         let mut f: Box<KeyFilter> = Box::new(KeyFilter {
             generation,
             sized_for,

@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::ffi::CStr;
 use std::rc::Rc;
 
-use pg_hybrid_core::static_stage::{fresh_in_segment, plan_segment, FormatError, InnerView, LeafView, SegmentInput};
+use pg_hybrid_core::static_stage::{fresh_in_segment, leaf_takes_fresh, plan_segment, FormatError, InnerView, LeafView, SegmentInput};
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 
@@ -177,13 +177,7 @@ impl BaseStructure for StaticStage {
             // (VACUUM may have emptied some).
             (0..=i).rev().take(64).find_map(|j| static_io::leaf_last_key(index, map.leaves[j].blk, &old))
         };
-        let fresh = step.fresh;
-        let mut takes_fresh = |i: usize| -> bool {
-            let below = |f: &Entry, sep: &[u8]| desc.compare(&f.key, sep) == Ordering::Less;
-            let lo = if i == 0 { 0 } else { fresh.partition_point(|f| below(f, seps[i])) };
-            let hi = if i + 1 < n { fresh.partition_point(|f| below(f, seps[i + 1])) } else { fresh.len() };
-            hi > lo
-        };
+        let mut takes_fresh = |i: usize| leaf_takes_fresh(&seps, i, step.fresh, |e| &e.key[..], &mut |a, b| desc.compare(a, b));
         let Some(seg) = plan_segment(&input, &mut cmp, &mut last_key, &mut takes_fresh) else {
             // No fresh entries left and no leaf to visit: the step changes
             // nothing but the generation (the engine still switches to it,

@@ -23,7 +23,7 @@ pub use build::{
 };
 pub use compress::{decompress_leaf, leaf_body, leaf_used_len, rewrite_leaf_without, CompressedLeafBuilder};
 pub use inner::{InnerBuilder, InnerView};
-pub use segment::{fresh_in_segment, plan_segment, Segment, SegmentInput};
+pub use segment::{fresh_in_segment, leaf_takes_fresh, plan_segment, Segment, SegmentInput};
 pub use leaf::{FlatLeaf, LeafBuilder, LeafCursor, LeafIter, LeafView};
 
 use std::cmp::Ordering;

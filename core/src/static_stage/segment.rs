@@ -120,6 +120,19 @@ pub fn fresh_in_segment<S: AsRef<[u8]>, K>(
     fresh.partition_point(|f| cmp(key(f), bound) == Ordering::Less)
 }
 
+/// Whether any of `fresh` (sorted) falls into leaf `i`: at or above its
+/// separator (any key, for the first leaf) and below the next one.
+pub fn leaf_takes_fresh<S: AsRef<[u8]>, K>(
+    seps: &[S],
+    i: usize,
+    fresh: &[K],
+    key: impl Fn(&K) -> &[u8],
+    cmp: &mut dyn FnMut(&[u8], &[u8]) -> Ordering,
+) -> bool {
+    let lo = if i == 0 { 0 } else { fresh_in_segment(seps, i, fresh, &key, cmp) };
+    fresh_in_segment(seps, i + 1, fresh, &key, cmp) > lo
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,9 +176,7 @@ mod tests {
 
     /// Whether a fresh key of `rest` (sorted) falls into leaf `i`.
     fn takes_fresh(seps: &[Vec<u8>], rest: &[u8], i: usize) -> bool {
-        let lo = if i == 0 { 0 } else { rest.partition_point(|k| *k < seps[i][0]) };
-        let hi = if i + 1 < seps.len() { rest.partition_point(|k| *k < seps[i + 1][0]) } else { rest.len() };
-        hi > lo
+        leaf_takes_fresh(seps, i, rest, std::slice::from_ref, &mut cmp)
     }
 
     #[test]
