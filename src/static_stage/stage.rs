@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::ffi::CStr;
 use std::rc::Rc;
 
-use pg_hybrid_core::static_stage::{fresh_in_segment, leaf_takes_fresh, plan_segment, FormatError, InnerView, LeafView, SegmentInput};
+use pg_hybrid_core::static_stage::{fresh_in_segment, leaf_takes_fresh, plan_segment, FormatError, Group, InnerView, LeafView, MergedGroups, SegmentInput};
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 
@@ -323,7 +323,9 @@ struct Counts {
 /// The entries of the old `leaves` (without TIDs `dead` accepts) merged
 /// with `fresh`, as (key, TIDs) in index order: byte-equal neighbours
 /// grouped into posting lists; keys that compare equal with different bytes
-/// (numeric 1 vs 1.0) stay separate entries, still in TID order.
+/// (numeric 1 vs 1.0) stay separate entries, still in TID order
+/// (`pg_hybrid_core::static_stage::merge`). `counts` gets what was read from
+/// the old leaves once the stream ends.
 fn merged_stream<'a, 'd: 'a>(
     index: pg_sys::Relation,
     old: &Stage,
@@ -333,30 +335,50 @@ fn merged_stream<'a, 'd: 'a>(
     desc: &'a IndexDesc,
     counts: &'a Counts,
 ) -> Box<dyn Iterator<Item = (Vec<u8>, Vec<Tid>)> + 'a> {
-    let old_pairs = unsafe { static_io::StageIter::new(index, old, leaves) }
-        .inspect(move |(_, tids)| {
-            counts.keys.set(counts.keys.get() + 1);
-            counts.tids.set(counts.tids.get() + tids.len() as u64);
-        })
-        .flat_map(|(k, tids)| {
-            let k = Rc::new(k);
-            tids.into_iter().map(move |t| (k.clone(), t))
-        });
-    let fresh_pairs = fresh.iter().map(|e| (Rc::new(e.key.clone()), e.tid));
+    let old_lists = unsafe { static_io::StageIter::new(index, old, leaves) };
     // Dead TIDs leave the batch too: the batch is the delta log, which
     // keeps every version a key went through since the last merge (the
     // dynamic stage drops dead versions from its tree only).
-    let live = MergePairs { a: old_pairs.peekable(), b: fresh_pairs.peekable(), desc }.filter(move |(k, t)| match dead.as_mut() {
+    let gone = move |k: &[u8], t: Tid| match dead.as_mut() {
         Some(d) => {
-            let gone = d(*t);
+            let gone = d(t);
             if gone && counts.record_dropped {
-                counts.dropped.borrow_mut().push(Entry { key: (**k).clone(), tid: *t });
+                counts.dropped.borrow_mut().push(Entry { key: k.to_vec(), tid: t });
             }
-            !gone
+            gone
         }
-        None => true,
-    });
-    Box::new(Regroup { pairs: live, pending: None })
+        None => false,
+    };
+    let cmp = move |a: &[u8], b: &[u8]| desc.compare(a, b);
+    let groups = MergedGroups::new(old_lists, fresh, |e: &Entry| &e.key[..], |e: &Entry| e.tid, cmp, gone);
+    Box::new(CountedGroups { groups, counts })
+}
+
+/// Passes the merged lists on, keeping `counts` up to date with what was
+/// read from the old leaves.
+struct CountedGroups<'a, O, C, G>
+where
+    O: Iterator<Item = Group>,
+    C: FnMut(&[u8], &[u8]) -> Ordering,
+    G: FnMut(&[u8], Tid) -> bool,
+{
+    groups: MergedGroups<'a, O, Entry, C, G>,
+    counts: &'a Counts,
+}
+
+impl<O, C, G> Iterator for CountedGroups<'_, O, C, G>
+where
+    O: Iterator<Item = Group>,
+    C: FnMut(&[u8], &[u8]) -> Ordering,
+    G: FnMut(&[u8], Tid) -> bool,
+{
+    type Item = Group;
+    fn next(&mut self) -> Option<Group> {
+        let next = self.groups.next();
+        self.counts.keys.set(self.groups.old_lists);
+        self.counts.tids.set(self.groups.old_tids);
+        next
+    }
 }
 
 /// Groups equal keys of a sorted build stream into (key, TIDs).
@@ -454,55 +476,3 @@ unsafe fn verify_static(
     ntids
 }
 
-type Pair = (std::rc::Rc<Vec<u8>>, Tid);
-
-/// Two sorted (key, TID) streams merged in index order.
-struct MergePairs<'a, A: Iterator<Item = Pair>, B: Iterator<Item = Pair>> {
-    a: std::iter::Peekable<A>,
-    b: std::iter::Peekable<B>,
-    desc: &'a crate::keys::IndexDesc,
-}
-
-impl<A: Iterator<Item = Pair>, B: Iterator<Item = Pair>> Iterator for MergePairs<'_, A, B> {
-    type Item = Pair;
-    fn next(&mut self) -> Option<Pair> {
-        let take_a = match (self.a.peek(), self.b.peek()) {
-            (None, None) => return None,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (Some((ka, ta)), Some((kb, tb))) => {
-                self.desc.compare(ka, kb).then(ta.cmp(tb)) != std::cmp::Ordering::Greater
-            }
-        };
-        if take_a {
-            self.a.next()
-        } else {
-            self.b.next()
-        }
-    }
-}
-
-/// Consecutive pairs with byte-equal keys become one posting list.
-struct Regroup<I: Iterator<Item = Pair>> {
-    pairs: I,
-    pending: Option<Pair>,
-}
-
-impl<I: Iterator<Item = Pair>> Iterator for Regroup<I> {
-    type Item = (Vec<u8>, Vec<Tid>);
-    fn next(&mut self) -> Option<Self::Item> {
-        let (key, t) = self.pending.take().or_else(|| self.pairs.next())?;
-        let mut tids = vec![t];
-        for (k, t) in self.pairs.by_ref() {
-            if *k == *key {
-                if tids.last() != Some(&t) {
-                    tids.push(t);
-                }
-            } else {
-                self.pending = Some((k, t));
-                break;
-            }
-        }
-        Some((std::rc::Rc::try_unwrap(key).unwrap_or_else(|k| (*k).clone()), tids))
-    }
-}

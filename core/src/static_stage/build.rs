@@ -8,7 +8,6 @@
 
 use super::*;
 use crate::tid::Tid;
-use std::iter::Peekable;
 
 /// Whether leaves are compressed (the paper's optional Compression rule).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -155,43 +154,6 @@ fn normalize(t: &mut Vec<Tid>) {
         t.sort_unstable();
         t.dedup();
     }
-}
-
-/// Sorted union of two sorted, duplicate-free posting lists.
-fn union_into(a: &mut Vec<Tid>, mut b: Vec<Tid>) {
-    if b.is_empty() {
-        return;
-    }
-    if a.is_empty() {
-        *a = b;
-        return;
-    }
-    if a.last() < b.first() {
-        a.append(&mut b);
-        return;
-    }
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            Ordering::Less => {
-                out.push(a[i]);
-                i += 1;
-            }
-            Ordering::Greater => {
-                out.push(b[j]);
-                j += 1;
-            }
-            Ordering::Equal => {
-                out.push(a[i]);
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    out.extend_from_slice(&a[i..]);
-    out.extend_from_slice(&b[j..]);
-    *a = out;
 }
 
 /// The leaf level written by `build_leaves`.
@@ -362,59 +324,6 @@ where
     }
     res.root = below[0].1;
     Ok(res)
-}
-
-/// The merge-all of the paper: merges two sources sorted under `cmp` (the
-/// old static stage's entries and the dynamic stage's), combining entries
-/// with byte-equal keys into one posting list. Keys equal under `cmp` but
-/// with different bytes (numeric 1.0 vs 1.00) stay separate entries, `a`'s
-/// first, so index-only scans keep returning the stored images.
-pub fn merge_sorted<A, B, C>(a: A, b: B, cmp: C) -> MergeSorted<A::IntoIter, B::IntoIter, C>
-where
-    A: IntoIterator<Item = (Vec<u8>, Vec<Tid>)>,
-    B: IntoIterator<Item = (Vec<u8>, Vec<Tid>)>,
-    C: FnMut(&[u8], &[u8]) -> Ordering,
-{
-    MergeSorted { a: a.into_iter().peekable(), b: b.into_iter().peekable(), cmp }
-}
-
-pub struct MergeSorted<A: Iterator, B: Iterator, C> {
-    a: Peekable<A>,
-    b: Peekable<B>,
-    cmp: C,
-}
-
-impl<A, B, C> Iterator for MergeSorted<A, B, C>
-where
-    A: Iterator<Item = (Vec<u8>, Vec<Tid>)>,
-    B: Iterator<Item = (Vec<u8>, Vec<Tid>)>,
-    C: FnMut(&[u8], &[u8]) -> Ordering,
-{
-    type Item = (Vec<u8>, Vec<Tid>);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let take_a = match (self.a.peek(), self.b.peek()) {
-            (None, None) => return None,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (Some((ka, _)), Some((kb, _))) => (self.cmp)(ka, kb) != Ordering::Greater,
-        };
-        let (key, mut tids) = if take_a { self.a.next() } else { self.b.next() }.unwrap();
-        normalize(&mut tids);
-        loop {
-            let more = if self.a.peek().is_some_and(|(k, _)| *k == key) {
-                self.a.next()
-            } else if self.b.peek().is_some_and(|(k, _)| *k == key) {
-                self.b.next()
-            } else {
-                break;
-            };
-            let (_, mut t) = more.unwrap();
-            normalize(&mut t);
-            union_into(&mut tids, t);
-        }
-        Some((key, tids))
-    }
 }
 
 #[cfg(test)]
@@ -591,23 +500,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn merge_sorted_combines() {
-        let t = |b| Tid::new(b, 1);
-        let a = vec![(b"a".to_vec(), vec![t(1), t(5)]), (b"c".to_vec(), vec![t(2)]), (b"c".to_vec(), vec![t(9)])];
-        let b = vec![(b"a".to_vec(), vec![t(3)]), (b"a".to_vec(), vec![t(5)]), (b"b".to_vec(), vec![t(4)]), (b"d".to_vec(), vec![t(0)])];
-        let m: Entries = merge_sorted(a, b, |x, y| x.cmp(y)).collect();
-        assert_eq!(
-            m,
-            vec![
-                (b"a".to_vec(), vec![t(1), t(3), t(5)]),
-                (b"b".to_vec(), vec![t(4)]),
-                (b"c".to_vec(), vec![t(2), t(9)]),
-                (b"d".to_vec(), vec![t(0)]),
-            ]
-        );
-    }
-
     /// Not memcmp: shorter keys first, then bytes descending.
     fn odd_order(a: &[u8], b: &[u8]) -> Ordering {
         a.len().cmp(&b.len()).then_with(|| b.cmp(a))
@@ -661,14 +553,6 @@ mod tests {
                 prop_assert_eq!(&got[..], &want[from..]);
                 let le = want.partition_point(|x| cmp(&x.0, b) != Ordering::Greater);
                 prop_assert_eq!(last_le(&pages, &res, &mut |k: &[u8]| cmp(k, b)), le.checked_sub(1).map(|i| want[i].0.clone()));
-            }
-            // Merging with a second source equals building from the union.
-            let half: Entries = want.iter().step_by(2).map(|(k, t)| (k.clone(), vec![Tid::new(u32::MAX, t.len() as u16)])).collect();
-            let merged: Entries = merge_sorted(want.clone(), half.clone(), cmp).collect();
-            prop_assert_eq!(merged.len(), want.len());
-            for (m, w) in merged.iter().zip(&want) {
-                prop_assert_eq!(&m.0, &w.0);
-                prop_assert!(m.1.windows(2).all(|x| x[0] < x[1]));
             }
         }
     }
