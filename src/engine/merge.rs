@@ -240,7 +240,12 @@ pub unsafe fn merge_locked(
             // The batch leaves the dynamic stage, and the delta pages it
             // filled retire with this step's pages, as one recycle segment.
             let mut key_filter = hashes.as_deref().and_then(|h| KeyFilter::build(gen, h));
-            if want_filter && key_filter.is_none() && key_filter_stale(slot, m.base.generation, fresh.len()) {
+            // Keys a filter was wanted for and the arena had no room for.
+            let mut no_room = match &hashes {
+                Some(h) if want_filter && key_filter.is_none() && !h.is_empty() => Some(h.len() as u64),
+                _ => None,
+            };
+            if want_filter && key_filter.is_none() && no_room.is_none() && key_filter_stale(slot, m.base.generation, fresh.len(), new_base.keys) {
                 // Steps skipped leaves (an ascending load merges into the
                 // last one only) and the filter in place is missing or
                 // overfull: read every key of the new base once. Sized
@@ -249,7 +254,12 @@ pub unsafe fn merge_locked(
                 if let Some(h) = &all {
                     debug1!("index \"{}\": key filter built from all {} keys of the base", crate::storage::page::rel_name(index), h.len());
                 }
-                key_filter = all.and_then(|h| KeyFilter::build(gen, &h));
+                if let Some(h) = &all {
+                    key_filter = KeyFilter::build(gen, h);
+                    if key_filter.is_none() && !h.is_empty() {
+                        no_room = Some(h.len() as u64);
+                    }
+                }
             }
             // Without every key at hand (steps skipped leaves nothing was
             // merged into), the filter in place takes the batch's keys.
@@ -259,10 +269,10 @@ pub unsafe fn merge_locked(
             retired.extend(dead_delta);
             new_base.merged_upto = cutoff;
             let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.base.generation);
-            Switch { new_base, new_head, recycle_head, ndead_delta, millis, key_filter, fresh_hashes, drained: Some(cutoff), lockmap }
+            Switch { new_base, new_head, recycle_head, ndead_delta, millis, key_filter, no_room, fresh_hashes, drained: Some(cutoff), lockmap }
         } else {
             let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.base.generation);
-            Switch { new_base, new_head: m.delta_head, recycle_head, ndead_delta: 0, millis, key_filter: None, fresh_hashes: Vec::new(), drained: None, lockmap }
+            Switch { new_base, new_head: m.delta_head, recycle_head, ndead_delta: 0, millis, key_filter: None, no_room: None, fresh_hashes: Vec::new(), drained: None, lockmap }
         };
         // A tiered index's hot records lose what the merge pruned from the
         // cold tier (VACUUM's dead TIDs, hinted ones), so no clean copy
@@ -297,6 +307,8 @@ struct Switch {
     ndead_delta: u32,
     millis: f64,
     key_filter: Option<super::state::PendingKeyFilter>,
+    /// The arena had no room for a filter over this many keys.
+    no_room: Option<u64>,
     /// Hashes of the batch's keys, to add to the key filter in place when
     /// no new one was built.
     fresh_hashes: Vec<u64>,
@@ -368,6 +380,8 @@ impl Switch {
                     }
                     st.key_filter.added += self.fresh_hashes.len() as u64;
                     st.key_filter.generation = self.new_base.generation;
+                } else if let Some(keys) = self.no_room {
+                    st.key_filter_no_room(keys);
                 } else {
                     st.install_key_filter(self.key_filter);
                 }
@@ -381,9 +395,9 @@ impl Switch {
 
 /// Whether the key filter of generation `gen` should be built anew rather
 /// than take `more` keys in place (KeyFilter::stale).
-unsafe fn key_filter_stale(slot: SlotRef, gen: u32, more: usize) -> bool {
+unsafe fn key_filter_stale(slot: SlotRef, gen: u32, more: usize, base_keys: u64) -> bool {
     let _g = slot.shared();
-    slot.state().key_filter.stale(gen, more as u64)
+    slot.state().key_filter.stale(gen, more as u64, base_keys)
 }
 
 /// The hash of every distinct key of the base structure of `base`, read in

@@ -120,6 +120,10 @@ pub struct KeyFilter {
     /// The filter got the most blocks a filter may have: a bigger one
     /// cannot be built, so it is not rebuilt for being overfull.
     pub at_cap: bool,
+    /// With no filter: a filter for half this many keys found the arena
+    /// short, so none is tried again before the base holds this many
+    /// (each try reads every key of the base). 0 = try.
+    pub no_room_below: u64,
     pub bloom: SharedBloom<MAX_KEY_FILTER_BLOCKS>,
 }
 
@@ -145,6 +149,7 @@ impl KeyFilter {
             sized_for,
             added: hashes.len() as u64,
             at_cap: false,
+            no_room_below: 0,
             bloom: SharedBloom { nblocks: 0, nhashes: 0, blocks: [0; MAX_KEY_FILTER_BLOCKS] },
         });
         if !f.bloom.allocate(&mut ArenaPool, sized_for, KEY_FILTER_BITS_PER_ITEM) {
@@ -160,12 +165,16 @@ impl KeyFilter {
 
     /// True when a merge to generation `gen`'s successor that adds `more`
     /// keys in place should build the filter anew from every key of the
-    /// base: there is none for `gen` (a restart, or the arena was short),
+    /// base (`base_keys` of them): there is none for `gen` (a restart, or
+    /// the arena was short, unless it was short for about as many keys),
     /// or it would hold more than 3/2 of the keys it was sized for (6 bits
     /// per key fall to 4: about 1 false positive in 6, and an ascending
     /// load, whose merges skip every leaf but the last, never rebuilds it
     /// otherwise).
-    pub fn stale(&self, gen: u32, more: u64) -> bool {
+    pub fn stale(&self, gen: u32, more: u64, base_keys: u64) -> bool {
+        if self.bloom.nblocks == 0 && base_keys < self.no_room_below {
+            return false;
+        }
         if self.generation != gen || gen == 0 || self.bloom.nblocks == 0 {
             return true;
         }
@@ -281,8 +290,17 @@ impl DualStageState {
             self.key_filter.sized_for = f.0.sized_for;
             self.key_filter.added = f.0.added;
             self.key_filter.at_cap = f.0.at_cap;
+            self.key_filter.no_room_below = 0;
             f.0.bloom.nblocks = 0; // the slot owns the blocks now
         }
+    }
+
+    /// A filter for `keys` keys could not get its arena blocks: none is
+    /// tried again before the base holds twice as many (`KeyFilter::stale`).
+    /// Caller holds the slot lock exclusively.
+    pub fn key_filter_no_room(&mut self, keys: u64) {
+        self.drop_key_filter(&mut ArenaPool);
+        self.key_filter.no_room_below = keys.saturating_mul(2).max(1);
     }
 
     /// Sizes the Bloom filter for `expected` entries and fills it from the tree.
