@@ -6,13 +6,13 @@
 //! that, and an AM that pairs the tree with a structure of its own calls
 //! these methods from its own `BaseStructure`.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::collections::HashSet;
 use std::ffi::CStr;
 use std::rc::Rc;
 
-use pg_hybrid_core::static_stage::{fresh_in_segment, leaf_takes_fresh, plan_segment, FormatError, Group, InnerView, LeafView, MergedGroups, SegmentInput};
+use pg_hybrid_core::static_stage::{fresh_in_segment, leaf_takes_fresh, plan_segment, FormatError, InnerView, LeafView, MergedGroups, OldRead, SegmentInput};
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 
@@ -218,8 +218,8 @@ impl BaseStructure for StaticStage {
         let b = &meta.base;
         let shape = BaseShape {
             roots: stage.roots(),
-            keys: (b.keys + written.nkeys).saturating_sub(counts.keys.get()),
-            entries: (b.entries + written.ntids).saturating_sub(counts.tids.get()),
+            keys: (b.keys + written.nkeys).saturating_sub(counts.read.lists.get()),
+            entries: (b.entries + written.ntids).saturating_sub(counts.read.tids.get()),
             pages: (b.pages + nwritten + inner.ninner).saturating_sub(seg_blocks.len() as u64 + map.inner.len() as u64),
             bytes: (b.bytes + written.body_bytes + inner.body_bytes).saturating_sub(old_bytes + map.inner_bytes),
         };
@@ -312,8 +312,7 @@ const MIN_SEGMENT_LEAVES: usize = 64;
 /// hinted prune dropped from it (`MergeResult::dropped`).
 #[derive(Default)]
 struct Counts {
-    keys: Cell<u64>,
-    tids: Cell<u64>,
+    read: OldRead,
     /// Set for a hinted prune: VACUUM's may drop millions, and reaches the
     /// other parts of a structure by itself.
     record_dropped: bool,
@@ -324,8 +323,8 @@ struct Counts {
 /// with `fresh`, as (key, TIDs) in index order: byte-equal neighbours
 /// grouped into posting lists; keys that compare equal with different bytes
 /// (numeric 1 vs 1.0) stay separate entries, still in TID order
-/// (`pg_hybrid_core::static_stage::merge`). `counts` gets what was read from
-/// the old leaves once the stream ends.
+/// (`pg_hybrid_core::static_stage::merge`); `counts.read` follows what
+/// it reads from the old leaves.
 fn merged_stream<'a, 'd: 'a>(
     index: pg_sys::Relation,
     old: &Stage,
@@ -350,35 +349,7 @@ fn merged_stream<'a, 'd: 'a>(
         None => false,
     };
     let cmp = move |a: &[u8], b: &[u8]| desc.compare(a, b);
-    let groups = MergedGroups::new(old_lists, fresh, |e: &Entry| &e.key[..], |e: &Entry| e.tid, cmp, gone);
-    Box::new(CountedGroups { groups, counts })
-}
-
-/// Passes the merged lists on, keeping `counts` up to date with what was
-/// read from the old leaves.
-struct CountedGroups<'a, O, C, G>
-where
-    O: Iterator<Item = Group>,
-    C: FnMut(&[u8], &[u8]) -> Ordering,
-    G: FnMut(&[u8], Tid) -> bool,
-{
-    groups: MergedGroups<'a, O, Entry, C, G>,
-    counts: &'a Counts,
-}
-
-impl<O, C, G> Iterator for CountedGroups<'_, O, C, G>
-where
-    O: Iterator<Item = Group>,
-    C: FnMut(&[u8], &[u8]) -> Ordering,
-    G: FnMut(&[u8], Tid) -> bool,
-{
-    type Item = Group;
-    fn next(&mut self) -> Option<Group> {
-        let next = self.groups.next();
-        self.counts.keys.set(self.groups.old_lists);
-        self.counts.tids.set(self.groups.old_tids);
-        next
-    }
+    Box::new(MergedGroups::new(old_lists, fresh, |e: &Entry| &e.key[..], |e: &Entry| e.tid, cmp, gone, &counts.read))
 }
 
 /// Groups equal keys of a sorted build stream into (key, TIDs).

@@ -17,12 +17,22 @@
 //! compare equal does the merge go pair by pair. `reference` in the tests is
 //! the pair-by-pair definition the result must equal.
 
+use std::cell::Cell;
 use std::cmp::Ordering;
 
 use crate::tid::Tid;
 
 /// One posting list: a key and its TIDs in order.
 pub type Group = (Vec<u8>, Vec<Tid>);
+
+/// What a merge read from the old leaves: posting lists and their TIDs
+/// (before any is dropped). Shared, so the caller can read it while a
+/// writer consumes the iterator.
+#[derive(Default, Debug)]
+pub struct OldRead {
+    pub lists: Cell<u64>,
+    pub tids: Cell<u64>,
+}
 
 /// Iterator over the merged posting lists (see the module comment).
 pub struct MergedGroups<'a, O, F, C, G>
@@ -48,9 +58,7 @@ where
     /// A list ready to go out, held until the next one shows it is not
     /// continued by a list with the same key bytes.
     out: Option<Group>,
-    /// Old posting lists read, and their TIDs (before any is dropped).
-    pub old_lists: u64,
-    pub old_tids: u64,
+    read: &'a OldRead,
 }
 
 impl<'a, O, F, C, G> MergedGroups<'a, O, F, C, G>
@@ -59,8 +67,8 @@ where
     C: FnMut(&[u8], &[u8]) -> Ordering,
     G: FnMut(&[u8], Tid) -> bool,
 {
-    pub fn new(old: O, fresh: &'a [F], key_of: fn(&F) -> &[u8], tid_of: fn(&F) -> Tid, cmp: C, gone: G) -> Self {
-        MergedGroups { old, old_cur: None, old_pos: 0, fresh, fresh_pos: 0, key_of, tid_of, cmp, gone, out: None, old_lists: 0, old_tids: 0 }
+    pub fn new(old: O, fresh: &'a [F], key_of: fn(&F) -> &[u8], tid_of: fn(&F) -> Tid, cmp: C, gone: G, read: &'a OldRead) -> Self {
+        MergedGroups { old, old_cur: None, old_pos: 0, fresh, fresh_pos: 0, key_of, tid_of, cmp, gone, out: None, read }
     }
 
     /// Makes `old_cur` the list with TIDs left to take, if any.
@@ -68,8 +76,8 @@ where
         while self.old_cur.as_ref().is_none_or(|(_, t)| self.old_pos >= t.len()) {
             match self.old.next() {
                 Some(g) => {
-                    self.old_lists += 1;
-                    self.old_tids += g.1.len() as u64;
+                    self.read.lists.set(self.read.lists.get() + 1);
+                    self.read.tids.set(self.read.tids.get() + g.1.len() as u64);
                     self.old_cur = Some(g);
                     self.old_pos = 0;
                 }
@@ -264,10 +272,9 @@ mod tests {
             asked.push((k.to_vec(), t));
             gone(k, t)
         };
-        let mut m = MergedGroups::new(old.iter().cloned(), fresh, |f: &Fresh| &f.key[..], |f: &Fresh| f.tid, coarse, g);
-        let out: Vec<Group> = m.by_ref().collect();
-        let (lists, tids) = (m.old_lists, m.old_tids);
-        drop(m);
+        let read = OldRead::default();
+        let out: Vec<Group> = MergedGroups::new(old.iter().cloned(), fresh, |f: &Fresh| &f.key[..], |f: &Fresh| f.tid, coarse, g, &read).collect();
+        let (lists, tids) = (read.lists.get(), read.tids.get());
         // Each entry is asked about once.
         let total = old.iter().map(|(_, t)| t.len()).sum::<usize>() + fresh.len();
         assert_eq!(asked.len(), total, "gone() asked {} times for {} entries", asked.len(), total);

@@ -26,7 +26,7 @@ pub use compress::{decompress_leaf, leaf_body, leaf_used_len, rewrite_leaf_witho
 pub use inner::{InnerBuilder, InnerView};
 pub use segment::{fresh_in_segment, leaf_takes_fresh, plan_segment, Segment, SegmentInput};
 pub use leaf::{FlatLeaf, LeafBuilder, LeafCursor, LeafIter, LeafView};
-pub use merge::{Group, MergedGroups};
+pub use merge::{Group, MergedGroups, OldRead};
 
 use std::cmp::Ordering;
 use std::fmt;
