@@ -209,11 +209,24 @@ pub fn show(k: &[u8]) -> String {
 pub unsafe fn entries_sorted(index: pg_sys::Relation, desc: &IndexDesc, header: u32) -> Vec<(Vec<u8>, Tid)> {
     let name = page::rel_name(index);
     let fail = |m: String| -> ! { crate::engine::stats::fail(&name, m) };
-    let area = io::open_reader(index, header);
-    let report = area.verify();
-    if let Some(e) = report.errors.first() {
+    // On a hot standby nothing stops replay of a sync or a prune from
+    // changing pages while the walk reads them one at a time (the primary's
+    // maintenance lock does not exist here): a report that disagrees while
+    // replay moved on is taken again.
+    let in_recovery = pg_sys::RecoveryInProgress();
+    let mut retries = 0;
+    let (area, report) = loop {
+        let replayed = if in_recovery { pg_sys::GetXLogReplayRecPtr(std::ptr::null_mut()) } else { 0 };
+        let area = io::open_reader(index, header);
+        let report = area.verify();
+        let Some(e) = report.errors.first() else { break (area, report) };
+        if in_recovery && retries < 20 && pg_sys::GetXLogReplayRecPtr(std::ptr::null_mut()) != replayed {
+            retries += 1;
+            pg_sys::pg_usleep(20_000);
+            continue;
+        }
         fail(format!("hash path: {e}{}", if report.errors.len() > 1 { format!(" (and {} more)", report.errors.len() - 1) } else { String::new() }));
-    }
+    };
     let mut hashed: Vec<(Vec<u8>, Tid)> = Vec::with_capacity(report.entries as usize);
     let mut misplaced: Option<String> = None;
     ok(
