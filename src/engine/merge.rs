@@ -239,13 +239,15 @@ pub unsafe fn merge_locked(
         let switch = if last {
             // The batch leaves the dynamic stage, and the delta pages it
             // filled retire with this step's pages, as one recycle segment.
-            let mut key_filter = hashes.as_deref().and_then(|h| KeyFilter::build(gen, h));
-            // Keys a filter was wanted for and the arena had no room for.
-            let mut no_room = match &hashes {
-                Some(h) if want_filter && key_filter.is_none() && !h.is_empty() => Some(h.len() as u64),
-                _ => None,
+            // Keys of the last filter tried: when it got no arena blocks,
+            // none is tried again for a while (KeyFilter::stale).
+            let tried = std::cell::Cell::new(0u64);
+            let build_filter = |h: &[u64]| {
+                tried.set(h.len() as u64);
+                KeyFilter::build(gen, h)
             };
-            if want_filter && key_filter.is_none() && no_room.is_none() && key_filter_stale(slot, m.base.generation, fresh.len(), new_base.keys) {
+            let mut key_filter = hashes.as_deref().and_then(build_filter);
+            if want_filter && key_filter.is_none() && tried.get() == 0 && key_filter_stale(slot, m.base.generation, fresh.len(), new_base.keys) {
                 // Steps skipped leaves (an ascending load merges into the
                 // last one only) and the filter in place is missing or
                 // overfull: read every key of the new base once. Sized
@@ -254,13 +256,9 @@ pub unsafe fn merge_locked(
                 if let Some(h) = &all {
                     debug1!("index \"{}\": key filter built from all {} keys of the base", crate::storage::page::rel_name(index), h.len());
                 }
-                if let Some(h) = &all {
-                    key_filter = KeyFilter::build(gen, h);
-                    if key_filter.is_none() && !h.is_empty() {
-                        no_room = Some(h.len() as u64);
-                    }
-                }
+                key_filter = all.as_deref().and_then(build_filter);
             }
+            let no_room = (want_filter && key_filter.is_none() && tried.get() > 0).then_some(tried.get());
             // Without every key at hand (steps skipped leaves nothing was
             // merged into), the filter in place takes the batch's keys.
             let fresh_hashes = if want_filter && key_filter.is_none() { fresh.iter().filter_map(|e| desc.key_hash(&e.key)).collect() } else { Vec::new() };

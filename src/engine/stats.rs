@@ -142,6 +142,26 @@ fn index_stats(
     }
 }
 
+/// Runs a structural check of an index until it passes. On a hot standby
+/// nothing stops replay from changing the pages while the check reads them
+/// one at a time (the primary's maintenance lock does not exist there), so a
+/// failed check is taken again while replay moved on during it, up to 20
+/// times; its last verdict stands. On a primary it runs once.
+pub unsafe fn check_under_replay<T>(mut check: impl FnMut() -> Result<T, String>) -> Result<T, String> {
+    let in_recovery = pg_sys::RecoveryInProgress();
+    let mut retries = 0;
+    loop {
+        let replayed = if in_recovery { pg_sys::GetXLogReplayRecPtr(std::ptr::null_mut()) } else { 0 };
+        match check() {
+            Err(_) if in_recovery && retries < 20 && pg_sys::GetXLogReplayRecPtr(std::ptr::null_mut()) != replayed => {
+                retries += 1;
+                pg_sys::pg_usleep(20_000);
+            }
+            verdict => return verdict,
+        }
+    }
+}
+
 /// The ERROR of a failed verification.
 pub fn fail(index: &str, what: String) -> ! {
     crate::raise(PgSqlErrorCode::ERRCODE_INDEX_CORRUPTED, format!("index \"{index}\" failed verification: {what}"), "REINDEX the index.");
@@ -169,27 +189,20 @@ fn verify(index: pg_sys::Oid, heapallindexed: bool) {
         let name = page::rel_name(rel);
         let desc = index_desc(rel);
         let _ml = if in_recovery { None } else { Some(MaintenanceLock::share(rel)) };
-        let mut m = meta::read(rel);
         let mut all: HashSet<(Vec<u8>, Tid)> = HashSet::new();
-        // On a hot standby nothing stops replay of a merge between reading
-        // the metapage and walking the base structure (the primary's
-        // maintenance lock does not exist here): a count that disagrees
-        // while the metapage moved on is checked again against the new one.
-        let mut retries = 0;
-        loop {
-            let base = ams::base(rel);
+        // The metapage is read with each try: on a standby, a count that
+        // disagrees while replay moved on is checked again against the
+        // metapage replay left (check_under_replay).
+        let base = ams::base(rel);
+        let checked = check_under_replay(|| {
+            let m = meta::read(rel);
             let nstatic = base.verify(rel, &desc, &m, heapallindexed.then_some(&mut all));
             if nstatic == m.base.entries || base.counts_kept_in_place() {
-                break;
+                return Ok(m);
             }
-            let now = meta::read(rel);
-            if in_recovery && retries < 20 && (now.base.generation != m.base.generation || now.base.entries != m.base.entries) {
-                m = now;
-                retries += 1;
-                continue;
-            }
-            fail(&name, format!("base structure holds {nstatic} TIDs, metapage says {}", m.base.entries));
-        }
+            Err(format!("base structure holds {nstatic} TIDs, metapage says {}", m.base.entries))
+        });
+        let m = checked.unwrap_or_else(|what| fail(&name, what));
         // Dynamic stage: the shared tree must equal the delta log.
         let slot = shmem::slot_for(rel);
         ensure_synced(rel, &desc, slot);

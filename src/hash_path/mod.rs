@@ -209,24 +209,16 @@ pub fn show(k: &[u8]) -> String {
 pub unsafe fn entries_sorted(index: pg_sys::Relation, desc: &IndexDesc, header: u32) -> Vec<(Vec<u8>, Tid)> {
     let name = page::rel_name(index);
     let fail = |m: String| -> ! { crate::engine::stats::fail(&name, m) };
-    // On a hot standby nothing stops replay of a sync or a prune from
-    // changing pages while the walk reads them one at a time (the primary's
-    // maintenance lock does not exist here): a report that disagrees while
-    // replay moved on is taken again.
-    let in_recovery = pg_sys::RecoveryInProgress();
-    let mut retries = 0;
-    let (area, report) = loop {
-        let replayed = if in_recovery { pg_sys::GetXLogReplayRecPtr(std::ptr::null_mut()) } else { 0 };
+    // Replay may change the pages under the walk on a standby.
+    let checked = crate::engine::stats::check_under_replay(|| {
         let area = io::open_reader(index, header);
         let report = area.verify();
-        let Some(e) = report.errors.first() else { break (area, report) };
-        if in_recovery && retries < 20 && pg_sys::GetXLogReplayRecPtr(std::ptr::null_mut()) != replayed {
-            retries += 1;
-            pg_sys::pg_usleep(20_000);
-            continue;
+        match report.errors.first() {
+            None => Ok((area, report)),
+            Some(e) => Err(format!("hash path: {e}{}", if report.errors.len() > 1 { format!(" (and {} more)", report.errors.len() - 1) } else { String::new() })),
         }
-        fail(format!("hash path: {e}{}", if report.errors.len() > 1 { format!(" (and {} more)", report.errors.len() - 1) } else { String::new() }));
-    };
+    });
+    let (area, report) = checked.unwrap_or_else(|what| fail(what));
     let mut hashed: Vec<(Vec<u8>, Tid)> = Vec::with_capacity(report.entries as usize);
     let mut misplaced: Option<String> = None;
     ok(
