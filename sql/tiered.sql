@@ -54,6 +54,18 @@ SELECT hot_bytes <= 64 * 1024 AS within_bound, evictions > 0 AS evicted, sweeps 
        hot_records < 3000 AS some_left
 FROM pg_hybrid.index_stats('tw_k');
 SELECT pg_hybrid.verify('tw_k', heapallindexed => true);
+-- a small sample_rate applies once the tier is full: while it fills, every
+-- read that had to read the cold tier promotes
+CREATE TABLE ts AS SELECT k, v FROM tw;
+CREATE INDEX ts_k ON ts USING tiered_btree (k) INCLUDE (v) WITH (hot_size = '64kB', sample_rate = 0.01);
+VACUUM ANALYZE ts;
+SELECT count(*) FROM generate_series(1, 50) g WHERE (SELECT v FROM ts WHERE k = g) = g * 10;
+SELECT hot_records, promotions FROM pg_hybrid.index_stats('ts_k');
+SELECT count(*) FROM generate_series(1, 3000) g WHERE (SELECT v FROM ts WHERE k = g) = g * 10;
+SELECT promotions < 2000 AS sampled_once_full, hot_bytes <= 64 * 1024 AS within_bound
+FROM pg_hybrid.index_stats('ts_k');
+SELECT pg_hybrid.verify('ts_k', heapallindexed => true);
+DROP TABLE ts;
 
 -- ------------------------------------------------------ writes and scans --
 -- new rows land in the dynamic stage as dirty entries; a marked key stays

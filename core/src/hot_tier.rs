@@ -299,6 +299,22 @@ pub fn live_bytes(tree: &DynTree) -> u64 {
     tree.nentries * ENTRY_OVERHEAD + tree.key_bytes
 }
 
+/// Whether a tier of `live` bytes under `bound` is filling, given whether
+/// it was: filling stops at the sweep goal (90% of the bound) and starts
+/// again only below half of it, so a sweep that brings the tier down to its
+/// goal does not reopen the gate. While a tier fills, every point read that
+/// had to read the cold tier promotes; once full, the sampling rate applies
+/// (thrash resistance costs only once something has to be evicted).
+pub fn filling_after(live: u64, bound: u64, was_filling: bool) -> bool {
+    if live >= bound / 10 * 9 {
+        false
+    } else if live < bound / 2 {
+        true
+    } else {
+        was_filling
+    }
+}
+
 /// Bytes a leaf entry takes besides its key: TID, key length and value
 /// (16) plus its slot (2).
 pub const ENTRY_OVERHEAD: u64 = 18;
@@ -311,6 +327,20 @@ mod tests {
 
     /// Keys are a 2-byte key column plus an optional INCLUDE byte; a marker
     /// key is the 2 key bytes. Byte order puts the marker first in its run.
+    #[test]
+    fn filling_gate_has_hysteresis() {
+        // Fills up to the sweep goal, then stays closed until under half.
+        assert!(filling_after(0, 1000, true));
+        assert!(filling_after(899, 1000, true));
+        assert!(!filling_after(900, 1000, true));
+        assert!(!filling_after(899, 1000, false));
+        assert!(!filling_after(500, 1000, false));
+        assert!(filling_after(499, 1000, false));
+        assert!(filling_after(700, 1000, true));
+        // A zero bound never fills.
+        assert!(!filling_after(0, 0, true));
+    }
+
     fn cmp(a: &[u8], b: &[u8]) -> Ordering {
         a.cmp(b)
     }

@@ -6,7 +6,7 @@
 //! unmerged entries. src/tiered/README.md draws the protocol.
 
 use std::cmp::Ordering;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 
 use pg_hybrid_core::hot_tier;
 use pg_hybrid_core::tid::Tid;
@@ -39,6 +39,11 @@ pub struct HotState {
     /// Records evicted by sweeps, and sweep steps run.
     pub evictions: AtomicU64,
     pub sweeps: AtomicU64,
+    /// The tier is filling (`hot_tier::filling_after`): every point read
+    /// that had to read the cold tier promotes until it is full, then
+    /// `sample_rate` applies. Set by promotions under the slot's exclusive
+    /// lock, read without it.
+    warming: AtomicBool,
     /// The CLOCK hand: where the next sweep step starts (the slot's
     /// exclusive lock guards it).
     hand_len: u32,
@@ -53,6 +58,7 @@ impl HotState {
         self.promotions = AtomicU64::new(0);
         self.evictions = AtomicU64::new(0);
         self.sweeps = AtomicU64::new(0);
+        self.warming = AtomicBool::new(true);
         self.hand_len = 0;
         self.hand_set = false;
     }
@@ -126,6 +132,28 @@ pub fn sweep_to_bound(slot: SlotRef, desc: &IndexDesc, settings: &HotTierSetting
 /// Whether the hot tier is over its bound (a sweep is due).
 pub fn over_bound(st: &DualStageState, settings: &HotTierSettings) -> bool {
     hot_tier::live_bytes(&st.tree) > settings.hot_bytes
+}
+
+/// The chance that a point read which had to read the cold tier promotes
+/// the key (see `HotState::warming`). The paper's F trades warm-up speed
+/// for resistance to thrash (a large F fills the tier quickly, a small one
+/// keeps one-off reads from pushing hot records out); thrash only costs
+/// once something has to be evicted, so a tier with room takes every
+/// record it is offered and F applies from the time it is full.
+pub fn promotion_rate(st: &DualStageState, settings: &HotTierSettings) -> f64 {
+    if st.hot.warming.load(AtomicOrdering::Relaxed) {
+        1.0
+    } else {
+        settings.sample_rate
+    }
+}
+
+/// Records whether the tier is filling (`hot_tier::filling_after`); the
+/// caller holds the slot lock exclusively.
+fn note_fill(st: &DualStageState, settings: &HotTierSettings) {
+    let was = st.hot.warming.load(AtomicOrdering::Relaxed);
+    let now = hot_tier::filling_after(hot_tier::live_bytes(&st.tree), settings.hot_bytes, was);
+    st.hot.warming.store(now, AtomicOrdering::Relaxed);
 }
 
 thread_local! {
@@ -203,6 +231,7 @@ pub unsafe fn promote(slot: SlotRef, desc: &IndexDesc, base: &mut dyn BaseCursor
                         st.bloom_add(h);
                     }
                     st.hot.promotions.fetch_add(1, AtomicOrdering::Relaxed);
+                    note_fill(st, settings);
                     true
                 }
                 // The arena is short: the clean copies that went in are

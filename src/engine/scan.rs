@@ -603,7 +603,7 @@ impl Cursor {
                 self.base_skipped = true;
                 return;
             }
-            if dir == Dir::Fwd && super::hot::sampled(hot.sample_rate) {
+            if dir == Dir::Fwd && super::hot::sampled(super::hot::promotion_rate(self.slot.state(), &hot)) {
                 super::hot::promote(self.slot, desc, &mut *self.base, &self.info, &self.lower, &hot);
             }
         }
