@@ -2,7 +2,7 @@
 //! bound, bytes with PostgreSQL's memory units; default
 //! `pg_hybrid.hot_size_fraction` of shared_buffers) and `sample_rate` (the
 //! paper's F: the chance that a point read of the cold tier copies the
-//! key's record up); tiered_hash also `bucket_fill` (how full the cold
+//! key's record up, once the tier is full); tiered_hash also `bucket_fill` (how full the cold
 //! tier's buckets get before one splits).
 
 use std::ffi::CStr;
@@ -79,7 +79,7 @@ pub unsafe fn register() {
         pg_sys::add_real_reloption(
             kind,
             c"sample_rate".as_ptr(),
-            c"Chance that a point read of the cold tier copies the key's record into the hot tier (0 < rate <= 1)".as_ptr(),
+            c"Chance that a point read of the cold tier copies the key's record into a full hot tier; one with room takes every such record (0 < rate <= 1)".as_ptr(),
             DEFAULT_SAMPLE_RATE,
             0.0001,
             1.0,
