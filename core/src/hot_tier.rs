@@ -299,6 +299,12 @@ pub fn live_bytes(tree: &DynTree) -> u64 {
     tree.nentries * ENTRY_OVERHEAD + tree.key_bytes
 }
 
+/// Where a sweep of a tier over `bound` stops: 90% of it, so the next
+/// promotions do not start another sweep at once.
+pub fn sweep_goal(bound: u64) -> u64 {
+    bound / 10 * 9
+}
+
 /// Whether a tier of `live` bytes under `bound` is filling, given whether
 /// it was: filling stops at the sweep goal (90% of the bound) and starts
 /// again only below half of it, so a sweep that brings the tier down to its
@@ -306,7 +312,7 @@ pub fn live_bytes(tree: &DynTree) -> u64 {
 /// had to read the cold tier promotes; once full, the sampling rate applies
 /// (thrash resistance costs only once something has to be evicted).
 pub fn filling_after(live: u64, bound: u64, was_filling: bool) -> bool {
-    if live >= bound / 10 * 9 {
+    if live >= sweep_goal(bound) {
         false
     } else if live < bound / 2 {
         true
@@ -325,8 +331,6 @@ mod tests {
     use crate::dynamic::VecPool;
     use std::collections::{BTreeMap, BTreeSet};
 
-    /// Keys are a 2-byte key column plus an optional INCLUDE byte; a marker
-    /// key is the 2 key bytes. Byte order puts the marker first in its run.
     #[test]
     fn filling_gate_has_hysteresis() {
         // Fills up to the sweep goal, then stays closed until under half.
@@ -341,6 +345,8 @@ mod tests {
         assert!(!filling_after(0, 0, true));
     }
 
+    /// Keys are a 2-byte key column plus an optional INCLUDE byte; a marker
+    /// key is the 2 key bytes. Byte order puts the marker first in its run.
     fn cmp(a: &[u8], b: &[u8]) -> Ordering {
         a.cmp(b)
     }

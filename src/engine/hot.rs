@@ -43,7 +43,7 @@ pub struct HotState {
     /// that had to read the cold tier promotes until it is full, then
     /// `sample_rate` applies. Set by promotions under the slot's exclusive
     /// lock, read without it.
-    warming: AtomicBool,
+    filling: AtomicBool,
     /// The CLOCK hand: where the next sweep step starts (the slot's
     /// exclusive lock guards it).
     hand_len: u32,
@@ -58,7 +58,7 @@ impl HotState {
         self.promotions = AtomicU64::new(0);
         self.evictions = AtomicU64::new(0);
         self.sweeps = AtomicU64::new(0);
-        self.warming = AtomicBool::new(true);
+        self.filling = AtomicBool::new(true);
         self.hand_len = 0;
         self.hand_set = false;
     }
@@ -98,7 +98,7 @@ pub fn settle(st: &mut DualStageState, desc: &IndexDesc, cutoff: u64, pruned: &m
 /// dirty entries, which only a merge moves down). Takes the slot lock
 /// exclusively, one step at a time.
 pub fn sweep_to_bound(slot: SlotRef, desc: &IndexDesc, settings: &HotTierSettings) {
-    let goal = settings.hot_bytes / 10 * 9;
+    let goal = hot_tier::sweep_goal(settings.hot_bytes);
     let mut wraps = 0;
     loop {
         let _g = slot.exclusive();
@@ -135,13 +135,13 @@ pub fn over_bound(st: &DualStageState, settings: &HotTierSettings) -> bool {
 }
 
 /// The chance that a point read which had to read the cold tier promotes
-/// the key (see `HotState::warming`). The paper's F trades warm-up speed
+/// the key (see `HotState::filling`). The paper's F trades warm-up speed
 /// for resistance to thrash (a large F fills the tier quickly, a small one
 /// keeps one-off reads from pushing hot records out); thrash only costs
 /// once something has to be evicted, so a tier with room takes every
 /// record it is offered and F applies from the time it is full.
 pub fn promotion_rate(st: &DualStageState, settings: &HotTierSettings) -> f64 {
-    if st.hot.warming.load(AtomicOrdering::Relaxed) {
+    if st.hot.filling.load(AtomicOrdering::Relaxed) {
         1.0
     } else {
         settings.sample_rate
@@ -151,9 +151,9 @@ pub fn promotion_rate(st: &DualStageState, settings: &HotTierSettings) -> f64 {
 /// Records whether the tier is filling (`hot_tier::filling_after`); the
 /// caller holds the slot lock exclusively.
 fn note_fill(st: &DualStageState, settings: &HotTierSettings) {
-    let was = st.hot.warming.load(AtomicOrdering::Relaxed);
+    let was = st.hot.filling.load(AtomicOrdering::Relaxed);
     let now = hot_tier::filling_after(hot_tier::live_bytes(&st.tree), settings.hot_bytes, was);
-    st.hot.warming.store(now, AtomicOrdering::Relaxed);
+    st.hot.filling.store(now, AtomicOrdering::Relaxed);
 }
 
 thread_local! {
