@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::ffi::CStr;
 use std::rc::Rc;
 
-use pg_hybrid_core::static_stage::{fresh_in_segment, leaf_takes_fresh, plan_segment, FormatError, InnerView, LeafView, MergedGroups, OldRead, SegmentInput};
+use pg_hybrid_core::static_stage::{fresh_in_segment, leaf_takes_fresh, plan_runs, plan_segment, FormatError, InnerView, LastLeaf, LeafView, MergedGroups, OldRead, Run, SegmentInput};
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 
@@ -162,15 +162,26 @@ impl BaseStructure for StaticStage {
         let n = seps.len();
         let start = step.from.map(|b| seps.partition_point(|s| cmp(s, b) == Ordering::Less)).unwrap_or(0);
         let rewrite_all = everywhere || compress != old.compressed;
+        // A step rewrites only the leaves fresh keys fall into (runs) while
+        // the stage's leaves are full enough; below that, or to change the
+        // format, it repacks its whole segment full (compaction).
+        let by_runs = !rewrite_all && !compress && fill_of(&meta.base) >= REPACK_BELOW_FILL;
+        let segment_leaves = (n / SEGMENTS_PER_STAGE).max(MIN_SEGMENT_LEAVES);
         let input = SegmentInput {
             seps: &seps,
             start,
             first_fresh: step.fresh.first().map(|e| &e.key[..]),
             rewrite_all,
-            segment_leaves: (n / SEGMENTS_PER_STAGE).max(MIN_SEGMENT_LEAVES),
+            // Runs rewrite a part of their segment (a third for a batch of
+            // random keys a hundredth of the stage): segments up to longer,
+            // so fewer steps rewrite the inner levels, but ending after as
+            // many rewritten leaves as a whole segment would have, so a
+            // step doubles no more.
+            segment_leaves: segment_leaves * if by_runs { RUN_SEGMENT_FACTOR } else { 1 },
             // A step rewrites every inner page and writes the metapage and
-            // a recycle list page.
-            step_cost_leaves: map.inner.len() + 2,
+            // a recycle list page. Runs skip untouched leaves at no cost.
+            step_cost_leaves: if by_runs { 0 } else { map.inner.len() + 2 },
+            touched_leaves: if by_runs { segment_leaves } else { 0 },
         };
         let mut last_key = |i: usize| -> Option<Vec<u8>> {
             // The last key of the nearest non-empty leaf at or before i
@@ -187,25 +198,50 @@ impl BaseStructure for StaticStage {
             return MergeResult { shape, retired: Vec::new(), key_hashes: None, key_fetches: 0, consumed: 0, next: None, dropped: Vec::new() };
         };
         let consumed = fresh_in_segment(&seps, seg.end, step.fresh, |e| &e.key[..], &mut cmp);
-        let seg_blocks: Vec<u32> = map.leaves[seg.first..seg.end].iter().map(|l| l.blk).collect();
+        let fresh = &step.fresh[..consumed];
+        let runs = if by_runs {
+            plan_runs(&seps, seg, fresh, |e| &e.key[..], &mut cmp, &mut last_key)
+        } else {
+            vec![Run { leaves: seg, fresh: 0..consumed }]
+        };
         let counts = Counts { record_dropped: !everywhere, ..Counts::default() };
-        let old_bytes = static_io::body_bytes(index, &seg_blocks);
-        let mut stream = merged_stream(index, &old, seg_blocks.clone(), &step.fresh[..consumed], dead.as_deref_mut(), desc, &counts).inspect(|(k, _)| {
-            if want_hashes {
-                hashes.extend(desc.key_hash(k));
-            }
-        });
-        let written = static_io::write_leaves(index, &mut stream, gen, compress);
-        drop(stream);
-
-        let mut children: Vec<(Vec<u8>, u32)> = Vec::with_capacity(n + written.leaves.len());
+        let mut children: Vec<(Vec<u8>, u32)> = Vec::with_capacity(n + runs.len());
         children.extend(map.leaves[..seg.first].iter().map(|l| (l.sep.clone(), l.blk)));
-        let nwritten = written.leaves.len() as u64;
-        children.extend(written.leaves);
-        children.extend(map.leaves[seg.end..].iter().map(|l| (l.sep.clone(), l.blk)));
+        let mut retired: Vec<u32> = Vec::new();
+        let mut written = Written::default();
+        let mut kept_from = seg.first;
+        for run in &runs {
+            children.extend(map.leaves[kept_from..run.leaves.first].iter().map(|l| (l.sep.clone(), l.blk)));
+            let blocks = map.blocks_of(run.leaves.first..run.leaves.end);
+            let run_fresh = &fresh[run.fresh.clone()];
+            // Fresh keys after every old key of the run (ascending loads)
+            // leave its last leaf for the next appends to fill; fresh keys
+            // among old ones split the last two leaves evenly.
+            let last = if !by_runs || run_fresh.first().is_none_or(|f| last_key(run.leaves.end - 1).is_none_or(|lk| desc.compare(&f.key, &lk) == Ordering::Greater)) {
+                LastLeaf::Packed
+            } else {
+                LastLeaf::Balanced
+            };
+            written.old_bytes += static_io::body_bytes(index, &blocks);
+            let mut stream = merged_stream(index, &old, blocks.clone(), run_fresh, dead.as_deref_mut(), desc, &counts).inspect(|(k, _)| {
+                if want_hashes {
+                    hashes.extend(desc.key_hash(k));
+                }
+            });
+            let level = static_io::write_leaves(index, &mut stream, gen, compress, last);
+            drop(stream);
+            written.nkeys += level.nkeys;
+            written.ntids += level.ntids;
+            written.body_bytes += level.body_bytes;
+            written.leaves += level.leaves.len() as u64;
+            written.old_leaves += blocks.len() as u64;
+            children.extend(level.leaves);
+            retired.extend(blocks);
+            kept_from = run.leaves.end;
+        }
+        children.extend(map.leaves[kept_from..].iter().map(|l| (l.sep.clone(), l.blk)));
         let rest_consumed = consumed == step.fresh.len();
         let next = (seg.end < n && (rewrite_all || !rest_consumed)).then(|| seps[seg.end].to_vec());
-        let mut retired = map.blocks_of(seg.first..seg.end);
         if children.is_empty() {
             // Every entry died: the stage becomes one empty leaf.
             let res = static_io::write_stage(index, &mut std::iter::empty(), gen, compress, &mut |_| {});
@@ -220,13 +256,14 @@ impl BaseStructure for StaticStage {
             roots: stage.roots(),
             keys: (b.keys + written.nkeys).saturating_sub(counts.read.lists.get()),
             entries: (b.entries + written.ntids).saturating_sub(counts.read.tids.get()),
-            pages: (b.pages + nwritten + inner.ninner).saturating_sub(seg_blocks.len() as u64 + map.inner.len() as u64),
-            bytes: (b.bytes + written.body_bytes + inner.body_bytes).saturating_sub(old_bytes + map.inner_bytes),
+            pages: (b.pages + written.leaves + inner.ninner).saturating_sub(written.old_leaves + map.inner.len() as u64),
+            bytes: (b.bytes + written.body_bytes + inner.body_bytes).saturating_sub(written.old_bytes + map.inner_bytes),
         };
         retired.extend_from_slice(&map.inner);
         // Keys of the segment only: complete for the stage when the steps
-        // together cover every leaf.
-        let covered = seg.first == start && (seg.end == n || next.is_some());
+        // together cover every leaf (runs that skipped a leaf do not).
+        let whole_segment = runs.len() == 1 && runs[0].leaves == seg;
+        let covered = whole_segment && seg.first == start && (seg.end == n || next.is_some());
         MergeResult {
             shape,
             retired,
@@ -302,11 +339,40 @@ impl BaseStructure for StaticStage {
     }
 }
 
+/// Below this fill of its pages (body bytes over page capacity), a stage's
+/// next merge repacks every segment it touches full instead of rewriting
+/// only the leaves fresh keys fall into. Runs split leaves as a B+tree does
+/// (random keys settle near 70%), so this bounds what they cost in space;
+/// a batch that touches every leaf repacks anyway.
+const REPACK_BELOW_FILL: f64 = 0.6;
+
+/// Body bytes over the capacity of the pages of a stage (1 when empty).
+fn fill_of(base: &BaseInfo) -> f64 {
+    if base.pages == 0 {
+        return 1.0;
+    }
+    base.bytes as f64 / (base.pages as f64 * BODY_CAP as f64)
+}
+
+/// What a step's runs wrote, and what the leaves they replaced held.
+#[derive(Default)]
+struct Written {
+    leaves: u64,
+    nkeys: u64,
+    ntids: u64,
+    body_bytes: u64,
+    old_leaves: u64,
+    old_bytes: u64,
+}
+
 /// A stage is merged in about this many steps (segments)...
 const SEGMENTS_PER_STAGE: usize = 32;
 /// ...of at least this many leaves (512 KB of plain leaves): fewer, larger
 /// steps for small stages, since each step rewrites the inner levels.
 const MIN_SEGMENT_LEAVES: usize = 64;
+/// Segments of a step that rewrites runs span up to this many times more
+/// leaves.
+const RUN_SEGMENT_FACTOR: usize = 4;
 
 /// What a merge step read from the old leaves of its segment, and what a
 /// hinted prune dropped from it (`MergeResult::dropped`).

@@ -606,11 +606,12 @@ pub unsafe fn write_stage(
 }
 
 /// Writes leaves of generation `gen` for sorted entries (none when there
-/// are none): the new leaves of one merge segment.
-pub unsafe fn write_leaves(rel: pg_sys::Relation, entries: &mut dyn Iterator<Item = (Vec<u8>, Vec<Tid>)>, gen: u32, compress: bool) -> ss::LeafLevel {
+/// are none), the last one as `last` says: the new leaves of one run of a
+/// merge step.
+pub unsafe fn write_leaves(rel: pg_sys::Relation, entries: &mut dyn Iterator<Item = (Vec<u8>, Vec<Tid>)>, gen: u32, compress: bool, last: ss::LastLeaf) -> ss::LeafLevel {
     let sink = PageSink::new(rel, gen);
     let mode = if compress { ss::Compression::Lz4 } else { ss::Compression::None };
-    ss::build_leaves(entries, BODY_CAP, mode, false, &mut || sink.alloc(), &mut |out| sink.write(out)).unwrap_or_else(|e| build_failed(e))
+    ss::build_leaves(entries, BODY_CAP, mode, false, last, &mut || sink.alloc(), &mut |out| sink.write(out)).unwrap_or_else(|e| build_failed(e))
 }
 
 /// Writes the inner levels of generation `gen` over `leaves` (at least one).

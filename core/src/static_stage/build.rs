@@ -197,7 +197,7 @@ where
     A: FnMut() -> u32,
     W: FnMut(PageOut),
 {
-    let leaves = build_leaves(entries, cap, compression, true, &mut alloc, &mut write)?;
+    let leaves = build_leaves(entries, cap, compression, true, LastLeaf::Packed, &mut alloc, &mut write)?;
     let nleaves = leaves.leaves.len() as u64;
     let (first_leaf, last_leaf) = (leaves.leaves[0].1, leaves.leaves.last().unwrap().1);
     let inner = build_inner(leaves.leaves, cap, &mut alloc, &mut write)?;
@@ -214,14 +214,30 @@ where
     })
 }
 
+/// How `build_leaves` ends its last leaf.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LastLeaf {
+    /// As full as what is left makes it (a build; a run whose fresh
+    /// entries all come after its old ones, which later appends fill up).
+    Packed,
+    /// Under half full, it shares the entries of the leaf before it evenly,
+    /// as a B+tree split does: a merge that rewrites a run of leaves between
+    /// kept ones leaves room on both sides instead of a full leaf that the
+    /// next fresh key splits again. Plain leaves only (a compressed leaf's
+    /// size is not its content's).
+    Balanced,
+}
+
 /// Packs `entries` (as for `build_static`) into 100%-full leaves, linked to
-/// each other. With `at_least_one`, empty input writes one empty leaf;
-/// without, it writes nothing (a merge segment whose entries all died).
+/// each other, the last one as `last` says. With `at_least_one`, empty
+/// input writes one empty leaf; without, it writes nothing (a merge
+/// segment whose entries all died).
 pub fn build_leaves<I, A, W>(
     entries: I,
     cap: usize,
     compression: Compression,
     at_least_one: bool,
+    last: LastLeaf,
     alloc: &mut A,
     write: &mut W,
 ) -> Result<LeafLevel, BuildError>
@@ -272,6 +288,13 @@ where
             }
         }
     }
+    if last == LastLeaf::Balanced {
+        if let Leaves::Plain(b) = &mut leaves {
+            if !b.is_empty() && b.size() < cap / 2 && lvl.pending.is_some() {
+                balance_last_two(b, &mut lvl, cap, &mut *alloc, &mut *write);
+            }
+        }
+    }
     // The compressed builder may carry entries over, hence a loop.
     while !leaves.is_empty() || (at_least_one && lvl.pages == 0) {
         let first = leaves.first_key();
@@ -280,6 +303,72 @@ where
     }
     lvl.close(&mut *write);
     Ok(LeafLevel { leaves: lvl.firsts, nkeys, ntids, body_bytes: lvl.bytes })
+}
+
+/// Re-cuts the leaf still pending in `lvl` (full) and the entries left in
+/// `tail` (under half a leaf) into two leaves of about half their bytes
+/// each: the pending leaf keeps its block and first key, the second is
+/// pushed as a new leaf. `tail` is left empty.
+fn balance_last_two(
+    tail: &mut LeafBuilder,
+    lvl: &mut Level,
+    cap: usize,
+    alloc: &mut impl FnMut() -> u32,
+    write: &mut impl FnMut(PageOut),
+) {
+    let (blk, left, body) = lvl.pending.take().expect("a pending leaf");
+    let mut entries = LeafView::parse(&body).and_then(|v| v.decode_all()).expect("a leaf just built decodes");
+    let mut buf = vec![0u8; cap];
+    let used = tail.finish(&mut buf);
+    for (k, t) in LeafView::parse(&buf[..used]).and_then(|v| v.decode_all()).expect("a leaf just built decodes") {
+        match entries.last_mut() {
+            // A posting list split at the leaf edge: one entry again.
+            Some((lk, lt)) if *lk == k => lt.extend(t),
+            _ => entries.push((k, t)),
+        }
+    }
+    let total = body.len() + used;
+    let mut first = LeafBuilder::new(cap);
+    first.set_cap((total / 2).max(cap / 2).min(cap));
+    let mut second = LeafBuilder::new(cap);
+    let mut into_second = false;
+    for (k, t) in &entries {
+        let mut rest = &t[..];
+        if !into_second {
+            let n = first.add(k, rest);
+            rest = &rest[n..];
+            into_second = !rest.is_empty();
+        }
+        while !rest.is_empty() {
+            let n = second.add(k, rest);
+            rest = &rest[n..];
+            if !rest.is_empty() {
+                // Cannot happen with the halves' sizes; a third leaf keeps
+                // the entries rather than trusting that.
+                let f = second.first_key().unwrap_or_default().to_vec();
+                let u = second.finish(&mut buf);
+                flush_first(&mut first, blk, left, lvl, &mut buf);
+                lvl.push(f, &buf[..u], &mut *alloc, &mut *write);
+            }
+        }
+    }
+    flush_first(&mut first, blk, left, lvl, &mut buf);
+    if !second.is_empty() {
+        let f = second.first_key().unwrap_or_default().to_vec();
+        let u = second.finish(&mut buf);
+        lvl.push(f, &buf[..u], &mut *alloc, &mut *write);
+    }
+    lvl.bytes -= body.len() as u64;
+}
+
+/// Puts the first half back as the pending leaf (its block, first key and
+/// page count are already in `lvl`), once.
+fn flush_first(first: &mut LeafBuilder, blk: u32, left: Option<u32>, lvl: &mut Level, buf: &mut [u8]) {
+    if lvl.pending.is_none() && !first.is_empty() {
+        let u = first.finish(buf);
+        lvl.bytes += u as u64;
+        lvl.pending = Some((blk, left, buf[..u].to_vec()));
+    }
 }
 
 /// Writes the inner levels over `below`, the (first key, block) of each
@@ -553,6 +642,94 @@ mod tests {
                 prop_assert_eq!(&got[..], &want[from..]);
                 let le = want.partition_point(|x| cmp(&x.0, b) != Ordering::Greater);
                 prop_assert_eq!(last_le(&pages, &res, &mut |k: &[u8]| cmp(k, b)), le.checked_sub(1).map(|i| want[i].0.clone()));
+            }
+        }
+    }
+
+    /// The leaves `build_leaves` writes, in order, as entries and body sizes.
+    fn leaves_mem(e: Entries, cap: usize, last: LastLeaf) -> (Vec<Entries>, Vec<usize>, LeafLevel) {
+        let mut pages: HashMap<u32, Vec<u8>> = HashMap::new();
+        let mut next = 0u32;
+        let lvl = build_leaves(e, cap, Compression::None, false, last, &mut || {
+            next += 1;
+            next
+        }, &mut |p: PageOut| {
+            assert!(p.body.len() <= cap);
+            assert!(pages.insert(p.block, p.body.to_vec()).is_none(), "page written twice");
+        })
+        .unwrap();
+        assert_eq!(pages.len(), lvl.leaves.len(), "every leaf written once");
+        let bodies: Vec<&Vec<u8>> = lvl.leaves.iter().map(|(_, b)| &pages[b]).collect();
+        for ((first, _), body) in lvl.leaves.iter().zip(&bodies) {
+            let v = LeafView::parse(body).unwrap();
+            assert_eq!(v.first_key().unwrap().unwrap(), &first[..], "separator is the leaf's first key");
+        }
+        assert_eq!(lvl.body_bytes, bodies.iter().map(|b| b.len() as u64).sum::<u64>());
+        (bodies.iter().map(|b| LeafView::parse(b).unwrap().decode_all().unwrap()).collect(), bodies.iter().map(|b| b.len()).collect(), lvl)
+    }
+
+    #[test]
+    fn balanced_last_leaf_splits_evenly() {
+        // One full leaf and one entry more: packed, the second leaf holds
+        // one entry; balanced, both hold about half.
+        let cap = 1024;
+        let entries: Entries = (0..5000u32).map(|i| (i.to_be_bytes().to_vec(), vec![Tid::new(i, 1)])).collect();
+        let (packed, _, _) = leaves_mem(entries.clone(), cap, LastLeaf::Packed);
+        let per_leaf = packed[0].len();
+        let input: Entries = entries[..per_leaf + 1].to_vec();
+        let (packed, psizes, _) = leaves_mem(input.clone(), cap, LastLeaf::Packed);
+        assert_eq!(packed.len(), 2);
+        assert_eq!(packed[1].len(), 1);
+        let (balanced, bsizes, lvl) = leaves_mem(input.clone(), cap, LastLeaf::Balanced);
+        assert_eq!(balanced.len(), 2);
+        assert!(bsizes.iter().all(|&s| s >= cap * 2 / 5), "{bsizes:?} (packed {psizes:?})");
+        assert_eq!(balanced.concat(), input);
+        assert_eq!(lvl.nkeys, input.len() as u64);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+        /// Balanced or packed, the leaves hold the input's entries in
+        /// order; balanced, a last leaf of two or more is at least about
+        /// half full unless the leaf before it was nearly empty too.
+        #[test]
+        fn prop_balanced_last_leaf((raw, cap, _) in arb_input()) {
+            let raw: Entries = raw.into_iter().filter(|(k, _)| k.len() <= cap / 3).collect();
+            let mut input = raw;
+            input.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut want: Entries = Vec::new();
+            for (k, t) in &input {
+                match want.last_mut() {
+                    Some((lk, lt)) if lk == k => lt.extend(t.iter().copied()),
+                    _ => want.push((k.clone(), t.clone())),
+                }
+            }
+            for w in &mut want {
+                w.1.sort();
+                w.1.dedup();
+            }
+            let regroup = |leaves: Vec<Entries>| -> Entries {
+                let mut out: Entries = Vec::new();
+                for (k, t) in leaves.into_iter().flatten() {
+                    match out.last_mut() {
+                        Some((lk, lt)) if *lk == k => lt.extend(t),
+                        _ => out.push((k, t)),
+                    }
+                }
+                out
+            };
+            let (packed, psizes, plvl) = leaves_mem(input.clone(), cap, LastLeaf::Packed);
+            let (balanced, bsizes, blvl) = leaves_mem(input, cap, LastLeaf::Balanced);
+            prop_assert_eq!(&regroup(packed), &want);
+            prop_assert_eq!(&regroup(balanced), &want);
+            prop_assert_eq!(plvl.nkeys, blvl.nkeys);
+            prop_assert_eq!(plvl.ntids, blvl.ntids);
+            prop_assert!(bsizes.len() <= psizes.len() + 1);
+            if bsizes.len() >= 2 {
+                let n = bsizes.len();
+                let (prev, last) = (bsizes[n - 2], bsizes[n - 1]);
+                prop_assert!(last >= cap / 2 || prev + last < cap, "last two leaves {prev} + {last} of cap {cap}: {bsizes:?}");
             }
         }
     }

@@ -20,11 +20,11 @@ pub mod merge;
 pub mod segment;
 
 pub use build::{
-    build_inner, build_leaves, build_static, max_key_len, InnerLevels, LeafLevel, BuildError, BuildResult, Compression, PageOut,
+    build_inner, build_leaves, build_static, max_key_len, InnerLevels, LastLeaf, LeafLevel, BuildError, BuildResult, Compression, PageOut,
 };
 pub use compress::{decompress_leaf, leaf_body, leaf_used_len, rewrite_leaf_without, CompressedLeafBuilder};
 pub use inner::{InnerBuilder, InnerView};
-pub use segment::{fresh_in_segment, leaf_takes_fresh, plan_segment, Segment, SegmentInput};
+pub use segment::{fresh_in_segment, leaf_takes_fresh, plan_runs, plan_segment, Run, Segment, SegmentInput};
 pub use leaf::{FlatLeaf, LeafBuilder, LeafCursor, LeafIter, LeafView};
 pub use merge::{Group, MergedGroups, OldRead};
 
