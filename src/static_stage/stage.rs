@@ -173,7 +173,7 @@ impl BaseStructure for StaticStage {
             first_fresh: step.fresh.first().map(|e| &e.key[..]),
             rewrite_all,
             // Runs rewrite a part of their segment (a third for a batch of
-            // random keys a hundredth of the stage): segments up to longer,
+            // random keys a hundredth of the stage): segments up to 4x longer,
             // so fewer steps rewrite the inner levels, but ending after as
             // many rewritten leaves as a whole segment would have, so a
             // step doubles no more.
