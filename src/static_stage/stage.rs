@@ -214,21 +214,18 @@ impl BaseStructure for StaticStage {
             children.extend(map.leaves[kept_from..run.leaves.first].iter().map(|l| (l.sep.clone(), l.blk)));
             let blocks = map.blocks_of(run.leaves.first..run.leaves.end);
             let run_fresh = &fresh[run.fresh.clone()];
-            // Fresh keys after every old key of the run (ascending loads)
-            // leave its last leaf for the next appends to fill; fresh keys
-            // among old ones split the last two leaves evenly.
-            let last = if !by_runs || run_fresh.first().is_none_or(|f| last_key(run.leaves.end - 1).is_none_or(|lk| desc.compare(&f.key, &lk) == Ordering::Greater)) {
-                LastLeaf::Packed
-            } else {
-                LastLeaf::Balanced
-            };
             written.old_bytes += static_io::body_bytes(index, &blocks);
+            counts.read.fresh_among_old.set(false);
             let mut stream = merged_stream(index, &old, blocks.clone(), run_fresh, dead.as_deref_mut(), desc, &counts).inspect(|(k, _)| {
                 if want_hashes {
                     hashes.extend(desc.key_hash(k));
                 }
             });
-            let level = static_io::write_leaves(index, &mut stream, gen, compress, last);
+            // Fresh keys after every old key of the run (ascending loads)
+            // leave its last leaf for the next appends to fill; fresh keys
+            // among old ones split the last two leaves evenly.
+            let last = || if by_runs && counts.read.fresh_among_old.get() { LastLeaf::Balanced } else { LastLeaf::Packed };
+            let level = static_io::write_leaves(index, &mut stream, gen, compress, &last);
             drop(stream);
             written.nkeys += level.nkeys;
             written.ntids += level.ntids;

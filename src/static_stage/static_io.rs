@@ -606,9 +606,9 @@ pub unsafe fn write_stage(
 }
 
 /// Writes leaves of generation `gen` for sorted entries (none when there
-/// are none), the last one as `last` says: the new leaves of one run of a
-/// merge step.
-pub unsafe fn write_leaves(rel: pg_sys::Relation, entries: &mut dyn Iterator<Item = (Vec<u8>, Vec<Tid>)>, gen: u32, compress: bool, last: ss::LastLeaf) -> ss::LeafLevel {
+/// are none), the last one as `last` says once they are read: the new
+/// leaves of one run of a merge step.
+pub unsafe fn write_leaves(rel: pg_sys::Relation, entries: &mut dyn Iterator<Item = (Vec<u8>, Vec<Tid>)>, gen: u32, compress: bool, last: &dyn Fn() -> ss::LastLeaf) -> ss::LeafLevel {
     let sink = PageSink::new(rel, gen);
     let mode = if compress { ss::Compression::Lz4 } else { ss::Compression::None };
     ss::build_leaves(entries, BODY_CAP, mode, false, last, &mut || sink.alloc(), &mut |out| sink.write(out)).unwrap_or_else(|e| build_failed(e))

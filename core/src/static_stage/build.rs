@@ -197,7 +197,7 @@ where
     A: FnMut() -> u32,
     W: FnMut(PageOut),
 {
-    let leaves = build_leaves(entries, cap, compression, true, LastLeaf::Packed, &mut alloc, &mut write)?;
+    let leaves = build_leaves(entries, cap, compression, true, &|| LastLeaf::Packed, &mut alloc, &mut write)?;
     let nleaves = leaves.leaves.len() as u64;
     let (first_leaf, last_leaf) = (leaves.leaves[0].1, leaves.leaves.last().unwrap().1);
     let inner = build_inner(leaves.leaves, cap, &mut alloc, &mut write)?;
@@ -229,15 +229,16 @@ pub enum LastLeaf {
 }
 
 /// Packs `entries` (as for `build_static`) into 100%-full leaves, linked to
-/// each other, the last one as `last` says. With `at_least_one`, empty
-/// input writes one empty leaf; without, it writes nothing (a merge
-/// segment whose entries all died).
+/// each other, the last one as `last` says once every entry is read (a
+/// merge knows only then whether its fresh entries came among old ones).
+/// With `at_least_one`, empty input writes one empty leaf; without, it
+/// writes nothing (a merge segment whose entries all died).
 pub fn build_leaves<I, A, W>(
     entries: I,
     cap: usize,
     compression: Compression,
     at_least_one: bool,
-    last: LastLeaf,
+    last: &dyn Fn() -> LastLeaf,
     alloc: &mut A,
     write: &mut W,
 ) -> Result<LeafLevel, BuildError>
@@ -288,7 +289,7 @@ where
             }
         }
     }
-    if last == LastLeaf::Balanced {
+    if last() == LastLeaf::Balanced {
         if let Leaves::Plain(b) = &mut leaves {
             if !b.is_empty() && b.size() < cap / 2 && lvl.pending.is_some() {
                 balance_last_two(b, &mut lvl, cap, &mut *alloc, &mut *write);
@@ -657,7 +658,7 @@ mod tests {
     fn leaves_mem(e: Entries, cap: usize, last: LastLeaf) -> (Vec<Entries>, Vec<usize>, LeafLevel) {
         let mut pages: HashMap<u32, Vec<u8>> = HashMap::new();
         let mut next = 0u32;
-        let lvl = build_leaves(e, cap, Compression::None, false, last, &mut || {
+        let lvl = build_leaves(e, cap, Compression::None, false, &|| last, &mut || {
             next += 1;
             next
         }, &mut |p: PageOut| {

@@ -32,6 +32,10 @@ pub type Group = (Vec<u8>, Vec<Tid>);
 pub struct OldRead {
     pub lists: Cell<u64>,
     pub tids: Cell<u64>,
+    /// A fresh entry came out while old entries were left (set, never
+    /// cleared, by the iterator): the fresh entries were not all appended
+    /// after the old ones.
+    pub fresh_among_old: Cell<bool>,
 }
 
 /// Iterator over the merged posting lists (see the module comment).
@@ -114,6 +118,9 @@ where
             if order == Ordering::Greater {
                 // Fresh entries with the head's key bytes all sort before
                 // the old list (they compare below it).
+                if self.old_cur.is_some() {
+                    self.read.fresh_among_old.set(true);
+                }
                 let f0 = &self.fresh[self.fresh_pos];
                 let k = (self.key_of)(f0);
                 let mut tids = Vec::new();
@@ -177,6 +184,9 @@ where
             if take_old {
                 self.old_pos += 1;
             } else {
+                if self.old_cur.is_some() {
+                    self.read.fresh_among_old.set(true);
+                }
                 self.fresh_pos += 1;
             }
         }
@@ -317,6 +327,25 @@ mod tests {
         let fresh = vec![Fresh { key: b"k".to_vec(), tid: t(2) }, Fresh { key: b"k".to_vec(), tid: t(3) }];
         let (out, _, _) = run(&old, &fresh, &|_, _| false);
         assert_eq!(out, vec![(b"k".to_vec(), vec![t(1), t(2), t(3)])]);
+    }
+
+    #[test]
+    fn fresh_among_old_tells_appends_apart() {
+        let among = |old: &[Group], fresh: &[Fresh]| {
+            let read = OldRead::default();
+            let n = MergedGroups::new(old.iter().cloned(), fresh, |f: &Fresh| &f.key[..], |f: &Fresh| f.tid, coarse, |_: &[u8], _| false, &read).count();
+            assert!(n > 0);
+            read.fresh_among_old.get()
+        };
+        let old = vec![(b"b".to_vec(), vec![t(1)]), (b"d".to_vec(), vec![t(2)])];
+        // After every old key: an append.
+        assert!(!among(&old, &[Fresh { key: b"e".to_vec(), tid: t(9) }]));
+        // Before or between old keys, or the last old key with a lower TID.
+        assert!(among(&old, &[Fresh { key: b"a".to_vec(), tid: t(9) }]));
+        assert!(among(&old, &[Fresh { key: b"c".to_vec(), tid: t(9) }]));
+        assert!(among(&old, &[Fresh { key: b"d".to_vec(), tid: t(0) }]));
+        // The last old key with a higher TID still comes after it.
+        assert!(!among(&old, &[Fresh { key: b"d".to_vec(), tid: t(3) }]));
     }
 
     /// Old lists as a stage holds them: sorted, byte-equal neighbours
