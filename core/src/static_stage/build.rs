@@ -344,8 +344,8 @@ fn balance_last_two(
             let n = second.add(k, rest);
             rest = &rest[n..];
             if !rest.is_empty() {
-                // Cannot happen with the halves' sizes; a third leaf keeps
-                // the entries rather than trusting that.
+                // Half of the bytes plus a long first key (a leaf stores
+                // its first key whole) can overflow: a third leaf.
                 let f = second.first_key().unwrap_or_default().to_vec();
                 let u = second.finish(&mut buf);
                 flush_first(&mut first, blk, left, lvl, &mut buf);
@@ -590,7 +590,6 @@ mod tests {
         }
     }
 
-    /// Not memcmp: shorter keys first, then bytes descending.
     /// The oracle of a sorted input: one entry per key (byte-equal
     /// neighbours joined, as a posting list split over leaves is), TIDs
     /// sorted and deduplicated.
@@ -609,6 +608,7 @@ mod tests {
         want
     }
 
+    /// Not memcmp: shorter keys first, then bytes descending.
     fn odd_order(a: &[u8], b: &[u8]) -> Ordering {
         a.len().cmp(&b.len()).then_with(|| b.cmp(a))
     }
