@@ -22,7 +22,7 @@ use crate::engine::base::{BaseCursor, BaseShape, BaseStructure, BuildResult, Ent
 use crate::engine::meta::{self, BaseInfo, BaseRoots, IndexMeta};
 use crate::engine::stats::fail;
 use crate::keys::IndexDesc;
-use crate::storage::buffer::{Buf, Lock};
+use crate::storage::buffer::{Buf, Lock, ReadAhead};
 use crate::storage::page::{self, PageKind, BODY_CAP, NO_BLOCK};
 use crate::storage::wal::WalRecord;
 
@@ -210,11 +210,17 @@ impl BaseStructure for StaticStage {
         let mut retired: Vec<u32> = Vec::new();
         let mut written = Written::default();
         let mut kept_from = seg.first;
+        // The step's old leaves, in the order it reads them, requested
+        // ahead of each read.
+        let run_blocks: Vec<u32> = runs.iter().flat_map(|r| map.blocks_of(r.leaves.first..r.leaves.end)).collect();
+        let mut ahead = ReadAhead::new(index, &run_blocks);
+        let mut read_so_far = 0;
         for run in &runs {
             children.extend(map.leaves[kept_from..run.leaves.first].iter().map(|l| (l.sep.clone(), l.blk)));
             let blocks = map.blocks_of(run.leaves.first..run.leaves.end);
             let run_fresh = &fresh[run.fresh.clone()];
-            written.old_bytes += static_io::body_bytes(index, &blocks);
+            written.old_bytes += static_io::body_bytes(index, &blocks, &mut ahead, read_so_far);
+            read_so_far += blocks.len();
             counts.read.fresh_among_old.set(false);
             let mut stream = merged_stream(index, &old, blocks.clone(), run_fresh, dead.as_deref_mut(), desc, &counts).inspect(|(k, _)| {
                 if want_hashes {
@@ -280,9 +286,11 @@ impl BaseStructure for StaticStage {
         let mut removed = 0u64;
         let mut kept = 0u64;
         let mut need_merge = false;
-        let leaves = static_io::stage_map(index, &stage).leaves;
-        for blk in leaves.iter().map(|l| l.blk) {
+        let leaves: Vec<u32> = static_io::stage_map(index, &stage).leaves.iter().map(|l| l.blk).collect();
+        let mut ahead = ReadAhead::new(index, &leaves);
+        for (i, &blk) in leaves.iter().enumerate() {
             pg_sys::vacuum_delay_point();
+            ahead.reading(i);
             let b = Buf::read(index, blk, Lock::Cleanup);
             page::check_page(index, blk, b.page(), &[PageKind::StaticLeaf]);
             let body = page::body(b.page());
@@ -446,8 +454,11 @@ unsafe fn verify_static(
     let map = static_io::stage_map(rel, stage);
     let mut prev: Option<(Vec<u8>, Tid)> = None;
     let mut ntids = 0u64;
+    let leaf_blocks: Vec<u32> = map.leaves.iter().map(|l| l.blk).collect();
+    let mut ahead = ReadAhead::new(rel, &leaf_blocks);
     for (i, l) in map.leaves.iter().enumerate() {
         let blk = l.blk;
+        ahead.reading(i);
         {
             let b = Buf::read(rel, blk, Lock::Share);
             let body = static_io::leaf_body(rel, blk, b.page());

@@ -12,7 +12,7 @@ use pgrx::prelude::*;
 
 use super::stage::Stage;
 use crate::storage::alloc::alloc_page;
-use crate::storage::buffer::{Buf, Lock, Pin};
+use crate::storage::buffer::{Buf, Lock, Pin, ReadAhead};
 use crate::storage::page::{self, PageKind, BODY_CAP, NO_BLOCK};
 use crate::storage::wal::WalRecord;
 
@@ -459,11 +459,14 @@ impl StageMap {
     }
 }
 
-/// Body bytes in use on `blocks`.
-pub unsafe fn body_bytes(rel: pg_sys::Relation, blocks: &[u32]) -> u64 {
+/// Body bytes in use on `blocks`, read with `ahead` requesting the next
+/// ones (`ahead` covers `blocks` from its index `at`).
+pub unsafe fn body_bytes(rel: pg_sys::Relation, blocks: &[u32], ahead: &mut ReadAhead<'_>, at: usize) -> u64 {
     blocks
         .iter()
-        .map(|&blk| {
+        .enumerate()
+        .map(|(i, &blk)| {
+            ahead.reading(at + i);
             let b = Buf::read(rel, blk, Lock::Share);
             page::opaque(b.page()).body_len as u64
         })

@@ -118,6 +118,40 @@ impl Drop for Buf {
     }
 }
 
+/// Reads blocks whose order is known before the first is read (a merge
+/// step's leaves, VACUUM's walk of a stage) with the next few already
+/// requested from the kernel, as ANALYZE does: their leaves lie anywhere in
+/// the file, so without it each miss is a synchronous random read. The
+/// distance is maintenance_io_concurrency (0 turns it off).
+pub struct ReadAhead<'a> {
+    rel: pg_sys::Relation,
+    blocks: &'a [u32],
+    /// blocks[..requested] have been requested.
+    requested: usize,
+    distance: usize,
+}
+
+impl<'a> ReadAhead<'a> {
+    pub unsafe fn new(rel: pg_sys::Relation, blocks: &'a [u32]) -> ReadAhead<'a> {
+        ReadAhead { rel, blocks, requested: 0, distance: pg_sys::maintenance_io_concurrency.max(0) as usize }
+    }
+
+    /// Call before reading blocks[i]: requests blocks up to i + distance.
+    pub unsafe fn reading(&mut self, i: usize) {
+        if self.distance == 0 {
+            return;
+        }
+        let until = (i + 1 + self.distance).min(self.blocks.len());
+        while self.requested < until {
+            // Skip the block about to be read: ReadBuffer reads it now anyway.
+            if self.requested > i {
+                pg_sys::PrefetchBuffer(self.rel, pg_sys::ForkNumber::MAIN_FORKNUM, self.blocks[self.requested]);
+            }
+            self.requested += 1;
+        }
+    }
+}
+
 pub unsafe fn relation_is_local(rel: pg_sys::Relation) -> bool {
     (*(*rel).rd_rel).relpersistence == pg_sys::RELPERSISTENCE_TEMP as i8
 }
