@@ -13,6 +13,7 @@ pub mod static_stage;
 pub mod clock_cache;
 pub mod elastic;
 pub mod partition;
+pub mod external_sort;
 pub mod killed;
 pub mod fast_hash;
 pub mod hasis;

@@ -15,26 +15,57 @@ pub const MAX_PARTITIONS: usize = 512;
 /// at most, deduplicated, and no more than `body_cap` bytes in the page
 /// format `n u16 | (len u16, bytes)*`.
 pub fn choose_boundaries<'a>(sorted: impl ExactSizeIterator<Item = &'a [u8]>, body_cap: usize) -> Vec<Vec<u8>> {
-    let n = sorted.len();
-    let want = (n / 64).clamp(1, MAX_PARTITIONS - 1);
-    let step = (n / (want + 1)).max(1);
-    let mut out: Vec<Vec<u8>> = Vec::with_capacity(want);
-    let mut used = 2;
-    for (i, k) in sorted.enumerate() {
-        if i == 0 || i % step != 0 || out.len() >= want {
-            continue;
+    let mut chooser = BoundaryChooser::new(sorted.len(), body_cap);
+    for k in sorted {
+        chooser.offer(k);
+    }
+    chooser.finish()
+}
+
+/// `choose_boundaries` fed one key at a time, for a build that streams its
+/// sorted keys once (knowing their number beforehand).
+pub struct BoundaryChooser {
+    want: usize,
+    step: usize,
+    body_cap: usize,
+    /// Keys offered so far.
+    seen: usize,
+    /// Bytes the boundaries take in the page format.
+    used: usize,
+    /// The page is full: no more boundaries.
+    full: bool,
+    out: Vec<Vec<u8>>,
+}
+
+impl BoundaryChooser {
+    /// For `n` keys.
+    pub fn new(n: usize, body_cap: usize) -> Self {
+        let want = (n / 64).clamp(1, MAX_PARTITIONS - 1);
+        BoundaryChooser { want, step: (n / (want + 1)).max(1), body_cap, seen: 0, used: 2, full: false, out: Vec::with_capacity(want) }
+    }
+
+    /// The next key in sorted order.
+    pub fn offer(&mut self, k: &[u8]) {
+        let i = self.seen;
+        self.seen += 1;
+        if self.full || i == 0 || i % self.step != 0 || self.out.len() >= self.want {
+            return;
         }
         let b = &k[..k.len().min(MAX_BOUNDARY)];
-        if out.last().is_some_and(|l| l.as_slice() >= b) {
-            continue;
+        if self.out.last().is_some_and(|l| l.as_slice() >= b) {
+            return;
         }
-        if used + 2 + b.len() > body_cap {
-            break;
+        if self.used + 2 + b.len() > self.body_cap {
+            self.full = true;
+            return;
         }
-        used += 2 + b.len();
-        out.push(b.to_vec());
+        self.used += 2 + b.len();
+        self.out.push(b.to_vec());
     }
-    out
+
+    pub fn finish(self) -> Vec<Vec<u8>> {
+        self.out
+    }
 }
 
 /// The smallest byte string greater than every string starting with `p`

@@ -11,7 +11,7 @@ use pgrx::pg_sys;
 use super::scan::ElasticCursor;
 use super::tree::{self, WriteOutcome};
 use super::{options, check_keys};
-use crate::engine::base::{BaseCursor, BaseShape, BaseStats, BaseStructure, BuildResult, Dir, EntryRef, MergeResult, MergeStep, Prune, ScanRange, VacuumResult};
+use crate::engine::base::{BaseCursor, BaseShape, BaseStats, BaseStructure, BuildResult, Dir, Entry, MergeResult, MergeStep, Prune, ScanRange, VacuumResult};
 use crate::engine::meta::{BaseInfo, BaseRoots, IndexMeta};
 use crate::keys::IndexDesc;
 use crate::storage::page::{self, PageKind, NO_BLOCK};
@@ -84,13 +84,13 @@ impl BaseStructure for ElasticBase {
         index: pg_sys::Relation,
         desc: &Rc<IndexDesc>,
         meta: &IndexMeta,
-        entries: &mut dyn Iterator<Item = EntryRef<'_>>,
+        entries: &mut dyn Iterator<Item = Entry>,
         count: usize,
         _gen: u32,
         progress: &mut dyn FnMut(u64),
     ) -> BuildResult {
         let mut batch: Vec<(Vec<u8>, Tid)> = Vec::with_capacity(count);
-        batch.extend(entries.map(|e| (e.key.to_vec(), e.tid)));
+        batch.extend(entries.map(|e| (e.key, e.tid)));
         let out = tree::apply_batch(index, desc, meta, &batch, true, &mut |n| progress(n.min(count) as u64));
         BuildResult { shape: shape_of(&out), freed: out.deleted }
     }

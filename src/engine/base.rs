@@ -44,13 +44,6 @@ pub struct Entry {
     pub tid: Tid,
 }
 
-/// An entry of CREATE INDEX's sorted spool, borrowed from it.
-#[derive(Clone, Copy, Debug)]
-pub struct EntryRef<'a> {
-    pub key: &'a [u8],
-    pub tid: Tid,
-}
-
 /// The part of the metapage a base structure fills: where it is and how
 /// big (the engine adds generation, merge position and VACUUM epoch).
 #[derive(Clone, Copy, Debug)]
@@ -321,7 +314,7 @@ pub trait BaseStructure: Sync {
         index: pg_sys::Relation,
         desc: &Rc<IndexDesc>,
         meta: &IndexMeta,
-        entries: &mut dyn Iterator<Item = EntryRef<'_>>,
+        entries: &mut dyn Iterator<Item = Entry>,
         count: usize,
         gen: u32,
         progress: &mut dyn FnMut(u64),

@@ -9,11 +9,12 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use super::ams;
-use super::base::EntryRef;
+use super::base::Entry;
 use super::meta::{self, IndexMeta, META_BLOCK};
 use super::predlock;
 use super::state::SlotState;
-use pg_hybrid_core::partition::choose_boundaries;
+use pg_hybrid_core::external_sort::{BuildSorter, SpillFile};
+use pg_hybrid_core::partition::BoundaryChooser;
 use super::{delta, merge};
 use crate::keys::{index_desc, IndexDesc};
 use crate::storage::buffer::{nblocks, Buf};
@@ -23,28 +24,62 @@ use crate::storage::wal::WalRecord;
 const PHASE_SORT: i64 = 2;
 const PHASE_WRITE: i64 = 3;
 
-/// One heap tuple of the build: where its key is in the spool's bytes.
-struct SpoolItem {
-    key_off: u64,
-    key_len: u32,
-    tid: Tid,
-    /// Live (not just recently dead): only live tuples conflict in a
-    /// unique build.
-    alive: bool,
-}
+/// The index's order, for the build's sort.
+type KeyOrder = Box<dyn FnMut(&[u8], &[u8]) -> Ordering>;
 
-/// Keys of all heap tuples, stored back to back to keep memory at about
-/// key bytes + 24 bytes per tuple.
+/// The build's entries: their keys, sorted within maintenance_work_mem
+/// (`core::external_sort`; beyond it, sorted runs in a temporary file).
 struct Spool {
     desc: std::rc::Rc<IndexDesc>,
-    bytes: Vec<u8>,
-    entries: Vec<SpoolItem>,
+    sorter: BuildSorter<TempFile, KeyOrder>,
     scratch: Vec<u8>,
 }
 
-impl Spool {
-    fn key(&self, e: &SpoolItem) -> &[u8] {
-        &self.bytes[e.key_off as usize..e.key_off as usize + e.key_len as usize]
+/// The sort's spill file: a BufFile, so it lives under temp_tablespaces,
+/// counts against temp_file_limit and is removed at the end of the
+/// transaction, also one that fails.
+struct TempFile(*mut pg_sys::BufFile);
+
+impl TempFile {
+    unsafe fn create() -> TempFile {
+        TempFile(pg_sys::BufFileCreateTemp(false))
+    }
+}
+
+impl SpillFile for TempFile {
+    type Pos = (i32, pg_sys::off_t);
+
+    fn tell(&mut self) -> Self::Pos {
+        let (mut fileno, mut offset) = (0, 0 as pg_sys::off_t);
+        unsafe { pg_sys::BufFileTell(self.0, &mut fileno, &mut offset) };
+        (fileno, offset)
+    }
+
+    fn append(&mut self, bytes: &[u8]) {
+        unsafe { pg_sys::BufFileWrite(self.0, bytes.as_ptr() as *mut std::ffi::c_void, bytes.len()) }
+    }
+
+    fn read_at(&mut self, pos: Self::Pos, buf: &mut [u8]) -> (usize, Self::Pos) {
+        unsafe {
+            if pg_sys::BufFileSeek(self.0, pos.0, pos.1, SEEK_SET) != 0 {
+                pgrx::error!("could not seek in the temporary file of an index build");
+            }
+            let n = pg_sys::BufFileRead(self.0, buf.as_mut_ptr() as *mut std::ffi::c_void, buf.len());
+            (n, self.tell())
+        }
+    }
+}
+
+/// <stdio.h>'s SEEK_SET, which pg_sys does not bind (0 on every platform
+/// PostgreSQL runs on).
+const SEEK_SET: i32 = 0;
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        // During ERROR cleanup the resource owner closes the file.
+        if !std::thread::panicking() {
+            unsafe { pg_sys::BufFileClose(self.0) }
+        }
     }
 }
 
@@ -60,9 +95,7 @@ unsafe extern "C-unwind" fn build_callback(
     let spool = &mut *(state as *mut Spool);
     let mut scratch = std::mem::take(&mut spool.scratch);
     spool.desc.encode_tuple(values, isnull, &mut scratch);
-    let off = spool.bytes.len() as u64;
-    spool.bytes.extend_from_slice(&scratch);
-    spool.entries.push(SpoolItem { key_off: off, key_len: scratch.len() as u32, tid: item_to_tid(tid), alive });
+    spool.sorter.push(&scratch, item_to_tid(tid), alive, || TempFile::create());
     spool.scratch = scratch;
 }
 
@@ -91,7 +124,12 @@ pub unsafe extern "C-unwind" fn ambuild(
     let desc = index_desc(index);
     let base = ams::base(index);
     base.check_definition(index, &desc);
-    let mut spool = Spool { desc: desc.clone(), bytes: Vec::new(), entries: Vec::new(), scratch: Vec::new() };
+    let order: KeyOrder = {
+        let desc = desc.clone();
+        Box::new(move |a: &[u8], b: &[u8]| desc.compare(a, b))
+    };
+    let mem_limit = (pg_sys::maintenance_work_mem.max(64) as usize).saturating_mul(1024);
+    let mut spool = Spool { desc: desc.clone(), sorter: BuildSorter::new(mem_limit, order), scratch: Vec::new() };
     let reltuples = pg_sys::table_index_build_scan(
         heap,
         index,
@@ -103,31 +141,54 @@ pub unsafe extern "C-unwind" fn ambuild(
         std::ptr::null_mut(),
     );
     pg_sys::pgstat_progress_update_param(pg_sys::PROGRESS_CREATEIDX_SUBPHASE as i32, PHASE_SORT);
-    let mut entries = std::mem::take(&mut spool.entries);
-    entries.sort_unstable_by(|a, b| desc.compare(spool.key(a), spool.key(b)).then(a.tid.cmp(&b.tid)));
+    let count = spool.sorter.len() as usize;
+    let sorted = spool.sorter.finish();
     // Uniqueness comes from the IndexInfo PostgreSQL passes, not the
     // catalog: VACUUM FULL and CLUSTER rebuild an invalid unique index (a
     // failed CREATE UNIQUE INDEX CONCURRENTLY) with ii_Unique = false.
     let unique = (*index_info).ii_Unique;
-    if unique {
-        check_unique_build(index, &desc, (*index_info).ii_NullsNotDistinct, &spool, &entries);
-    }
-    let ntuples = entries.len() as f64;
+    let nulls_not_distinct = (*index_info).ii_NullsNotDistinct;
 
     pg_sys::pgstat_progress_update_param(pg_sys::PROGRESS_CREATEIDX_SUBPHASE as i32, PHASE_WRITE);
     let m = init_empty(index);
     let gen = m.next_generation;
-    let mut items = entries.iter().map(|e| EntryRef { key: spool.key(e), tid: e.tid });
-    let res = base.build(index, &desc, &m, &mut items, entries.len(), gen, &mut |n| {
+    // What else the build needs of every key, taken as the sorted entries
+    // stream into the base structure: a duplicate check against the
+    // previous live key, the key hashes of a unique index's filter, and
+    // the key-range partitions of predicate locking.
+    let want_hashes = unique && desc.hashable && crate::shmem::available();
+    let mut hashes: Vec<u64> = Vec::new();
+    let mut bounds = predlock::mappable(&desc).then(|| BoundaryChooser::new(count, page::BODY_CAP));
+    let mut prev_live: Option<Vec<u8>> = None;
+    let mut items = sorted.map(|e| {
+        if unique && e.alive {
+            if let Some(p) = &prev_live {
+                if desc.compare_keycols(p, &e.key) == Ordering::Equal && (nulls_not_distinct || !desc.has_null_keycol(&e.key)) {
+                    super::insert::report_duplicate(index, &desc, &e.key, true);
+                }
+            }
+            let p = prev_live.get_or_insert_with(Vec::new);
+            p.clear();
+            p.extend_from_slice(&e.key);
+        }
+        if want_hashes {
+            hashes.extend(desc.key_hash(&e.key));
+        }
+        if let Some(b) = bounds.as_mut() {
+            b.offer(desc.keycols(&e.key));
+        }
+        Entry { key: e.key, tid: e.tid }
+    });
+    let res = base.build(index, &desc, &m, &mut items, count, gen, &mut |n| {
         pg_sys::pgstat_progress_update_param(pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE as i32, n as i64)
     });
+    // A structure may stop reading before the end only by raising an
+    // error; drain whatever it left so every check above saw every key.
+    items.for_each(drop);
     merge::list_for_recycling(index, &res.freed);
-    // The key-range partitions of predicate locking, from the keys at hand.
-    let lockmap = if predlock::mappable(&desc) && !entries.is_empty() {
-        let bounds = choose_boundaries(entries.iter().map(|e| desc.keycols(spool.key(e))), page::BODY_CAP);
-        predlock::write_map(index, &bounds)
-    } else {
-        0
+    let lockmap = match bounds {
+        Some(b) if count > 0 => predlock::write_map(index, &b.finish()),
+        _ => 0,
     };
     meta::update(index, |m| {
         m.lockmap = lockmap;
@@ -141,8 +202,7 @@ pub unsafe extern "C-unwind" fn ambuild(
         crate::shmem::forget_index(pg_sys::MyDatabaseId, (*index).rd_id, Some(crate::shmem::slot_key(index)));
         // A unique index starts with a filter over its keys (state.rs,
         // KeyFilter) so the first inserts skip the base structure.
-        if unique && desc.hashable && !entries.is_empty() {
-            let hashes: Vec<u64> = entries.iter().filter_map(|e| desc.key_hash(spool.key(e))).collect();
+        if want_hashes && count > 0 {
             if let Some(f) = super::state::KeyFilter::build(gen, &hashes) {
                 let slot = crate::shmem::slot_for(index);
                 let _g = slot.exclusive();
@@ -150,24 +210,11 @@ pub unsafe extern "C-unwind" fn ambuild(
             }
         }
     }
+    let ntuples = count as f64;
     let r = pg_sys::palloc0(std::mem::size_of::<pg_sys::IndexBuildResult>()) as *mut pg_sys::IndexBuildResult;
     (*r).heap_tuples = reltuples;
     (*r).index_tuples = ntuples;
     r
-}
-
-unsafe fn check_unique_build(index: pg_sys::Relation, desc: &IndexDesc, nulls_not_distinct: bool, spool: &Spool, entries: &[SpoolItem]) {
-    let mut prev: Option<&SpoolItem> = None;
-    for e in entries.iter().filter(|e| e.alive) {
-        let k = spool.key(e);
-        if let Some(p) = prev {
-            let pk = spool.key(p);
-            if desc.compare_keycols(pk, k) == Ordering::Equal && (nulls_not_distinct || !desc.has_null_keycol(k)) {
-                super::insert::report_duplicate(index, desc, k, true);
-            }
-        }
-        prev = Some(e);
-    }
 }
 
 /// Writes the metapage and the first delta page of an empty index.

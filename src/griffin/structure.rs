@@ -14,7 +14,7 @@ use pgrx::pg_sys;
 use super::cursor::GriffinCursor;
 use super::options;
 use crate::hash_path::{self as hash, show, BucketLoader};
-use crate::engine::base::{BaseCursor, BaseShape, BaseStats, BaseStructure, BuildResult, Dir, EntryRef, MergeResult, MergeStep, Prune, ScanRange, VacuumResult};
+use crate::engine::base::{BaseCursor, BaseShape, BaseStats, BaseStructure, BuildResult, Dir, Entry, MergeResult, MergeStep, Prune, ScanRange, VacuumResult};
 use crate::engine::meta::{BaseInfo, IndexMeta};
 use crate::engine::stats::{fail, DeadToAll};
 use crate::keys::IndexDesc;
@@ -73,14 +73,14 @@ pub struct Griffin;
 pub static GRIFFIN: Griffin = Griffin;
 
 /// An iterator that shows each item to `on` as it passes.
-struct Tee<'i, 'e, F: FnMut(&EntryRef<'e>)> {
-    inner: &'i mut dyn Iterator<Item = EntryRef<'e>>,
+struct Tee<'i, F: FnMut(&Entry)> {
+    inner: &'i mut dyn Iterator<Item = Entry>,
     on: F,
 }
 
-impl<'e, F: FnMut(&EntryRef<'e>)> Iterator for Tee<'_, 'e, F> {
-    type Item = EntryRef<'e>;
-    fn next(&mut self) -> Option<EntryRef<'e>> {
+impl<F: FnMut(&Entry)> Iterator for Tee<'_, F> {
+    type Item = Entry;
+    fn next(&mut self) -> Option<Entry> {
         let e = self.inner.next()?;
         (self.on)(&e);
         Some(e)
@@ -120,7 +120,7 @@ impl BaseStructure for Griffin {
         index: pg_sys::Relation,
         desc: &Rc<IndexDesc>,
         meta: &IndexMeta,
-        entries: &mut dyn Iterator<Item = EntryRef<'_>>,
+        entries: &mut dyn Iterator<Item = Entry>,
         count: usize,
         gen: u32,
         progress: &mut dyn FnMut(u64),
@@ -128,7 +128,7 @@ impl BaseStructure for Griffin {
         // The buckets take the entries as the tree's build streams them.
         let mut loader = BucketLoader::new(index, options::bucket_fill(index) as u32, count);
         let res = {
-            let mut tee = Tee { inner: entries, on: |e: &EntryRef<'_>| loader.push(desc, e.key, e.tid) };
+            let mut tee = Tee { inner: entries, on: |e: &Entry| loader.push(desc, &e.key, e.tid) };
             TREE.build(index, desc, &tree_meta(meta), &mut tee, count, gen, progress)
         };
         let header = loader.finish();

@@ -18,7 +18,7 @@ use pgrx::pg_sys;
 
 use super::cursor::StaticCursor;
 use super::static_io;
-use crate::engine::base::{BaseCursor, BaseShape, BaseStructure, BuildResult, Entry, EntryRef, HotTierSettings, MergeResult, MergeStep, Prune, VacuumResult};
+use crate::engine::base::{BaseCursor, BaseShape, BaseStructure, BuildResult, Entry, HotTierSettings, MergeResult, MergeStep, Prune, VacuumResult};
 use crate::engine::meta::{self, BaseInfo, BaseRoots, IndexMeta};
 use crate::engine::stats::fail;
 use crate::keys::IndexDesc;
@@ -99,7 +99,7 @@ impl BaseStructure for StaticStage {
         index: pg_sys::Relation,
         _desc: &Rc<IndexDesc>,
         _meta: &IndexMeta,
-        entries: &mut dyn Iterator<Item = EntryRef<'_>>,
+        entries: &mut dyn Iterator<Item = Entry>,
         _count: usize,
         gen: u32,
         progress: &mut dyn FnMut(u64),
@@ -424,11 +424,11 @@ fn merged_stream<'a, 'd: 'a>(
 }
 
 /// Groups equal keys of a sorted build stream into (key, TIDs).
-struct Grouped<'a, 'b> {
-    entries: std::iter::Peekable<&'b mut dyn Iterator<Item = EntryRef<'a>>>,
+struct Grouped<'b> {
+    entries: std::iter::Peekable<&'b mut dyn Iterator<Item = Entry>>,
 }
 
-impl Iterator for Grouped<'_, '_> {
+impl Iterator for Grouped<'_> {
     type Item = (Vec<u8>, Vec<Tid>);
     fn next(&mut self) -> Option<Self::Item> {
         let first = self.entries.next()?;
@@ -436,7 +436,7 @@ impl Iterator for Grouped<'_, '_> {
         while let Some(e) = self.entries.next_if(|e| e.key == first.key) {
             tids.push(e.tid);
         }
-        Some((first.key.to_vec(), tids))
+        Some((first.key, tids))
     }
 }
 

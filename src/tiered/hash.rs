@@ -18,7 +18,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use super::options;
-use crate::engine::base::{BaseCursor, BaseShape, BaseStats, BaseStructure, BuildResult, Dir, EntryRef, HotTierSettings, MergeResult, MergeStep, Prune, ScanRange, VacuumResult};
+use crate::engine::base::{BaseCursor, BaseShape, BaseStats, BaseStructure, BuildResult, Dir, Entry, HotTierSettings, MergeResult, MergeStep, Prune, ScanRange, VacuumResult};
 use crate::engine::meta::{BaseInfo, BaseRoots, IndexMeta};
 use crate::engine::stats::fail;
 use crate::hash_path::{self as hash, BucketLoader, PointHits};
@@ -92,7 +92,7 @@ impl BaseStructure for TieredHash {
         index: pg_sys::Relation,
         desc: &Rc<IndexDesc>,
         _meta: &IndexMeta,
-        entries: &mut dyn Iterator<Item = EntryRef<'_>>,
+        entries: &mut dyn Iterator<Item = Entry>,
         count: usize,
         _gen: u32,
         progress: &mut dyn FnMut(u64),
@@ -100,7 +100,7 @@ impl BaseStructure for TieredHash {
         let mut loader = BucketLoader::new(index, options::bucket_fill(index) as u32, count);
         let mut done = 0u64;
         for e in entries {
-            loader.push(desc, e.key, e.tid);
+            loader.push(desc, &e.key, e.tid);
             done += 1;
             if done % 10_000 == 0 {
                 progress(done);
