@@ -214,13 +214,11 @@ impl BaseStructure for StaticStage {
         // ahead of each read.
         let run_blocks: Vec<u32> = runs.iter().flat_map(|r| map.blocks_of(r.leaves.first..r.leaves.end)).collect();
         let mut ahead = ReadAhead::new(index, &run_blocks);
-        let mut read_so_far = 0;
         for run in &runs {
             children.extend(map.leaves[kept_from..run.leaves.first].iter().map(|l| (l.sep.clone(), l.blk)));
             let blocks = map.blocks_of(run.leaves.first..run.leaves.end);
             let run_fresh = &fresh[run.fresh.clone()];
-            written.old_bytes += static_io::body_bytes(index, &blocks, &mut ahead, read_so_far);
-            read_so_far += blocks.len();
+            written.old_bytes += static_io::body_bytes(index, &blocks, &mut ahead);
             counts.read.fresh_among_old.set(false);
             let mut stream = merged_stream(index, &old, blocks.clone(), run_fresh, dead.as_deref_mut(), desc, &counts).inspect(|(k, _)| {
                 if want_hashes {
@@ -288,9 +286,9 @@ impl BaseStructure for StaticStage {
         let mut need_merge = false;
         let leaves: Vec<u32> = static_io::stage_map(index, &stage).leaves.iter().map(|l| l.blk).collect();
         let mut ahead = ReadAhead::new(index, &leaves);
-        for (i, &blk) in leaves.iter().enumerate() {
+        for &blk in &leaves {
             pg_sys::vacuum_delay_point();
-            ahead.reading(i);
+            ahead.next();
             let b = Buf::read(index, blk, Lock::Cleanup);
             page::check_page(index, blk, b.page(), &[PageKind::StaticLeaf]);
             let body = page::body(b.page());
@@ -458,7 +456,7 @@ unsafe fn verify_static(
     let mut ahead = ReadAhead::new(rel, &leaf_blocks);
     for (i, l) in map.leaves.iter().enumerate() {
         let blk = l.blk;
-        ahead.reading(i);
+        ahead.next();
         {
             let b = Buf::read(rel, blk, Lock::Share);
             let body = static_io::leaf_body(rel, blk, b.page());

@@ -459,14 +459,13 @@ impl StageMap {
     }
 }
 
-/// Body bytes in use on `blocks`, read with `ahead` requesting the next
-/// ones (`ahead` covers `blocks` from its index `at`).
-pub unsafe fn body_bytes(rel: pg_sys::Relation, blocks: &[u32], ahead: &mut ReadAhead<'_>, at: usize) -> u64 {
+/// Body bytes in use on `blocks`, read with `ahead` (whose next blocks
+/// they are) requesting the ones after.
+pub unsafe fn body_bytes(rel: pg_sys::Relation, blocks: &[u32], ahead: &mut ReadAhead<'_>) -> u64 {
     blocks
         .iter()
-        .enumerate()
-        .map(|(i, &blk)| {
-            ahead.reading(at + i);
+        .map(|&blk| {
+            ahead.next();
             let b = Buf::read(rel, blk, Lock::Share);
             page::opaque(b.page()).body_len as u64
         })

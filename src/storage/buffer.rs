@@ -126,6 +126,8 @@ impl Drop for Buf {
 pub struct ReadAhead<'a> {
     rel: pg_sys::Relation,
     blocks: &'a [u32],
+    /// blocks[..read] have been read (or are being read).
+    read: usize,
     /// blocks[..requested] have been requested.
     requested: usize,
     distance: usize,
@@ -133,20 +135,22 @@ pub struct ReadAhead<'a> {
 
 impl<'a> ReadAhead<'a> {
     pub unsafe fn new(rel: pg_sys::Relation, blocks: &'a [u32]) -> ReadAhead<'a> {
-        ReadAhead { rel, blocks, requested: 0, distance: pg_sys::maintenance_io_concurrency.max(0) as usize }
+        ReadAhead { rel, blocks, read: 0, requested: 0, distance: pg_sys::maintenance_io_concurrency.max(0) as usize }
     }
 
-    /// Call before reading blocks[i]: requests blocks up to i + distance.
-    pub unsafe fn reading(&mut self, i: usize) {
+    /// Call before reading the next of `blocks`, in their order: requests
+    /// the `distance` blocks after it (the one read now is read by
+    /// ReadBuffer anyway).
+    pub unsafe fn next(&mut self) {
+        let now = self.read;
+        self.read += 1;
         if self.distance == 0 {
             return;
         }
-        let until = (i + 1 + self.distance).min(self.blocks.len());
+        self.requested = self.requested.max(now + 1);
+        let until = (now + 1 + self.distance).min(self.blocks.len());
         while self.requested < until {
-            // Skip the block about to be read: ReadBuffer reads it now anyway.
-            if self.requested > i {
-                pg_sys::PrefetchBuffer(self.rel, pg_sys::ForkNumber::MAIN_FORKNUM, self.blocks[self.requested]);
-            }
+            pg_sys::PrefetchBuffer(self.rel, pg_sys::ForkNumber::MAIN_FORKNUM, self.blocks[self.requested]);
             self.requested += 1;
         }
     }
