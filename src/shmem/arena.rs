@@ -187,9 +187,16 @@ impl LwGuard {
 
 impl Drop for LwGuard {
     fn drop(&mut self) {
-        // On ERROR, AbortTransaction's LWLockReleaseAll releases it.
-        if !std::thread::panicking() {
-            unsafe { pg_sys::LWLockRelease(self.0) };
+        // Released while an ERROR unwinds too, when still held (an ERROR
+        // raised in PostgreSQL code may have released it already; then
+        // AbortTransaction's LWLockReleaseAll has nothing left to do):
+        // LWLocks are not reentrant, and a value dropped on the way out
+        // may take the same lock again (a key filter built during CREATE
+        // INDEX gives its arena blocks back, one acquisition per block).
+        unsafe {
+            if !std::thread::panicking() || pg_sys::LWLockHeldByMe(self.0) {
+                pg_sys::LWLockRelease(self.0);
+            }
         }
     }
 }
