@@ -156,8 +156,11 @@ pub unsafe extern "C-unwind" fn ambuild(
     // stream into the base structure: a duplicate check against the
     // previous live key, the key hashes of a unique index's filter, and
     // the key-range partitions of predicate locking.
-    let want_hashes = unique && desc.hashable && crate::shmem::available();
-    let mut hashes: Vec<u64> = Vec::new();
+    let mut key_filter = if unique && desc.hashable && count > 0 && crate::shmem::available() {
+        super::state::KeyFilter::start(gen, count as u64)
+    } else {
+        None
+    };
     let mut bounds = predlock::mappable(&desc).then(|| BoundaryChooser::new(count, page::BODY_CAP));
     let mut prev_live: Option<Vec<u8>> = None;
     let mut items = sorted.map(|e| {
@@ -171,8 +174,8 @@ pub unsafe extern "C-unwind" fn ambuild(
             p.clear();
             p.extend_from_slice(&e.key);
         }
-        if want_hashes {
-            hashes.extend(desc.key_hash(&e.key));
+        if let (Some(f), Some(h)) = (key_filter.as_mut(), desc.key_hash(&e.key)) {
+            f.add(h);
         }
         if let Some(b) = bounds.as_mut() {
             b.offer(desc.keycols(&e.key));
@@ -202,12 +205,10 @@ pub unsafe extern "C-unwind" fn ambuild(
         crate::shmem::forget_index(pg_sys::MyDatabaseId, (*index).rd_id, Some(crate::shmem::slot_key(index)));
         // A unique index starts with a filter over its keys (state.rs,
         // KeyFilter) so the first inserts skip the base structure.
-        if want_hashes && count > 0 {
-            if let Some(f) = super::state::KeyFilter::build(gen, &hashes) {
-                let slot = crate::shmem::slot_for(index);
-                let _g = slot.exclusive();
-                slot.state().install_key_filter(Some(f));
-            }
+        if let Some(f) = key_filter {
+            let slot = crate::shmem::slot_for(index);
+            let _g = slot.exclusive();
+            slot.state().install_key_filter(Some(f));
         }
     }
     let ntuples = count as f64;

@@ -137,17 +137,36 @@ impl Drop for PendingKeyFilter {
     }
 }
 
+impl PendingKeyFilter {
+    /// Adds the key hash `h`.
+    pub fn add(&mut self, h: u64) {
+        self.0.bloom.add(h);
+        self.0.added += 1;
+    }
+}
+
 impl KeyFilter {
     /// Fills a filter on fresh arena blocks, outside any lock: nobody sees
     /// it until `install_key_filter`. It is sized for half as many keys
     /// again as `hashes`: room for the batches that later merges which
     /// skip leaves add in place.
     pub fn build(generation: u32, hashes: &[u64]) -> Option<PendingKeyFilter> {
-        let sized_for = (hashes.len() as u64).saturating_mul(3) / 2;
+        let mut f = Self::start(generation, hashes.len() as u64)?;
+        for &h in hashes {
+            f.add(h);
+        }
+        Some(f)
+    }
+
+    /// An empty filter on fresh arena blocks for about `keys` keys, sized
+    /// as `build` sizes one; keys are added as they come (CREATE INDEX adds
+    /// them as they stream out of its sort, instead of gathering them).
+    pub fn start(generation: u32, keys: u64) -> Option<PendingKeyFilter> {
+        let sized_for = keys.saturating_mul(3) / 2;
         let mut f: Box<KeyFilter> = Box::new(KeyFilter {
             generation,
             sized_for,
-            added: hashes.len() as u64,
+            added: 0,
             at_cap: false,
             no_room_below: 0,
             bloom: SharedBloom { nblocks: 0, nhashes: 0, blocks: [0; MAX_KEY_FILTER_BLOCKS] },
@@ -157,9 +176,6 @@ impl KeyFilter {
         }
         let wanted = SharedBloom::<MAX_KEY_FILTER_BLOCKS>::wanted_blocks(sized_for, KEY_FILTER_BITS_PER_ITEM);
         f.at_cap = (f.bloom.nblocks as usize) < wanted;
-        for &h in hashes {
-            f.bloom.add(h);
-        }
         Some(PendingKeyFilter(f))
     }
 
