@@ -89,9 +89,7 @@ impl BaseStructure for ElasticBase {
         _gen: u32,
         progress: &mut dyn FnMut(u64),
     ) -> BuildResult {
-        let mut batch: Vec<(Vec<u8>, Tid)> = Vec::with_capacity(count);
-        batch.extend(entries.map(|e| (e.key, e.tid)));
-        let out = tree::apply_batch(index, desc, meta, &batch, true, &mut |n| progress(n.min(count) as u64));
+        let out = tree::apply_batch(index, desc, meta, &mut entries.map(|e| (e.key, e.tid)), true, &mut |n| progress(n.min(count) as u64));
         BuildResult { shape: shape_of(&out), freed: out.deleted }
     }
 
@@ -105,8 +103,7 @@ impl BaseStructure for ElasticBase {
         _gen: u32,
     ) -> MergeResult {
         // The tree takes the batch in place, in one step.
-        let batch: Vec<(Vec<u8>, Tid)> = step.fresh.iter().map(|e| (e.key.clone(), e.tid)).collect();
-        let out = tree::apply_batch(index, desc, meta, &batch, false, &mut |_| {});
+        let out = tree::apply_batch(index, desc, meta, &mut step.fresh.iter().map(|e| (e.key.clone(), e.tid)), false, &mut |_| {});
         let mut res = MergeResult {
             shape: shape_of(&out),
             retired: out.deleted,

@@ -84,19 +84,31 @@ fn outcome(index: pg_sys::Relation, tree: ElasticTree<BufPool>, fetches: u64) ->
 /// Leaves the index under its bound converts (or reverts) per pass.
 const EXPAND_STEPS: usize = 64;
 
-/// Applies a batch sorted by (key, TID) to the leaves: the merge of the
-/// dynamic stage, and CREATE INDEX.
-pub unsafe fn apply_batch(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &IndexMeta, batch: &[(Vec<u8>, Tid)], building: bool, progress: &mut dyn FnMut(usize)) -> WriteOutcome {
+/// Entries the tree takes per insert pass: a state change is seen between
+/// passes, and a build holds no more than this many entries in memory.
+const BATCH_ENTRIES: usize = 4096;
+
+/// Applies entries sorted by (key, TID) to the leaves: the merge of the
+/// dynamic stage, and CREATE INDEX (whose entries stream from the build's
+/// sort, so only one pass's worth is held at a time).
+pub unsafe fn apply_batch(index: pg_sys::Relation, desc: &Rc<IndexDesc>, m: &IndexMeta, entries: &mut dyn Iterator<Item = (Vec<u8>, Tid)>, building: bool, progress: &mut dyn FnMut(usize)) -> WriteOutcome {
     let mut tree = open_writer(index, m);
     tree.pool.reuse_at_once = building;
     let mut f = HeapFetcher::open(index, desc.clone());
     tree.update_state().unwrap_or_else(|e| core_error(index, e));
-    // Runs of a few thousand entries: a state change is seen between them.
-    for (i, chunk) in batch.chunks(4096).enumerate() {
+    let mut pass: Vec<(Vec<u8>, Tid)> = Vec::with_capacity(BATCH_ENTRIES);
+    let mut applied = 0usize;
+    loop {
+        pass.clear();
+        pass.extend((&mut *entries).take(BATCH_ENTRIES));
+        if pass.is_empty() {
+            break;
+        }
         pg_sys::check_for_interrupts!();
-        tree.insert_batch(chunk, &mut f).unwrap_or_else(|e| core_error(index, e));
+        tree.insert_batch(&pass, &mut f).unwrap_or_else(|e| core_error(index, e));
         tree.update_state().unwrap_or_else(|e| core_error(index, e));
-        progress((i + 1) * 4096);
+        applied += pass.len();
+        progress(applied);
     }
     settle_state(index, &mut tree, &mut f);
     let fetches = f.fetches;
