@@ -279,5 +279,35 @@ SELECT * FROM cs_twin_diff('SELECT extra, count(*), sum(v) FROM av_@ GROUP BY ex
 SELECT pg_hybrid.verify_table('av_h') > 0 AS verified;
 DROP TABLE av_h, av_x;
 
+-- A bulk load's extents hold column rows only, but for the last one's
+-- delta part: the first VACUUM compacts that one and, of the others, reads
+-- only the row headers, finds nothing to remove, move or freeze, and marks
+-- them without rewriting them; VACUUM FREEZE still freezes them.
+CREATE TABLE bl_h USING hasis AS
+  SELECT g AS id, g % 100 AS v, 'row ' || g AS note FROM generate_series(1, 30000) g;
+CREATE TABLE bl_x USING heap AS SELECT * FROM bl_h;
+SELECT extents > 2 AS several_extents, delta_versions > 0 AS last_in_delta FROM pg_hybrid.table_stats('bl_h');
+SELECT page_versions AS versions_loaded FROM pg_hybrid.table_stats('bl_h') \gset
+SELECT all_visible FROM cs_explain('SELECT sum(v) FROM bl_h');
+SELECT cs_snapshots_gone();
+VACUUM bl_h;
+SELECT all_visible = parts_read AS all_marked FROM cs_explain('SELECT sum(v) FROM bl_h');
+SELECT page_versions - :versions_loaded AS extents_rewritten, delta_versions FROM pg_hybrid.table_stats('bl_h');
+SELECT * FROM cs_twin_diff('SELECT id, v, note FROM bl_@');
+-- a row deleted since: that extent is compacted, the others stay marked
+DELETE FROM bl_h WHERE id = 7;
+DELETE FROM bl_x WHERE id = 7;
+SELECT cs_snapshots_gone();
+VACUUM bl_h;
+SELECT all_visible = parts_read AS all_marked FROM cs_explain('SELECT sum(v) FROM bl_h');
+SELECT page_versions - :versions_loaded AS extents_rewritten FROM pg_hybrid.table_stats('bl_h');
+SELECT * FROM cs_twin_diff('SELECT id, v, note FROM bl_@');
+SELECT cs_snapshots_gone();
+VACUUM FREEZE bl_h;
+SELECT age(relfrozenxid) < 5 AS frozen FROM pg_class WHERE relname = 'bl_h';
+SELECT * FROM cs_twin_diff('SELECT id, v, note FROM bl_@');
+SELECT pg_hybrid.verify_table('bl_h') > 0 AS verified;
+DROP TABLE bl_h, bl_x;
+
 DROP TABLE wide_h, wide_x, part_h;
 DROP FUNCTION cs_twin_diff(text), cs_explain(text), cs_buffers(text), cs_snapshots_gone();

@@ -325,6 +325,73 @@ impl<F: FnMut(u16, &mut Mvcc) -> Placement> compact::Oracle for HeapRules<'_, F>
     }
 }
 
+/// Keeps in `newest` the newest normal, unfrozen xmin among the versions
+/// visible to all: the all-visible flag's standby conflict horizon.
+unsafe fn note_visible_xmin(newest: &mut pg_sys::TransactionId, m: &Mvcc) {
+    let xmin = pg_sys::TransactionId::from(m.xmin);
+    if m.infomask & HEAP_XMIN_FROZEN != HEAP_XMIN_FROZEN
+        && xmin.into_inner() >= pg_sys::FirstNormalTransactionId.into_inner()
+        && (*newest == pg_sys::InvalidTransactionId || pg_sys::TransactionIdFollows(xmin, *newest))
+    {
+        *newest = xmin;
+    }
+}
+
+/// VACUUM of an extent without a delta part whose column rows are all live,
+/// visible to every snapshot and not due for freezing, with no directory
+/// entry but column rows, dead and unused slots: compaction would leave
+/// it as it is (`unchanged` in `compact_extent`), so only the row headers
+/// are read, not the rows, and the part is marked all-visible if it is not.
+/// That is every extent of a bulk load at its first VACUUM, which decoded
+/// and re-planned every row to conclude as much (23x heap's VACUUM time
+/// after a COPY). False when any of it does not hold: the caller compacts.
+unsafe fn column_part_settled(rel: pg_sys::Relation, g: &pg_hybrid_core::hasis::layout::Geometry, first: u32, hbuf: &Buf, h: &ExtentHeader, freeze: &Freeze) -> bool {
+    use pg_hybrid_core::hasis::header::DirEntry;
+    if h.column_rows == 0 {
+        return false;
+    }
+    let mut dir = super::relation::DirectoryReader::new(rel, g, first, hbuf, std::ptr::null_mut());
+    let mut column_slots = 0usize;
+    for s in 0..h.slot_hwm {
+        match dir.entry(s) {
+            DirEntry::Column { .. } => column_slots += 1,
+            DirEntry::Unused | DirEntry::Dead => {}
+            DirEntry::Delta { .. } | DirEntry::Redirect { .. } => return false,
+        }
+    }
+    drop(dir);
+    if column_slots != h.column_rows as usize {
+        return false;
+    }
+    let cols = super::relation::ColumnBlocks::lock(rel, g, first, h, std::ptr::null_mut());
+    let part = cols.part(rel, g, first, h);
+    let horizon = pg_sys::GetOldestNonRemovableTransactionId(rel);
+    let relid = (*rel).rd_id;
+    let mut newest_visible_xmin = pg_sys::InvalidTransactionId;
+    let mut full_width = true;
+    for r in 0..part.nrows() {
+        let header = part.row_header(r).unwrap_or_else(|e| super::format_error(rel, first, e));
+        let m = header.mvcc;
+        let Ok(tid) = g.tid(first, header.slot) else { return false };
+        let (state, _, _) = vacuum_state(&m, tid, relid, horizon, hbuf.buffer());
+        if state != pg_sys::HTSV_Result::HEAPTUPLE_LIVE || !xmin_visible_to_all(&m, horizon) {
+            return false;
+        }
+        if freeze_version(&mut m.clone(), freeze) {
+            return false;
+        }
+        full_width &= header.natts as usize == part.ncols();
+        note_visible_xmin(&mut newest_visible_xmin, &m);
+    }
+    drop(cols);
+    // As in `compact_extent`: a part is all-visible only when each row
+    // stores every column the part stores.
+    if full_width && !h.all_visible {
+        super::relation::set_all_visible(rel, g, first, hbuf, newest_visible_xmin);
+    }
+    true
+}
+
 /// Compacts extent `k`, whose header block the caller holds exclusively in
 /// `hbuf`. Returns None when there was nothing to gain for `goal`: nothing
 /// is written then.
@@ -338,6 +405,11 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
     let h = ExtentHeader::read(bytes(hbuf.page()), &g).unwrap_or_else(|e| super::format_error(rel, first, e));
     if h.delta_used == 0 && (freeze.is_none() || h.column_rows == 0) {
         return None;
+    }
+    if let (Some(f), 0) = (&freeze, h.delta_used) {
+        if column_part_settled(rel, &g, first, hbuf, &h, f) {
+            return None;
+        }
     }
     let schema = tuple::schema(rel);
     let dirs: Vec<Buf> = (0..g.directory_blocks as usize).map(|i| read_extending(rel, first + g.directory_block(i) as u32)).collect();
@@ -371,13 +443,7 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
             if let Some(v) = visible_to_all.get_mut(slot as usize) {
                 *v = true;
             }
-            let xmin = pg_sys::TransactionId::from(m.xmin);
-            if m.infomask & HEAP_XMIN_FROZEN != HEAP_XMIN_FROZEN
-                && xmin.into_inner() >= pg_sys::FirstNormalTransactionId.into_inner()
-                && (newest_visible_xmin == pg_sys::InvalidTransactionId || pg_sys::TransactionIdFollows(xmin, newest_visible_xmin))
-            {
-                newest_visible_xmin = xmin;
-            }
+            note_visible_xmin(&mut newest_visible_xmin, m);
         }
         let committed = matches!(r, HEAPTUPLE_LIVE | HEAPTUPLE_RECENTLY_DEAD | HEAPTUPLE_DELETE_IN_PROGRESS);
         if let Some(f) = &freeze {
@@ -403,7 +469,7 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
         }
     };
     let mut rules = HeapRules { decide: &mut oracle, g: &g, first };
-    let planned = compact::plan_with_sources(&page, &schema, &mut rules).unwrap_or_else(|e| super::format_error(rel, first, e));
+    let planned = compact::plan_with_sources(page, &schema, &mut rules).unwrap_or_else(|e| super::format_error(rel, first, e));
     let rec = &planned.record;
     // The new column part is all visible when each of its rows is, and
     // each stores every column the part stores (a scan without row
