@@ -77,6 +77,10 @@ pub struct Plan {
     pub header_units: usize,
     pub columns: Vec<ColumnMeta>,
     pub total_units: usize,
+    /// Per column, the distinct values of a dictionary column (None for a
+    /// plain one): `build` writes the dictionary from them instead of
+    /// tallying the column again.
+    dictionaries: Vec<Option<Distinct>>,
 }
 
 fn units_for(len: usize) -> usize {
@@ -388,6 +392,7 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
     let header_units = nrows.div_ceil(HEADERS_PER_UNIT);
     let mut next = meta_units + header_units;
     let mut columns = Vec::with_capacity(ncols);
+    let mut dictionaries = Vec::with_capacity(ncols);
     for (c, desc) in schema.columns[..ncols].iter().enumerate() {
         let mut nulls = 0usize;
         let mut bytes = 0usize;
@@ -400,12 +405,12 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
                     bytes += v.len();
                     distinct.add(v);
                     if desc.has_minmax() {
+                        // Below the minimum cannot be above the maximum.
                         minmax = Some(match minmax {
                             None => (v, v),
-                            Some((lo, hi)) => (
-                                if desc.order.cmp(v, lo).is_lt() { v } else { lo },
-                                if desc.order.cmp(v, hi).is_gt() { v } else { hi },
-                            ),
+                            Some((lo, hi)) if desc.order.cmp(v, lo).is_lt() => (v, hi),
+                            Some((lo, hi)) if desc.order.cmp(v, hi).is_gt() => (lo, v),
+                            Some(both) => both,
                         });
                     }
                 }
@@ -424,12 +429,13 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
             minmax: minmax.map(|(a, b)| (a.to_vec(), b.to_vec())),
             dict,
         });
+        dictionaries.push(dict.then_some(distinct));
         next += units;
         if next > u16::MAX as usize {
             return Err(Error::NoSpace);
         }
     }
-    Ok(Plan { ncols, nrows, meta_units, header_units, columns, total_units: next })
+    Ok(Plan { ncols, nrows, meta_units, header_units, columns, total_units: next, dictionaries })
 }
 
 /// Column blocks a column part of `ncols` columns needs at the least (one
@@ -511,12 +517,9 @@ pub fn build(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32) ->
                 // u16 count, a code per row (0 for NULL), then the values
                 // in byte order: fixed ones back to back, varlena ones as
                 // end offsets and bytes.
-                let mut distinct = Distinct::new();
-                for row in rows {
-                    if let Some(v) = value(row, c) {
-                        distinct.add(v);
-                    }
-                }
+                let Some(distinct) = &p.dictionaries[c] else {
+                    return Err(Error::BadInput("dictionary column without its values"));
+                };
                 if distinct.dictionary().is_none() {
                     return Err(Error::BadInput("dictionary column with too many values"));
                 }

@@ -104,7 +104,7 @@ impl CompactionRecord {
 
 /// Runs the oracle over `page` and chooses the new layout. `schema` is the
 /// relation's current description.
-pub fn plan(page: &HybridPage, schema: &Schema, oracle: &mut dyn Oracle) -> Result<CompactionRecord> {
+pub fn plan(page: HybridPage, schema: &Schema, oracle: &mut dyn Oracle) -> Result<CompactionRecord> {
     plan_with_sources(page, schema, oracle).map(|p| p.record)
 }
 
@@ -131,8 +131,8 @@ pub struct Planned {
 }
 
 /// `plan`, also telling where each version of the result comes from.
-pub fn plan_with_sources(page: &HybridPage, schema: &Schema, oracle: &mut dyn Oracle) -> Result<Planned> {
-    let g = page.geometry();
+pub fn plan_with_sources(page: HybridPage, schema: &Schema, oracle: &mut dyn Oracle) -> Result<Planned> {
+    let g = &page.geometry;
     let old_version = page.header().version;
     let new_version = old_version.checked_add(1).ok_or(Error::BadInput("page version wrapped"))?;
 
@@ -145,9 +145,11 @@ pub fn plan_with_sources(page: &HybridPage, schema: &Schema, oracle: &mut dyn Or
         }
     }
     let mut removed_set = BTreeSet::new();
-    let mut column_decided: Vec<(ColumnRow, Placement)> = Vec::new();
-    for cr in page.column_rows() {
-        let mut cr = cr.clone();
+    // The page's versions are taken, not copied: a compaction of a full
+    // column part would otherwise allocate every value of it twice.
+    let HybridPage { column_rows, delta_items, .. } = page;
+    let mut column_decided: Vec<(ColumnRow, Placement)> = Vec::with_capacity(column_rows.len());
+    for mut cr in column_rows {
         let p = oracle.decide(cr.header.slot, &mut cr.header.mvcc);
         chains.add_version(cr.header.slot, oracle.link(cr.header.slot, &cr.header.mvcc));
         if p == Placement::Remove {
@@ -155,12 +157,12 @@ pub fn plan_with_sources(page: &HybridPage, schema: &Schema, oracle: &mut dyn Or
         }
         column_decided.push((cr, p));
     }
-    let mut delta_decided: Vec<(RowHeader, Vec<u8>, Placement)> = Vec::new();
-    for item in page.delta_items() {
+    let mut delta_decided: Vec<(RowHeader, Vec<u8>, Placement)> = Vec::with_capacity(delta_items.len());
+    for item in delta_items {
         let mut header = item.header;
         let p = oracle.decide(header.slot, &mut header.mvcc);
         chains.add_version(header.slot, oracle.link(header.slot, &header.mvcc));
-        let mut bytes = item.bytes.clone();
+        let mut bytes = item.bytes;
         header.mvcc.encode(&mut bytes[2 + MVCC_OFF..ITEM_HDR]);
         if p == Placement::Remove {
             removed_set.insert(header.slot);

@@ -151,7 +151,7 @@ impl Extent {
     /// from (for a record by reference).
     pub fn compact_planned(&mut self, schema: &Schema, oracle: &mut dyn Oracle) -> Result<Planned> {
         let page = self.open(schema)?;
-        let planned = plan_with_sources(&page, schema, oracle)?;
+        let planned = plan_with_sources(page, schema, oracle)?;
         self.apply(&planned.record)?;
         Ok(planned)
     }
