@@ -13,24 +13,10 @@ BEGIN
                  qh, qx, qx, qh) INTO diff;
   EXECUTE format('SELECT count(*) FROM (%s) q', qh) INTO n;
 END $$;
--- VACUUM marks rows visible to every snapshot of the database (moves them
--- into column parts, marks parts all-visible, freezes) only once no snapshot
--- older than them is left. An autovacuum ANALYZE of another table can hold
--- one for a while, so before such a VACUUM wait (up to 60 s) until no other
--- backend of this database (or of none) holds a snapshot or a transaction.
-CREATE FUNCTION cs_snapshots_gone() RETURNS boolean LANGUAGE plpgsql AS $$
-BEGIN
-  FOR i IN 1..600 LOOP
-    PERFORM pg_stat_clear_snapshot();
-    IF NOT EXISTS (SELECT 1 FROM pg_stat_activity
-                   WHERE pid <> pg_backend_pid() AND (datname = current_database() OR datname IS NULL)
-                     AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)) THEN
-      RETURN true;
-    END IF;
-    PERFORM pg_sleep(0.1);
-  END LOOP;
-  RETURN false;
-END $$;
+-- snapshots_gone(): sql/include/snapshots_gone.sql
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set include_file :abs_srcdir '/sql/include/snapshots_gone.sql'
+\i :include_file
 -- What EXPLAIN ANALYZE says about the (first) column scan of q.
 CREATE FUNCTION cs_explain(q text, OUT node text, OUT columns text, OUT parts_read bigint,
                            OUT parts_skipped bigint, OUT column_blocks bigint, OUT extents bigint,
@@ -236,7 +222,7 @@ CREATE INDEX av_h_id ON av_h (id);
 CREATE INDEX av_x_id ON av_x (id);
 -- Loaded by this transaction's inserts: not marked yet.
 SELECT parts_read > 0 AS read, all_visible FROM cs_explain('SELECT sum(v) FROM av_h');
-SELECT cs_snapshots_gone();
+SELECT snapshots_gone();
 VACUUM av_h;
 SELECT all_visible = parts_read AS all_marked FROM cs_explain('SELECT sum(v) FROM av_h');
 SELECT * FROM cs_twin_diff('SELECT id, v, d, note, ctid IS NOT NULL AS has_tid FROM av_@');
@@ -247,7 +233,7 @@ ROLLBACK;
 SELECT parts_read - all_visible AS unmarked FROM cs_explain('SELECT sum(v) FROM av_h');
 SELECT * FROM cs_twin_diff('SELECT id, v FROM av_@ WHERE v = 5');
 -- Deletes, HOT updates, key updates and row locks on marked parts.
-SELECT cs_snapshots_gone();
+SELECT snapshots_gone();
 VACUUM av_h;
 DELETE FROM av_h WHERE id % 1000 = 7;
 DELETE FROM av_x WHERE id % 1000 = 7;
@@ -261,7 +247,7 @@ SELECT * FROM cs_twin_diff('SELECT id, v, d, note FROM av_@');
 SELECT * FROM cs_twin_diff('SELECT v, count(*), sum(id) FROM av_@ GROUP BY v');
 SELECT pg_hybrid.verify_table('av_h') > 0 AS verified;
 -- VACUUM removes the dead versions and marks the parts again.
-SELECT cs_snapshots_gone();
+SELECT snapshots_gone();
 VACUUM av_h;
 SELECT all_visible = parts_read AS all_marked FROM cs_explain('SELECT sum(v) FROM av_h');
 SELECT * FROM cs_twin_diff('SELECT id, v, d, note FROM av_@');
@@ -289,7 +275,7 @@ CREATE TABLE bl_x USING heap AS SELECT * FROM bl_h;
 SELECT extents > 2 AS several_extents, delta_versions > 0 AS last_in_delta FROM pg_hybrid.table_stats('bl_h');
 SELECT page_versions AS versions_loaded FROM pg_hybrid.table_stats('bl_h') \gset
 SELECT all_visible FROM cs_explain('SELECT sum(v) FROM bl_h');
-SELECT cs_snapshots_gone();
+SELECT snapshots_gone();
 VACUUM bl_h;
 SELECT all_visible = parts_read AS all_marked FROM cs_explain('SELECT sum(v) FROM bl_h');
 SELECT page_versions - :versions_loaded AS extents_rewritten, delta_versions FROM pg_hybrid.table_stats('bl_h');
@@ -297,12 +283,12 @@ SELECT * FROM cs_twin_diff('SELECT id, v, note FROM bl_@');
 -- a row deleted since: that extent is compacted, the others stay marked
 DELETE FROM bl_h WHERE id = 7;
 DELETE FROM bl_x WHERE id = 7;
-SELECT cs_snapshots_gone();
+SELECT snapshots_gone();
 VACUUM bl_h;
 SELECT all_visible = parts_read AS all_marked FROM cs_explain('SELECT sum(v) FROM bl_h');
 SELECT page_versions - :versions_loaded AS extents_rewritten FROM pg_hybrid.table_stats('bl_h');
 SELECT * FROM cs_twin_diff('SELECT id, v, note FROM bl_@');
-SELECT cs_snapshots_gone();
+SELECT snapshots_gone();
 VACUUM FREEZE bl_h;
 SELECT age(relfrozenxid) < 5 AS frozen FROM pg_class WHERE relname = 'bl_h';
 SELECT * FROM cs_twin_diff('SELECT id, v, note FROM bl_@');
@@ -310,4 +296,4 @@ SELECT pg_hybrid.verify_table('bl_h') > 0 AS verified;
 DROP TABLE bl_h, bl_x;
 
 DROP TABLE wide_h, wide_x, part_h;
-DROP FUNCTION cs_twin_diff(text), cs_explain(text), cs_buffers(text), cs_snapshots_gone();
+DROP FUNCTION cs_twin_diff(text), cs_explain(text), cs_buffers(text), snapshots_gone();

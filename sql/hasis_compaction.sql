@@ -15,24 +15,10 @@ BEGIN
   RETURN d;
 END $$;
 
--- VACUUM marks rows visible to every snapshot of the database (moves them
--- into column parts, marks parts all-visible, freezes) only once no snapshot
--- older than them is left. An autovacuum ANALYZE of another table can hold
--- one for a while, so before such a VACUUM wait (up to 60 s) until no other
--- backend of this database (or of none) holds a snapshot or a transaction.
-CREATE FUNCTION cmp_snapshots_gone() RETURNS boolean LANGUAGE plpgsql AS $$
-BEGIN
-  FOR i IN 1..600 LOOP
-    PERFORM pg_stat_clear_snapshot();
-    IF NOT EXISTS (SELECT 1 FROM pg_stat_activity
-                   WHERE pid <> pg_backend_pid() AND (datname = current_database() OR datname IS NULL)
-                     AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)) THEN
-      RETURN true;
-    END IF;
-    PERFORM pg_sleep(0.1);
-  END LOOP;
-  RETURN false;
-END $$;
+-- snapshots_gone(): sql/include/snapshots_gone.sql
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set include_file :abs_srcdir '/sql/include/snapshots_gone.sql'
+\i :include_file
 
 CREATE TABLE c_h (k int, v text, n float8, f bool) USING hasis WITH (autovacuum_enabled = off);
 CREATE TABLE c_x (k int, v text, n float8, f bool) USING heap WITH (autovacuum_enabled = off);
@@ -43,7 +29,7 @@ CREATE INDEX c_h_n ON c_h USING hash (n);
 -- a bulk load: when a delta part fills, the load's own rows move into the
 -- column part (the last extent's stay in the delta part until VACUUM)
 SELECT extents, column_rows, delta_versions FROM pg_hybrid.table_stats('c_h');
-SELECT cmp_snapshots_gone();
+SELECT snapshots_gone();
 VACUUM c_h;
 -- now the column parts are full and the remaining rows wait in delta parts
 SELECT extents, column_rows, delta_versions, dead_slots FROM pg_hybrid.table_stats('c_h');
@@ -74,7 +60,7 @@ SELECT column_rows, delta_versions FROM pg_hybrid.table_stats('c_h');
 BEGIN; UPDATE c_h SET v = 'rolled back' WHERE k < 50; ROLLBACK;
 SELECT count(*) FROM c_h WHERE v = 'rolled back';
 -- VACUUM removes the dead versions, their index entries, and frees the slots
-SELECT cmp_snapshots_gone();
+SELECT snapshots_gone();
 VACUUM c_h;
 SELECT column_rows, delta_versions, dead_slots, unused_slots > 0 AS slots_freed FROM pg_hybrid.table_stats('c_h');
 SELECT cmp_twins('c_h', 'c_x');
@@ -99,7 +85,7 @@ SELECT compaction_written_bytes > 0 AS counted, compaction_written_bytes % 8192 
 FROM pg_hybrid.table_stats('c_h');
 SELECT cmp_twins('c_h', 'c_x');
 -- VACUUM FREEZE freezes every row and advances relfrozenxid
-SELECT cmp_snapshots_gone();
+SELECT snapshots_gone();
 VACUUM FREEZE c_h;
 SELECT age(relfrozenxid) < 5 AS frozen FROM pg_class WHERE relname = 'c_h';
 SELECT cmp_twins('c_h', 'c_x');
@@ -164,7 +150,7 @@ COPY bf_copy FROM 'pg_hybrid_bf_src.csv' csv;
 COPY (SELECT) TO PROGRAM 'rm -f pg_hybrid_bf_src.csv';
 CREATE TABLE bf_rows (LIKE bf_src) USING hasis;
 INSERT INTO bf_rows SELECT * FROM bf_src;
-SELECT cmp_snapshots_gone();
+SELECT snapshots_gone();
 VACUUM bf_ctas, bf_alter, bf_copy, bf_rows;
 SELECT t, column_rows, delta_versions, extents > 1 AS several_extents
   FROM unnest(ARRAY['bf_ctas', 'bf_alter', 'bf_copy']) t, pg_hybrid.table_stats(t::regclass) ORDER BY t;
@@ -175,4 +161,4 @@ SELECT t, (SELECT count(*) FROM (SELECT * FROM bf_src EXCEPT ALL SELECT * FROM b
   FROM (VALUES ('bf')) v(t);
 SELECT pg_hybrid.verify_table('bf_copy');
 DROP TABLE bf_src, bf_ctas, bf_alter, bf_copy, bf_rows;
-DROP FUNCTION cmp_snapshots_gone();
+DROP FUNCTION snapshots_gone();
