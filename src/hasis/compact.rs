@@ -411,6 +411,14 @@ pub unsafe fn compact_extent(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &
             return None;
         }
     }
+    // The compaction record rewrites the header without the map-visible
+    // flag: the bits go first (vm.rs); VACUUM sets them again after.
+    let h = if h.map_visible {
+        super::relation::clear_map_visible(rel, &g, first, hbuf);
+        ExtentHeader::read(bytes(hbuf.page()), &g).unwrap_or_else(|e| super::format_error(rel, first, e))
+    } else {
+        h
+    };
     let schema = tuple::schema(rel);
     let dirs: Vec<Buf> = (0..g.directory_blocks as usize).map(|i| read_extending(rel, first + g.directory_block(i) as u32)).collect();
     let cols: Vec<Buf> = (0..g.params.column_blocks as usize).map(|i| read_extending(rel, first + g.column_block(i) as u32)).collect();

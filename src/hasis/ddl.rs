@@ -232,6 +232,8 @@ pub unsafe fn vacuum(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, s
     let relid = (*rel).rd_id;
     let mut dead_slots: Vec<(u32, Vec<u16>)> = Vec::new();
     let (mut live, mut dead) = (0i64, 0i64);
+    // TID blocks whose visibility-map bits are set (pg_class.relallvisible).
+    let mut map_visible_blocks: u32 = 0;
     if let Some(meta) = relation::refresh_meta(rel) {
         let g = meta.geometry;
         for k in 0..meta.nextents {
@@ -244,6 +246,11 @@ pub unsafe fn vacuum(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, s
                 relation::record_free_space(rel, &g, first, &done);
             }
             let slots = relation::dead_slots(rel, &meta, k, &hbuf);
+            // Index-only scans skip the fetches of an extent whose every
+            // version is visible to all (vm.rs).
+            if relation::set_map_visible(rel, &g, first, &hbuf, slots.is_empty()) {
+                map_visible_blocks += g.tid_blocks() as u32;
+            }
             if !slots.is_empty() {
                 dead_slots.push((k, slots));
             }
@@ -271,6 +278,16 @@ pub unsafe fn vacuum(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, s
         vacuum_indexes(rel, &meta, &dead_slots, live as f64, strategy);
         for (k, slots) in &dead_slots {
             relation::set_unused(rel, &meta, *k, slots);
+            // With its dead slots unused, the extent may be all visible now
+            // (as heap's second pass sets the bit of a page it emptied of
+            // dead line pointers). Dead slots are counted again under the
+            // header lock: a compaction since may have made new ones.
+            let first = meta.extent_first(*k);
+            let hbuf = crate::storage::buffer::Buf::read_with(rel, first, Lock::Exclusive, strategy);
+            let no_dead = relation::dead_slots(rel, &meta, *k, &hbuf).is_empty();
+            if relation::set_map_visible(rel, &meta.geometry, first, &hbuf, no_dead) {
+                map_visible_blocks += meta.geometry.tid_blocks() as u32;
+            }
         }
     }
     let mut frozen_updated = false;
@@ -279,7 +296,7 @@ pub unsafe fn vacuum(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, s
         rel,
         nblocks(rel),
         live as f64,
-        0,
+        map_visible_blocks,
         (*(*rel).rd_rel).relhasindex,
         // A skipped extent was not frozen: relfrozenxid and relminmxid
         // stay (invalid values leave them), as after heap's skipping.
@@ -349,6 +366,16 @@ fn usable_bytes_per_block() -> usize {
 
 pub unsafe fn estimate_size(rel: pg_sys::Relation, attr_widths: *mut i32, pages: *mut pg_sys::BlockNumber, tuples: *mut f64, allvisfrac: *mut f64) {
     pg_sys::table_block_relation_estimate_size(rel, attr_widths, pages, tuples, allvisfrac, ITEM_HDR, usable_bytes_per_block());
+    // relallvisible counts TID blocks (vm.rs), which are only some of an
+    // extent's blocks: the fraction index-only scans find visible is of
+    // the TID blocks.
+    if let Some(meta) = relation::cached_meta(rel) {
+        let g = meta.geometry;
+        let share = g.tid_blocks() as f64 / g.extent_blocks() as f64;
+        if share > 0.0 {
+            *allvisfrac = (*allvisfrac / share).min(1.0);
+        }
+    }
 }
 
 /// A TOAST table whenever a column could be toasted (heap's rule, without

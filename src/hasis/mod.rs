@@ -37,6 +37,7 @@ pub mod scan;
 pub mod stats;
 pub mod tuple;
 pub mod visibility;
+pub mod vm;
 pub mod wal;
 pub mod worker;
 

@@ -423,6 +423,11 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
         mvcc.ctid = tid;
     }
     let item = check(rel, first, delta::encode_item(&RowHeader { slot, natts, mvcc }, payload));
+    // The versions change: the visibility-map bits go first (vm.rs).
+    if h.map_visible {
+        clear_map_visible(rel, &g, first, &hbuf);
+        h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
+    }
 
     let (dir_index, _) = g.directory_entry(slot);
     let dir_buf = (dir_index != 0).then(|| Buf::read(rel, first + dir_index as u32, Lock::Exclusive));
@@ -1082,18 +1087,45 @@ impl Located {
 
 /// Clears the all-visible flag of the extent at `first`, whose header block
 /// the caller holds exclusively in `hbuf`, before a column row's MVCC
-/// fields change (a no-op when it is clear). Logged on its own, ahead of
-/// the change: a crash between the two leaves the flag clear, which is
-/// always safe.
+/// fields change (a no-op when it is clear), with the map-visible flag and
+/// the visibility-map bits when they are set (`vm.rs`). Logged on its own,
+/// ahead of the change: a crash between the two leaves the flag clear,
+/// which is always safe.
 pub unsafe fn clear_all_visible(rel: pg_sys::Relation, g: &Geometry, first: u32, hbuf: &Buf) {
     let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), g));
     if !h.all_visible {
         return;
     }
+    if h.map_visible {
+        clear_map(rel, g, first, hbuf, super::wal::VisibleOp::ClearAllAndMap);
+        return;
+    }
     pg_sys::CritSectionCount += 1;
-    check(rel, first, super::wal::apply_visible(g, hbuf.page(), false));
+    check(rel, first, super::wal::apply_visible(g, hbuf.page(), super::wal::VisibleOp::ClearAll));
     pg_sys::MarkBufferDirty(hbuf.buffer());
-    super::wal::log_visible(rel, hbuf.buffer(), false, pg_sys::InvalidTransactionId);
+    super::wal::log_visible(rel, hbuf.buffer(), super::wal::VisibleOp::ClearAll, pg_sys::InvalidTransactionId, 0, None);
+    pg_sys::CritSectionCount -= 1;
+}
+
+/// Clears the map-visible flag and the visibility-map bits of the extent
+/// at `first` (header block held exclusively in `hbuf`) before a version is
+/// added to it or changed, or it is compacted; a no-op when the flag is
+/// clear. The all-visible flag stays.
+pub unsafe fn clear_map_visible(rel: pg_sys::Relation, g: &Geometry, first: u32, hbuf: &Buf) {
+    let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), g));
+    if h.map_visible {
+        clear_map(rel, g, first, hbuf, super::wal::VisibleOp::ClearMap);
+    }
+}
+
+unsafe fn clear_map(rel: pg_sys::Relation, g: &Geometry, first: u32, hbuf: &Buf, op: super::wal::VisibleOp) {
+    let blocks = super::vm::tid_blocks(g, first);
+    let pins = super::vm::MapPins::pin(rel, &blocks);
+    pg_sys::CritSectionCount += 1;
+    check(rel, first, super::wal::apply_visible(g, hbuf.page(), op));
+    pg_sys::MarkBufferDirty(hbuf.buffer());
+    super::vm::clear_bits(rel, &pins, &blocks);
+    super::wal::log_visible(rel, hbuf.buffer(), op, pg_sys::InvalidTransactionId, g.tid_blocks() as u16, None);
     pg_sys::CritSectionCount -= 1;
 }
 
@@ -1102,10 +1134,45 @@ pub unsafe fn clear_all_visible(rel: pg_sys::Relation, g: &Geometry, first: u32,
 /// rows (a hot standby's conflict horizon).
 pub unsafe fn set_all_visible(rel: pg_sys::Relation, g: &Geometry, first: u32, hbuf: &Buf, cutoff: pg_sys::TransactionId) {
     pg_sys::CritSectionCount += 1;
-    check(rel, first, super::wal::apply_visible(g, hbuf.page(), true));
+    check(rel, first, super::wal::apply_visible(g, hbuf.page(), super::wal::VisibleOp::SetAll));
     pg_sys::MarkBufferDirty(hbuf.buffer());
-    super::wal::log_visible(rel, hbuf.buffer(), true, cutoff);
+    super::wal::log_visible(rel, hbuf.buffer(), super::wal::VisibleOp::SetAll, cutoff, 0, None);
     pg_sys::CritSectionCount -= 1;
+}
+
+/// VACUUM: sets the map-visible flag and the visibility-map bits of the
+/// extent at `first` (header block held exclusively in `hbuf`) if every
+/// version in it is a column row visible to every snapshot: all-visible,
+/// no delta part, no dead slot (`dead_slots` empty: their index entries
+/// are still there). Returns whether the bits are set now.
+pub unsafe fn set_map_visible(rel: pg_sys::Relation, g: &Geometry, first: u32, hbuf: &Buf, no_dead_slots: bool) -> bool {
+    let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), g));
+    if h.map_visible {
+        return true;
+    }
+    if !h.all_visible || h.delta_used != 0 || !no_dead_slots {
+        return false;
+    }
+    let blocks = super::vm::tid_blocks(g, first);
+    let pins = super::vm::MapPins::pin(rel, &blocks);
+    for b in pins.buffers() {
+        pg_sys::LockBuffer(b, pg_sys::BUFFER_LOCK_EXCLUSIVE as i32);
+    }
+    pg_sys::CritSectionCount += 1;
+    check(rel, first, super::wal::apply_visible(g, hbuf.page(), super::wal::VisibleOp::SetMap));
+    pg_sys::MarkBufferDirty(hbuf.buffer());
+    for b in pins.buffers() {
+        let page = pg_sys::BufferGetPage(b);
+        super::vm::set_bits(page, pg_sys::BufferGetBlockNumber(b), &blocks);
+        pg_sys::MarkBufferDirty(b);
+    }
+    // The conflict horizon was the all-visible flag's record (vm.rs).
+    super::wal::log_visible(rel, hbuf.buffer(), super::wal::VisibleOp::SetMap, pg_sys::InvalidTransactionId, g.tid_blocks() as u16, Some(&pins));
+    pg_sys::CritSectionCount -= 1;
+    for b in pins.buffers() {
+        pg_sys::LockBuffer(b, pg_sys::BUFFER_LOCK_UNLOCK as i32);
+    }
+    true
 }
 
 /// The slot of each column row, in row order, from the directory (the

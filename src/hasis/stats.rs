@@ -128,6 +128,7 @@ fn verify_table(tbl: pg_sys::Oid) -> i64 {
         if let Some(meta) = relation::refresh_meta(rel) {
             let schema = super::tuple::schema(rel);
             let g = meta.geometry;
+            let mut vmbuf = pg_sys::InvalidBuffer as pg_sys::Buffer;
             for k in 0..meta.nextents {
                 let first = meta.extent_first(k);
                 // The header block first, then every other block in order
@@ -145,6 +146,10 @@ fn verify_table(tbl: pg_sys::Oid) -> i64 {
                 if page.header().all_visible {
                     check_all_visible(rel, first, &page);
                 }
+                check_map(rel, first, &page, &mut vmbuf);
+            }
+            if vmbuf != pg_sys::InvalidBuffer as pg_sys::Buffer {
+                pg_sys::ReleaseBuffer(vmbuf);
             }
             verify_indexes(rel, &meta);
         }
@@ -171,6 +176,26 @@ unsafe fn check_all_visible(rel: pg_sys::Relation, first: u32, page: &pg_hybrid_
         let aborted = m.infomask & HEAP_XMIN_FROZEN == HEAP_XMIN_INVALID;
         if xmax_hides || aborted || r.row.values.len() != ncols {
             super::format_error(rel, first, pg_hybrid_core::hasis::Error::Corrupt("extent flagged all-visible holds a column row that is deleted, updated, aborted or short"));
+        }
+    }
+}
+
+/// The visibility map against the extent (`vm.rs`): a TID block's bit is
+/// set only while the header's map-visible flag is, and the flag only on
+/// an extent whose slots hold no dead version (the header's own check
+/// covers all-visible and no delta part). The flag without its bits is
+/// fine: a crash may keep the one and lose the other's clearing.
+unsafe fn check_map(rel: pg_sys::Relation, first: u32, page: &pg_hybrid_core::hasis::HybridPage, vmbuf: &mut pg_sys::Buffer) {
+    let h = page.header();
+    if h.map_visible {
+        if (0..h.slot_hwm).any(|s| page.entry(s) == pg_hybrid_core::hasis::header::DirEntry::Dead) {
+            super::format_error(rel, first, pg_hybrid_core::hasis::Error::Corrupt("extent flagged map-visible holds a dead slot"));
+        }
+        return;
+    }
+    for b in super::vm::tid_blocks(page.geometry(), first) {
+        if super::vm::is_set(rel, b, vmbuf) {
+            super::format_error(rel, b, pg_hybrid_core::hasis::Error::Corrupt("visibility-map bit set for a block of an extent not flagged map-visible"));
         }
     }
 }

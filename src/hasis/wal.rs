@@ -7,7 +7,7 @@
 //! | INSERT | 0 header, 1 delta block (`WILL_INIT` when its first item), 2 directory block if the slot is not in the header | the insert (`wire::encode_insert`: slot, delta block index, flags, offset, page version of a new block, the item with its MVCC fields implied, payload LZ4-packed when that saves bytes) | directory entry, header sizes, `delta::init_block` if new, `delta::append_at(offset)` |
 //! | COMPACT | 0 header, then the directory blocks, then the column and delta blocks written (`WILL_INIT`) | newest removed xid, block counts, the core's compaction record | standby conflict, the core's `apply`, header and directory patches, blocks copied |
 //! | STAMP | 0 the block with the version's MVCC fields (delta item or column row header) | `wire::Stamp` with the ctid: byte offset, xmax, infomask words, ctid | the stamp over the version's xmin |
-//! | VISIBLE | 0 header | set or clear (u8), newest xmin of the rows made all-visible (u32) | standby conflict (set), the header's `all_visible` flag |
+//! | VISIBLE | 0 header; for a map set, 1 (and 2) the visibility-map pages | `VisibleOp` (u8), newest xmin of the rows made all-visible (u32), for the map ops the extent's TID block count (u16) | standby conflict (set), the header's `all_visible` and `map_visible` flags, the map bits (`vm.rs`; cleared whatever the LSNs) |
 //! | UPDATE (HOT) | INSERT's blocks, 3 the old version's block unless it is block 1 | `wire::Stamp` (ctid: the new version), then INSERT's data, whose payload may be a diff against the old version's (a delta item in block 1, or in block 3 when full-page writes are on and block 3 was logged since the redo point) | INSERT's redo (a diff rebuilt from the old payload, read before the append), then the stamp |
 //!
 //! These are format 2 (`core/src/hasis/wire.rs` says what it leaves out
@@ -42,7 +42,7 @@ const XLOG_HASIS_UPDATE: u8 = 0x40;
 const XLOG_HASIS_INSERT2: u8 = 0x50;
 const XLOG_HASIS_STAMP2: u8 = 0x60;
 const XLOG_HASIS_UPDATE2: u8 = 0x70;
-/// The extent header's all-visible flag, set or cleared.
+/// The extent header's all-visible and map-visible flags (and the map bits), set or cleared.
 const XLOG_HASIS_VISIBLE: u8 = 0x80;
 
 static mut RMGR: pg_sys::RmgrData = pg_sys::RmgrData {
@@ -220,56 +220,145 @@ impl StampRedo {
     }
 }
 
-/// Sets or clears the all-visible flag in the header block `page`.
-/// Shared by the primary and redo.
-pub unsafe fn apply_visible(g: &Geometry, page: pg_sys::Page, set: bool) -> Result<(), pg_hybrid_core::hasis::Error> {
+/// What a VISIBLE record does (its main data's first byte). Records of
+/// the first two kinds are 5 bytes (op, cutoff); the others add the
+/// extent's TID block count (u16), the blocks whose map bits they touch
+/// (`vm.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VisibleOp {
+    /// The all-visible flag cleared (an extent without map bits).
+    ClearAll = 0,
+    /// The all-visible flag set.
+    SetAll = 1,
+    /// The all-visible and map-visible flags and the map bits cleared.
+    ClearAllAndMap = 2,
+    /// The map-visible flag and the map bits set (the extent is all
+    /// visible already); the map pages are blocks 1 and 2.
+    SetMap = 3,
+    /// The map-visible flag and the map bits cleared.
+    ClearMap = 4,
+}
+
+impl VisibleOp {
+    fn decode(b: u8) -> Option<VisibleOp> {
+        Some(match b {
+            0 => VisibleOp::ClearAll,
+            1 => VisibleOp::SetAll,
+            2 => VisibleOp::ClearAllAndMap,
+            3 => VisibleOp::SetMap,
+            4 => VisibleOp::ClearMap,
+            _ => return None,
+        })
+    }
+    fn touches_map(self) -> bool {
+        matches!(self, VisibleOp::ClearAllAndMap | VisibleOp::SetMap | VisibleOp::ClearMap)
+    }
+}
+
+/// Applies `op`'s flag changes to the header block `page`. Shared by the
+/// primary and redo.
+pub unsafe fn apply_visible(g: &Geometry, page: pg_sys::Page, op: VisibleOp) -> Result<(), pg_hybrid_core::hasis::Error> {
     let mut h = ExtentHeader::read(bytes(page), g)?;
-    h.all_visible = set;
+    match op {
+        VisibleOp::ClearAll | VisibleOp::ClearAllAndMap => {
+            h.all_visible = false;
+            h.map_visible = false;
+        }
+        VisibleOp::SetAll => h.all_visible = true,
+        VisibleOp::SetMap => {
+            h.all_visible = true;
+            h.map_visible = true;
+        }
+        VisibleOp::ClearMap => h.map_visible = false,
+    }
     h.write(bytes(page), g);
     Ok(())
 }
 
-/// Logs a change of the all-visible flag in the header block `hbuf`
-/// (changed by the caller inside its critical section). `cutoff` is the
-/// newest xmin of the column rows made all-visible: a hot standby cancels
-/// the queries whose snapshots may not see it, as for heap's
-/// visibility-map records.
-pub unsafe fn log_visible(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, set: bool, cutoff: pg_sys::TransactionId) {
+/// Logs a VISIBLE record for the header block `hbuf` (changed by the
+/// caller inside its critical section, with the map pages of `SetMap`,
+/// which are registered). `cutoff` is the newest xmin of the column rows
+/// made all-visible (`SetAll`): a hot standby cancels the queries whose
+/// snapshots may not see it, as for heap's visibility-map records.
+/// `tid_blocks`: the extent's TID block count, for the ops that touch the
+/// map.
+pub unsafe fn log_visible(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, op: VisibleOp, cutoff: pg_sys::TransactionId, tid_blocks: u16, maps: Option<&super::vm::MapPins>) {
     if !crate::storage::wal::relation_needs_wal(rel) {
         return;
     }
-    let mut data = Vec::with_capacity(5);
-    data.push(set as u8);
+    let mut data = Vec::with_capacity(7);
+    data.push(op as u8);
     data.extend_from_slice(&cutoff.into_inner().to_le_bytes());
+    if op.touches_map() {
+        data.extend_from_slice(&tid_blocks.to_le_bytes());
+    }
     pg_sys::XLogBeginInsert();
     pg_sys::XLogRegisterData(data.as_mut_ptr() as *mut std::os::raw::c_char, data.len() as i32);
     pg_sys::XLogRegisterBuffer(0, hbuf, pg_sys::REGBUF_STANDARD as u8);
+    // Map pages keep their bits between pd_lower and pd_upper: never
+    // REGBUF_STANDARD, or a full-page image would leave them out.
+    let map_bufs: Vec<pg_sys::Buffer> = maps.map(|m| m.buffers().collect()).unwrap_or_default();
+    for (i, &b) in map_bufs.iter().enumerate() {
+        pg_sys::XLogRegisterBuffer(1 + i as u8, b, 0);
+    }
     let lsn = pg_sys::XLogInsert(RM_HASIS_ID, XLOG_HASIS_VISIBLE);
     crate::storage::wal::set_page_lsn(pg_sys::BufferGetPage(hbuf), lsn);
+    for &b in &map_bufs {
+        crate::storage::wal::set_page_lsn(pg_sys::BufferGetPage(b), lsn);
+    }
 }
 
 unsafe fn redo_visible(record: *mut pg_sys::XLogReaderState) {
     let d = main_data(record);
-    if d.len() != 5 || d[0] > 1 {
+    let op = d.first().copied().and_then(VisibleOp::decode).unwrap_or_else(|| redo_failed("malformed VISIBLE record"));
+    let want = if op.touches_map() { 7 } else { 5 };
+    if d.len() != want {
         redo_failed("malformed VISIBLE record");
     }
-    let set = d[0] == 1;
     let cutoff = pg_sys::TransactionId::from(u32::from_le_bytes(d[1..5].try_into().unwrap()));
-    if set && cutoff != pg_sys::InvalidTransactionId && pg_sys::standbyState >= pg_sys::HotStandbyState::STANDBY_SNAPSHOT_PENDING {
-        let mut node: pg_sys::RelFileNode = std::mem::zeroed();
-        pg_sys::XLogRecGetBlockTag(record, 0, &mut node, std::ptr::null_mut(), std::ptr::null_mut());
+    let mut node: pg_sys::RelFileNode = std::mem::zeroed();
+    let mut first: pg_sys::BlockNumber = 0;
+    pg_sys::XLogRecGetBlockTag(record, 0, &mut node, std::ptr::null_mut(), &mut first);
+    if op == VisibleOp::SetAll && cutoff != pg_sys::InvalidTransactionId && pg_sys::standbyState >= pg_sys::HotStandbyState::STANDBY_SNAPSHOT_PENDING {
         pg_sys::ResolveRecoveryConflictWithSnapshot(cutoff, node);
+    }
+    let tid_blocks = if op.touches_map() { first..first + u16::from_le_bytes(d[5..7].try_into().unwrap()) as u32 } else { first..first };
+    // Cleared bits are cleared whatever the pages' LSNs say.
+    if matches!(op, VisibleOp::ClearAllAndMap | VisibleOp::ClearMap) {
+        super::vm::redo_clear(node, &tid_blocks);
     }
     let mut buf: pg_sys::Buffer = 0;
     if pg_sys::XLogReadBufferForRedo(record, 0, &mut buf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
         let p = pg_sys::BufferGetPage(buf);
         let g = geometry_of_header(p);
-        apply_visible(&g, p, set).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        apply_visible(&g, p, op).unwrap_or_else(|e| redo_failed(&e.to_string()));
         crate::storage::wal::set_page_lsn(p, (*record).EndRecPtr);
         pg_sys::MarkBufferDirty(buf);
     }
     if buf != 0 {
         pg_sys::UnlockReleaseBuffer(buf);
+    }
+    if op == VisibleOp::SetMap {
+        for id in 1..=2u8 {
+            if !has_block_ref(record, id) {
+                continue;
+            }
+            let mut vmbuf: pg_sys::Buffer = 0;
+            if pg_sys::XLogReadBufferForRedoExtended(record, id, pg_sys::ReadBufferMode::RBM_ZERO_ON_ERROR, false, &mut vmbuf) == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
+                let page = pg_sys::BufferGetPage(vmbuf);
+                if pg_sys::PageIsNew(page) {
+                    pg_sys::PageInit(page, pg_sys::BLCKSZ as usize, 0);
+                }
+                let mut map_block: pg_sys::BlockNumber = 0;
+                pg_sys::XLogRecGetBlockTag(record, id, std::ptr::null_mut(), std::ptr::null_mut(), &mut map_block);
+                super::vm::set_bits(page, map_block, &tid_blocks);
+                crate::storage::wal::set_page_lsn(page, (*record).EndRecPtr);
+                pg_sys::MarkBufferDirty(vmbuf);
+            }
+            if vmbuf != 0 {
+                pg_sys::UnlockReleaseBuffer(vmbuf);
+            }
+        }
     }
 }
 
@@ -734,6 +823,15 @@ unsafe extern "C-unwind" fn desc(out: pg_sys::StringInfo, record: *mut pg_sys::X
         XLOG_HASIS_VISIBLE => match main_data(record) {
             [1, x @ ..] if x.len() == 4 => format!("column part all visible, cutoff xid {}", u32::from_le_bytes(x.try_into().unwrap())),
             [0, ..] => "column part no longer all visible".into(),
+            [op @ 2..=4, _, _, _, _, n0, n1] => format!(
+                "{} for {} TID blocks",
+                match op {
+                    2 => "column part no longer all visible, visibility-map bits cleared",
+                    3 => "visibility-map bits set",
+                    _ => "visibility-map bits cleared",
+                },
+                u16::from_le_bytes([*n0, *n1])
+            ),
             _ => "malformed record".into(),
         },
         _ => return,

@@ -386,6 +386,8 @@ impl CompactionOutput {
             // A new column part: whether all of it is visible is the
             // glue's call, made after the compaction (it logs it apart).
             all_visible: false,
+            // The glue cleared it (and the map bits) before the compaction.
+            map_visible: false,
         };
         h.write(block, g);
         self.patch_entries(block, g, 0);

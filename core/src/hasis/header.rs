@@ -83,6 +83,7 @@ impl DirEntry {
 ///                      before the hint existed: search from slot 0)
 /// 44  1  flags         0x01 column part full (`column_full`)
 ///                      0x02 column part all visible (`all_visible`)
+///                      0x04 visibility-map bits set (`map_visible`)
 /// 45  3  reserved, 0
 /// 48 ..  directory entries for slots 0..2032
 /// ```
@@ -113,17 +114,27 @@ pub struct ExtentHeader {
     /// or by VACUUM, cleared before any row header of the part changes
     /// other than hints and freezing (the glue's protocol, its README).
     pub all_visible: bool,
+    /// VACUUM set the visibility-map bits (all-visible) of the extent's TID
+    /// blocks, so index-only scans skip their fetches. Only with
+    /// `all_visible`, no delta part and no dead slot: then every version
+    /// is a column row visible to every snapshot. Cleared, with the bits,
+    /// before anything adds or changes a version of the extent (an insert,
+    /// a stamp, a compaction); while it is clear, no bit of the extent is
+    /// set (the glue's protocol, its README).
+    pub map_visible: bool,
 }
 
 /// Header flag: `column_full`.
 const FLAG_COLUMN_FULL: u8 = 0x01;
 /// Header flag: `all_visible`.
 const FLAG_ALL_VISIBLE: u8 = 0x02;
+/// Header flag: `map_visible`.
+const FLAG_MAP_VISIBLE: u8 = 0x04;
 
 impl ExtentHeader {
     /// The header of a new, empty extent.
     pub fn empty() -> ExtentHeader {
-        ExtentHeader { version: FIRST_VERSION, slot_hwm: 0, column_rows: 0, column_units: 0, delta_used: 0, free_hint: 0, column_full: false, all_visible: false }
+        ExtentHeader { version: FIRST_VERSION, slot_hwm: 0, column_rows: 0, column_units: 0, delta_used: 0, free_hint: 0, column_full: false, all_visible: false, map_visible: false }
     }
 
     /// Writes a fresh header block (directory all unused).
@@ -145,7 +156,9 @@ impl ExtentHeader {
         wr16(block, 38, self.column_units);
         wr16(block, 40, self.delta_used);
         wr16(block, 42, self.free_hint);
-        block[44] = if self.column_full { FLAG_COLUMN_FULL } else { 0 } | if self.all_visible { FLAG_ALL_VISIBLE } else { 0 };
+        block[44] = if self.column_full { FLAG_COLUMN_FULL } else { 0 }
+            | if self.all_visible { FLAG_ALL_VISIBLE } else { 0 }
+            | if self.map_visible { FLAG_MAP_VISIBLE } else { 0 };
         block[45..DIR_START].fill(0);
         BlockTrailer { kind: BlockKind::Header, index: 0, version: self.version }.write(block);
     }
@@ -171,8 +184,9 @@ impl ExtentHeader {
             free_hint: rd16(block, 42),
             column_full: block[44] & FLAG_COLUMN_FULL != 0,
             all_visible: block[44] & FLAG_ALL_VISIBLE != 0,
+            map_visible: block[44] & FLAG_MAP_VISIBLE != 0,
         };
-        if block[44] & !(FLAG_COLUMN_FULL | FLAG_ALL_VISIBLE) != 0 {
+        if block[44] & !(FLAG_COLUMN_FULL | FLAG_ALL_VISIBLE | FLAG_MAP_VISIBLE) != 0 {
             return corrupt("unknown extent header flags");
         }
         if h.slot_hwm as usize > g.max_slots() {
@@ -192,6 +206,9 @@ impl ExtentHeader {
         }
         if h.all_visible && h.column_rows == 0 {
             return corrupt("all-visible flag on an extent without column rows");
+        }
+        if h.map_visible && (!h.all_visible || h.delta_used != 0) {
+            return corrupt("visibility-map flag on an extent that is not all visible or has a delta part");
         }
         Ok(h)
     }
@@ -315,7 +332,7 @@ mod tests {
         let mut b = vec![0u8; BLCKSZ];
         ExtentHeader::init_block(&mut b, &g);
         assert_eq!(ExtentHeader::read(&b, &g).unwrap(), ExtentHeader::empty());
-        let h = ExtentHeader { version: 9, slot_hwm: 100, column_rows: 60, column_units: 5, delta_used: 2, free_hint: 17, column_full: false, all_visible: false };
+        let h = ExtentHeader { version: 9, slot_hwm: 100, column_rows: 60, column_units: 5, delta_used: 2, free_hint: 17, column_full: false, all_visible: false, map_visible: false };
         h.write(&mut b, &g);
         assert_eq!(ExtentHeader::read(&b, &g).unwrap(), h);
         assert!(h.compaction_due(&g));
@@ -339,7 +356,17 @@ mod tests {
         ExtentHeader { column_rows: 0, column_units: 0, ..visible }.write(&mut f, &g);
         assert!(ExtentHeader::read(&f, &g).is_err());
         flagged.write(&mut f, &g);
-        f[44] = 0x04;
+        f[44] = 0x08;
+        assert!(ExtentHeader::read(&f, &g).is_err());
+        // The visibility-map flag: only on an all-visible extent without a
+        // delta part.
+        let mapped = ExtentHeader { delta_used: 0, map_visible: true, ..visible };
+        mapped.write(&mut f, &g);
+        assert_eq!(f[44], 0x07);
+        assert_eq!(ExtentHeader::read(&f, &g).unwrap(), mapped);
+        ExtentHeader { all_visible: false, ..mapped }.write(&mut f, &g);
+        assert!(ExtentHeader::read(&f, &g).is_err());
+        ExtentHeader { delta_used: 1, ..mapped }.write(&mut f, &g);
         assert!(ExtentHeader::read(&f, &g).is_err());
         // A full column part: due only with one delta block left, after the
         // room new rows leave to HOT updates is nearly used.

@@ -293,6 +293,13 @@ impl Geometry {
         self.extent_blocks() <= MAX_RECORD_BLOCKS
     }
 
+    /// How many of the extent's blocks lend their numbers to slots (the
+    /// first ones): the blocks a TID of the extent can name, and so the
+    /// blocks whose visibility-map bits speak for its versions.
+    pub fn tid_blocks(&self) -> usize {
+        self.max_slots().div_ceil(MAX_OFFSET as usize)
+    }
+
     /// The TID of `slot` in the extent whose first block is `extent_start`:
     /// slot s lives at block `extent_start + s / 291`, offset `s % 291 + 1`.
     pub fn tid(&self, extent_start: u32, slot: u16) -> Result<Tid> {
@@ -365,6 +372,7 @@ mod tests {
 
     #[test]
     fn tid_mapping_roundtrips_and_stays_within_291() {
+        assert_eq!(Geometry::new(Params::default()).unwrap().tid_blocks(), 14);
         let g = Geometry::new(Params::default()).unwrap();
         for s in 0..g.params.max_slots {
             let t = g.tid(1000, s).unwrap();

@@ -208,6 +208,7 @@ unsafe fn walk(ps: *mut pg_sys::PlanState, used: Used, estate: *mut pg_sys::ESta
     let plan = (*ps).plan;
     match (*plan).type_ {
         pg_sys::NodeTag::T_IndexScan => index_scan(ps as *mut pg_sys::IndexScanState, &used, estate),
+        pg_sys::NodeTag::T_IndexOnlyScan => index_only_scan(ps as *mut pg_sys::IndexOnlyScanState, estate),
         pg_sys::NodeTag::T_BitmapHeapScan => bitmap_heap_scan(ps as *mut pg_sys::BitmapHeapScanState, &used),
         _ => {}
     }
@@ -275,6 +276,28 @@ unsafe fn index_scan(node: *mut pg_sys::IndexScanState, used: &Used, estate: *mu
     }
     let fetch = (*scan).xs_heapfetch as *mut crate::hasis::scan::HasisFetch;
     (*fetch).wanted = Some(wanted);
+}
+
+/// An index-only scan fetches from the table only to check visibility
+/// (where the visibility map's bit is clear) and returns the index's
+/// values: it reads no column, only the version's row header.
+unsafe fn index_only_scan(node: *mut pg_sys::IndexOnlyScanState, estate: *mut pg_sys::EState) {
+    let plan = (*node).ss.ps.plan;
+    let rel = (*node).ss.ss_currentRelation;
+    if (*plan).parallel_aware || !(*node).ioss_ScanDesc.is_null() || (*node).ioss_RelationDesc.is_null() || rel.is_null() || !crate::hasis::handler::is_hasis(rel) {
+        return;
+    }
+    // What IndexOnlyNext does on its first call (nodeIndexonlyscan.c).
+    let scan = pg_sys::index_beginscan(rel, (*node).ioss_RelationDesc, (*estate).es_snapshot, (*node).ioss_NumScanKeys, (*node).ioss_NumOrderByKeys);
+    (*node).ioss_ScanDesc = scan;
+    (*scan).xs_want_itup = true;
+    (*node).ioss_VMBuffer = pg_sys::InvalidBuffer as pg_sys::Buffer;
+    if (*node).ioss_NumRuntimeKeys == 0 || (*node).ioss_RuntimeKeysReady {
+        pg_sys::index_rescan(scan, (*node).ioss_ScanKeys, (*node).ioss_NumScanKeys, (*node).ioss_OrderByKeys, (*node).ioss_NumOrderByKeys);
+    }
+    let natts = (*(*rel).rd_att).natts as usize;
+    let fetch = (*scan).xs_heapfetch as *mut crate::hasis::scan::HasisFetch;
+    (*fetch).wanted = Some(vec![false; natts]);
 }
 
 unsafe fn bitmap_heap_scan(node: *mut pg_sys::BitmapHeapScanState, used: &Used) {
