@@ -138,6 +138,22 @@ RESET pg_hybrid.enable_hasis_column_fetch;
 SELECT cf_buffers('SELECT p.n, i.c7, i.c12 FROM cf_probe p JOIN cf_h i ON i.k = p.k') AS used_columns \gset
 SELECT :used_columns < :all_columns / 2 AS fewer_blocks;
 RESET ALL;
+-- 8b. A fetch of a row in an all-visible column part reads no row header
+-- unless the plan reads xmin (or xmax, cmin, cmax); then it gets the real
+-- one, the sequential scan's.
+SET enable_bitmapscan = off; SET enable_indexscan = off;
+CREATE TEMP TABLE cf_xmin AS SELECT k, xmin::text AS x FROM cf_h;
+RESET enable_bitmapscan; RESET enable_indexscan;
+SET enable_hashjoin = off; SET enable_mergejoin = off; SET enable_memoize = off; SET enable_material = off;
+SELECT cf_nodes('SELECT p.n, i.c7, i.xmin FROM cf_probe p JOIN cf_h i ON i.k = p.k') AS plan;
+SELECT cf_buffers('SELECT p.n, i.c7 FROM cf_probe p JOIN cf_h i ON i.k = p.k') AS no_xmin \gset
+SELECT cf_buffers('SELECT p.n, i.c7, i.xmin FROM cf_probe p JOIN cf_h i ON i.k = p.k') AS with_xmin \gset
+SELECT :no_xmin < :with_xmin AS fewer_blocks_without_xmin;
+CREATE TEMP TABLE cf_probed AS SELECT i.k, i.xmin::text AS x FROM cf_probe p JOIN cf_h i ON i.k = p.k;
+SELECT * FROM cf_twin_diff('SELECT p.n, i.c7, i.c12 FROM cf_probe p JOIN cf_@ i ON i.k = p.k');
+RESET ALL;
+SELECT count(*) AS probes, count(*) FILTER (WHERE p.x <> x.x) AS xmin_differs FROM cf_probed p JOIN cf_xmin x USING (k);
+DROP TABLE cf_xmin, cf_probed;
 -- 9. Fetch costing (cost.rs): an index scan of the hasis table by an
 -- uncorrelated column costs more with fetch costing on than off, and more
 -- the more columns it reads; by its correlated key (rows in index order

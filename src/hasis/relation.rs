@@ -1262,6 +1262,23 @@ impl ExtentRead {
         }
     }
 
+    /// The values of column row `row` of this all-visible part in the row
+    /// format, only the columns `wanted` names (None: all), read without
+    /// its row header: the part's flag says the row is visible to every
+    /// snapshot and stores every column of the part. Returns (natts,
+    /// payload). The header share lock held keeps the part as it is.
+    pub unsafe fn all_visible_values(&self, row: u16, wanted: Option<&[bool]>) -> (u16, Vec<u8>) {
+        let (rel, g, first, h) = (self.rel, self.g, self.first, &self.h);
+        debug_assert!(h.all_visible);
+        let cblk = first + g.column_block(0) as u32;
+        let cols = LazyColumns::new(rel, &g, first, h, std::ptr::null_mut());
+        let part = parse_columns(rel, &g, first, h, &cols);
+        let natts = part.ncols();
+        let mut out = Vec::new();
+        check(rel, cblk, part.values_payload_of(row as usize, natts, wanted, &mut out));
+        (natts as u16, out)
+    }
+
     /// The version at `slot` (whose entry is `entry`), its block locked
     /// with `lock`; None for a slot without a version.
     pub unsafe fn version(&self, slot: u16, entry: DirEntry, lock: Lock) -> Option<Located> {

@@ -463,11 +463,16 @@ pub struct HasisFetch {
     /// The columns the index scan's plan uses (`colscan::fetch`); the
     /// others come back NULL. None: every column.
     pub wanted: Option<Vec<bool>>,
+    /// Whether the plan reads a fetched version's MVCC system columns
+    /// (xmin, xmax, cmin, cmax; `colscan::fetch` says when it does not).
+    /// Without them, a row of an all-visible column part is fetched under
+    /// an MVCC snapshot without reading its row header.
+    pub mvcc_needed: bool,
 }
 
 pub unsafe fn fetch_begin(rel: pg_sys::Relation) -> *mut pg_sys::IndexFetchTableData {
     crate::require_preload();
-    let f = Box::new(HasisFetch { base: pg_sys::IndexFetchTableData { rel }, meta: relation::cached_meta(rel), slot_schema: Default::default(), wanted: None });
+    let f = Box::new(HasisFetch { base: pg_sys::IndexFetchTableData { rel }, meta: relation::cached_meta(rel), slot_schema: Default::default(), wanted: None, mvcc_needed: true });
     Box::into_raw(f) as *mut pg_sys::IndexFetchTableData
 }
 
@@ -680,6 +685,7 @@ unsafe fn hot_search(
     ext: &relation::ExtentRead,
     slot_schema: &mut tuple::SlotSchema,
     wanted: Option<&[bool]>,
+    mvcc_needed: bool,
     tid: &mut Tid,
     snapshot: pg_sys::Snapshot,
     slot: *mut pg_sys::TupleTableSlot,
@@ -688,6 +694,25 @@ unsafe fn hot_search(
 ) -> bool {
     *all_dead = first_call;
     let Some(start) = ext.slot(*tid) else { return false };
+    // A column row of an all-visible part, named by an index entry, is the
+    // visible member of its chain for every MVCC snapshot: it is neither
+    // updated nor deleted (so it ends its chain), and an index entry never
+    // names a heap-only version (entries of a freed slot are gone before
+    // it is reused). Unless the plan reads its MVCC columns, its row
+    // header (a block of its own) is not read; the slot gets a frozen
+    // header, which is what every snapshot makes of it.
+    if first_call && !mvcc_needed && ext.h.all_visible && is_mvcc_snapshot(snapshot) {
+        if let pg_hybrid_core::hasis::header::DirEntry::Column { row } = ext.entry(start) {
+            let (natts, payload) = ext.all_visible_values(row, wanted);
+            let mut ip = to_item_pointer(*tid);
+            // Not this transaction's write (committed before every snapshot).
+            PredicateLockTID(rel, &mut ip, snapshot, pg_sys::InvalidTransactionId);
+            let frozen = Mvcc { xmin: pg_sys::FrozenTransactionId.into_inner(), xmax: 0, cid: 0, ctid: *tid, infomask: HEAP_XMIN_FROZEN | HEAP_XMAX_INVALID, infomask2: 0 };
+            tuple::store_columns(rel, slot, slot_schema, natts, &payload, &frozen, *tid, wanted);
+            *all_dead = false;
+            return true;
+        }
+    }
     let mut skip = !first_call;
     let mut found: Option<Tid> = None;
     // From a chain start the walk itself tells whether every member is
@@ -737,7 +762,7 @@ pub unsafe fn index_fetch_tuple(
     let mut t = from_item_pointer(&*tid);
     let mut dead = true;
     let found = match meta_covering(rel, &mut f.meta, t).and_then(|m| relation::ExtentRead::of(rel, &m, t)) {
-        Some(ext) => hot_search(rel, &ext, &mut f.slot_schema, f.wanted.as_deref(), &mut t, snapshot, slot, first_call, &mut dead),
+        Some(ext) => hot_search(rel, &ext, &mut f.slot_schema, f.wanted.as_deref(), f.mvcc_needed, &mut t, snapshot, slot, first_call, &mut dead),
         None => false,
     };
     if found {

@@ -849,7 +849,17 @@ impl<'a> ColumnPart<'a> {
     /// few columns of a wide row reads a few blocks. `None`: every column.
     pub fn row_payload_of(&self, r: usize, wanted: Option<&[bool]>, out: &mut Vec<u8>) -> Result<RowHeader> {
         let header = self.row_header(r)?;
-        let natts = header.natts as usize;
+        self.values_payload_of(r, header.natts as usize, wanted, out)?;
+        Ok(header)
+    }
+
+    /// `row_payload_of` for a row known to store `natts` columns, without
+    /// reading its row header: a reader of an all-visible part, whose rows
+    /// store every column of the part (`ncols`), needs no MVCC field.
+    pub fn values_payload_of(&self, r: usize, natts: usize, wanted: Option<&[bool]>, out: &mut Vec<u8>) -> Result<()> {
+        if r >= self.nrows || natts > self.ncols() {
+            return Err(Error::BadInput("column row or column count out of range"));
+        }
         let bitmap_at = out.len();
         out.resize(bitmap_at + natts.div_ceil(8), 0);
         for c in 0..natts {
@@ -878,7 +888,7 @@ impl<'a> ColumnPart<'a> {
                 }
             }
         }
-        Ok(header)
+        Ok(())
     }
 
     /// Where row `r`'s value of column `c` lies in the column's mini-page
@@ -1221,6 +1231,45 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn values_payload_of_skips_the_row_headers() {
+        let g = geo(16);
+        let rs = rows(600, 60);
+        let (blocks, p) = build(&g, &schema(), &rs, 5).unwrap();
+        let wanted: &[bool] = &[false, true, false, true];
+        for r in (0..rs.len()).step_by(11) {
+            let natts = rs[r].header.natts as usize;
+            let src = Counting { blocks: &blocks, touched: Default::default() };
+            let part = ColumnPart::parse_lazy(&g, &src, p.total_units, rs.len()).unwrap();
+            let mut out = Vec::new();
+            part.values_payload_of(r, natts, Some(wanted), &mut out).unwrap();
+            let mut with_header = Vec::new();
+            part.row_payload_of(r, Some(wanted), &mut with_header).unwrap();
+            assert_eq!(out, with_header, "row {r}");
+            // Only the meta (read by the parse) and the wanted columns' blocks.
+            let src2 = Counting { blocks: &blocks, touched: Default::default() };
+            let part2 = ColumnPart::parse_lazy(&g, &src2, p.total_units, rs.len()).unwrap();
+            let src3 = Counting { blocks: &blocks, touched: Default::default() };
+            let part3 = ColumnPart::parse_lazy(&g, &src3, p.total_units, rs.len()).unwrap();
+            let mut own = src3.touched.borrow().clone();
+            for c in 0..4 {
+                if wanted[c] {
+                    let m = part2.column_meta(c).unwrap();
+                    own.extend((m.first_unit as usize..(m.first_unit + m.units) as usize).map(|u| u / 2));
+                }
+            }
+            let mut out3 = Vec::new();
+            part3.values_payload_of(r, natts, Some(wanted), &mut out3).unwrap();
+            for b in src3.touched.borrow().iter() {
+                assert!(own.contains(b), "row {r} read block {b}");
+            }
+        }
+        let src = Counting { blocks: &blocks, touched: Default::default() };
+        let part = ColumnPart::parse_lazy(&g, &src, p.total_units, rs.len()).unwrap();
+        assert!(part.values_payload_of(rs.len(), 4, None, &mut Vec::new()).is_err());
+        assert!(part.values_payload_of(0, 5, None, &mut Vec::new()).is_err());
     }
 
     #[test]
