@@ -73,6 +73,11 @@
 #   --am AM            AM under test (default from pgrx.toml; "btree" = stand-in mode:
 #                      no preload, tests/standin_shim.sql instead of the extension)
 #   --keep             keep scratch data directories (PH_KEEP=1)
+#   --jobs N           1 or 2 (default 2 on a machine with 2 or more CPUs): with 2,
+#                      the steps crash, standby, hasis, csd and bench run in a second
+#                      lane beside the others, as a child test.sh on port PH_PORT+20
+#                      (bench PH_BENCH_PORT+20) and scratch root PH_SCRATCH-lane2; its
+#                      output is printed when it ends, its steps count in the summary
 # Environment: PH_SEED (differential seed, default 1), PH_DIFF_TIME (seconds),
 #   PH_REGRESS_INPUTDIR (directory holding sql/ and expected/, default the repo),
 #   and the PH_* settings of scripts/lib.sh.
@@ -87,8 +92,11 @@ ALL_STEPS=(setup core regress differential crash standby concurrency isolation h
 quick=0
 only=()
 skip=()
+jobs=
 while (($#)); do
     case $1 in
+        --jobs) shift; jobs=${1:?--jobs needs 1 or 2} ;;
+        --jobs=*) jobs=${1#*=} ;;
         --quick) quick=1 ;;
         --only) shift; IFS=, read -r -a x <<<"${1:?--only needs a step}"; only+=("${x[@]}") ;;
         --only=*) IFS=, read -r -a x <<<"${1#*=}"; only+=("${x[@]}") ;;
@@ -123,6 +131,11 @@ expand_steps() {
 for s in "${only[@]}" "${skip[@]}"; do
     [[ " ${ALL_STEPS[*]} " == *" $s "* ]] || ph_die "unknown step '$s' (steps: ${ALL_STEPS[*]} elastic griffin tiered)"
 done
+if [[ -z $jobs ]]; then
+    jobs=1
+    (($(nproc 2>/dev/null || echo 1) >= 2)) && jobs=2
+fi
+[[ $jobs == 1 || $jobs == 2 ]] || ph_die "test.sh: --jobs must be 1 or 2, not '$jobs'"
 
 selected() {
     local s=$1 x
@@ -146,13 +159,81 @@ results=()
 t_all=$(date +%s)
 
 # record NAME STATUS SECONDS [NOTE]
+# (a lane child also appends "NAME<TAB>STATUS<TAB>SECONDS<TAB>NOTE" to
+# PH_LANE_RESULTS, which the parent reads when the lane ends)
 record() {
     local line
     line=$(printf '  %-13s %-5s %5ss  %s' "$1" "$2" "$3" "${4-}")
     results+=("$line")
     case $2 in PASS) passed=$((passed + 1)) ;; FAIL) failed=$((failed + 1)) ;; esac
     printf '\n==== %s: %s (%ss) %s\n\n' "$1" "$2" "$3" "${4-}"
+    if [[ -n ${PH_LANE_RESULTS:-} ]]; then printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4-}" >>"$PH_LANE_RESULTS"; fi
 }
+
+# ------------------------------------------------------------ second lane --
+# With --jobs 2 these steps run in a child test.sh beside the others. Each
+# starts its own clusters, so the child only needs its own ports and scratch
+# root; the steps were chosen to balance the two lanes' times (about 25 min
+# each in CI when run alone).
+LANE2_STEPS=(crash standby hasis csd bench)
+LANE2_PID=
+LANE2_OUT=
+LANE2_RESULTS=
+lane2_start() {
+    local s sel=() args=()
+    for s in "${LANE2_STEPS[@]}"; do selected "$s" && sel+=("$s"); done
+    ((${#sel[@]})) || return 0
+    LANE2_OUT=$PH_SCRATCH/logs/lane2.out
+    LANE2_RESULTS=$PH_SCRATCH/logs/lane2.results
+    : >"$LANE2_RESULTS"
+    args=(--jobs 1 --no-setup --am "$PH_AM" --only "$(IFS=,; echo "${sel[*]}")")
+    ((quick)) && args+=(--quick)
+    # setsid: its own process group, so an interrupted parent can stop it whole
+    PH_LANE_RESULTS=$LANE2_RESULTS PH_PORT=$((PH_PORT + 20)) PH_BENCH_PORT=$((PH_BENCH_PORT + 20)) \
+        PH_SCRATCH=${PH_SCRATCH%/}-lane2 setsid bash "$PH_REPO/scripts/test.sh" "${args[@]}" >"$LANE2_OUT" 2>&1 &
+    LANE2_PID=$!
+    ph_log "second lane: ${sel[*]} (pid $LANE2_PID, port $((PH_PORT + 20)), scratch ${PH_SCRATCH%/}-lane2, output $LANE2_OUT)"
+    for s in "${sel[@]}"; do skip+=("$s"); done
+}
+# lane2_wait: wait for the lane, print its output, count its steps
+lane2_wait() {
+    [[ -n $LANE2_PID ]] || return 0
+    local name status secs note rc=0 seen=()
+    ph_log "waiting for the second lane (pid $LANE2_PID)"
+    wait "$LANE2_PID" || rc=$?
+    LANE2_PID=
+    echo
+    echo "==== second lane output ($LANE2_OUT, exit $rc) ===="
+    cat "$LANE2_OUT" || true
+    echo "==== end of the second lane's output ===="
+    while IFS=$'\t' read -r name status secs note; do
+        [[ -n $name ]] || continue
+        record "$name" "$status" "$secs" "$note"
+        seen+=("$name")
+    done <"$LANE2_RESULTS"
+    if ((rc != 0 && ${#seen[@]} == 0)); then
+        record lane2 FAIL 0 "(the second lane exited $rc without running a step; $LANE2_OUT)"
+    fi
+}
+# lane2_kill: the parent is exiting early (interrupted, or died): stop the
+# lane's process group, then whatever the lane's scripts could not clean up
+# (a subshell killed mid-step runs no EXIT trap): postmasters and emulated
+# CSD mounts under the lane's own scratch root, which only the lane uses.
+lane2_kill() {
+    [[ -n $LANE2_PID ]] || return 0
+    local root=${PH_SCRATCH%/}-lane2 d m
+    kill -TERM -- "-$LANE2_PID" 2>/dev/null || true
+    wait "$LANE2_PID" 2>/dev/null || true
+    LANE2_PID=
+    for d in "$root"/*/ "$root"/*/*/; do
+        [[ -f $d/data/postmaster.pid ]] && cluster_stop "${d%/}" immediate
+    done
+    for m in "$root"/csd_*; do
+        [[ -d $m ]] && mountpoint -q "$m" && bash "$PH_REPO/scripts/csd.sh" down --dir "$m" >/dev/null 2>&1
+    done
+    return 0
+}
+trap 'rc_=$?; lane2_kill; ph_cleanup $rc_' EXIT
 
 # run_step NAME CMD... : run CMD (in a subshell, errexit on), output to console
 # and $LOGDIR/NAME.log.  Exit status 77 = skipped.
@@ -332,6 +413,7 @@ if ((setup_ok == 0)); then
         selected "$s" && record "$s" FAIL 0 "(not run: setup failed)"
     done
 else
+    ((jobs == 2)) && lane2_start
     run_step core step_core
     if selected regress || selected differential || { ((ELASTIC_PASS)) && selected differential-elastic; } ||
         { ((GRIFFIN_PASS)) && selected differential-griffin; } || { ((TIERED_PASS)) && selected differential-tiered; } || { ((THASH_PASS)) && selected differential-thash; }; then
@@ -385,6 +467,7 @@ else
             run_step "$t-$sfx" am_step "$am" "$t.sh" --quick
         done
     done
+    lane2_wait
 fi
 
 echo
