@@ -23,7 +23,7 @@
 use super::layout::{
     rd16, rd32, wr16, wr32, BlockKind, BlockTrailer, Geometry, BLCKSZ, UNITS_PER_BLOCK, UNIT_PAYLOAD,
 };
-use super::row::{ColumnDesc, Mvcc, Row, RowHeader, Schema, Width, DESC_LEN, MAX_COLUMNS, MINMAX_MAX, MVCC_OFF, ROW_HEADER};
+use super::row::{ColumnDesc, MinMaxOrder, Mvcc, Row, RowHeader, Schema, Width, DESC_LEN, MAX_COLUMNS, MINMAX_MAX, MVCC_OFF, ROW_HEADER};
 use super::{corrupt, Error, Result};
 use std::sync::Arc;
 
@@ -37,6 +37,8 @@ pub const META_COL: usize = 48;
 const F_NULLS: u8 = 0x01;
 const F_MINMAX: u8 = 0x02;
 const F_DICT: u8 = 0x04;
+const F_PACKED: u8 = 0x08;
+const F_SHORT_ENDS: u8 = 0x10;
 
 /// Most distinct values a dictionary mini-page holds (its codes are one
 /// byte each).
@@ -66,6 +68,91 @@ pub struct ColumnMeta {
     /// Dictionary-encoded: each row holds a one-byte code into the part's
     /// distinct values (`encoded_len` says when).
     pub dict: bool,
+    /// Frame of reference: each row holds `value - min` in this many bytes,
+    /// fewer than the type's width (an integer-like column whose values
+    /// span a short range, `packed_width`).
+    pub packed: Option<u8>,
+    /// A plain varlena column's end offsets are u16 (its values' bytes
+    /// fit in 64 KB), not u32.
+    pub short_ends: bool,
+}
+
+/// How a column's mini-page holds its values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Encoding {
+    Plain,
+    /// Plain varlena with u16 end offsets.
+    ShortEnds,
+    Dict,
+    /// Frame of reference, this many bytes a row.
+    Packed(u8),
+}
+
+/// Bytes of each end offset of a plain varlena column.
+fn ends_width(m: &ColumnMeta) -> usize {
+    if m.short_ends {
+        2
+    } else {
+        4
+    }
+}
+
+/// A fixed value of an integer order as a number (None for other orders).
+fn int_of(order: MinMaxOrder, v: &[u8]) -> Option<i128> {
+    if v.is_empty() || v.len() > 8 {
+        return None;
+    }
+    let mut buf = [0u8; 8];
+    buf[..v.len()].copy_from_slice(v);
+    let u = u64::from_le_bytes(buf);
+    match order {
+        MinMaxOrder::SignedInt => {
+            let shift = 64 - 8 * v.len() as u32;
+            Some((((u << shift) as i64) >> shift) as i128)
+        }
+        MinMaxOrder::UnsignedInt => Some(u as i128),
+        _ => None,
+    }
+}
+
+/// Whether a column may be packed: a fixed integer-like type of 2, 4 or 8
+/// bytes (int2/4/8, date, time, timestamp[tz], oid, xid).
+fn packable(desc: &ColumnDesc) -> bool {
+    matches!(desc.width, Width::Fixed(2 | 4 | 8)) && matches!(desc.order, MinMaxOrder::SignedInt | MinMaxOrder::UnsignedInt)
+}
+
+/// Bytes a row takes when a packable column whose values lie in
+/// `[lo, hi]` holds `value - lo`: the fewest that hold `hi - lo`, at least
+/// one; None when that is not fewer than the type's width.
+fn packed_width(desc: &ColumnDesc, range: Option<(i128, i128)>) -> Option<u8> {
+    let (lo, hi) = range?;
+    let Width::Fixed(n) = desc.width else { return None };
+    if !packable(desc) || hi < lo {
+        return None;
+    }
+    let span = (hi - lo) as u128;
+    let w = ((128 - span.leading_zeros()) as usize).div_ceil(8).max(1);
+    (w < n as usize).then_some(w as u8)
+}
+
+/// Row value `v` of a packed column with minimum `lo`, as its `w` stored bytes.
+fn pack_value(order: MinMaxOrder, lo: i128, w: usize, v: &[u8], out: &mut Vec<u8>) -> Result<()> {
+    let x = int_of(order, v).ok_or(Error::BadInput("packed column value not an integer"))?;
+    let d = (x - lo) as u64;
+    out.extend_from_slice(&d.to_le_bytes()[..w]);
+    Ok(())
+}
+
+/// The `n`-byte value of stored bytes `raw` of a packed column with minimum
+/// `min` (its `n` bytes): `min + raw`, wrapping in `n` bytes, which is the
+/// value for either signedness.
+fn unpack_value(min: &[u8], raw: &[u8], out: &mut [u8]) {
+    let mut a = [0u8; 8];
+    a[..min.len()].copy_from_slice(min);
+    let mut d = [0u8; 8];
+    d[..raw.len()].copy_from_slice(raw);
+    let v = u64::from_le_bytes(a).wrapping_add(u64::from_le_bytes(d));
+    out.copy_from_slice(&v.to_le_bytes()[..out.len()]);
 }
 
 /// Sizes of a column part, computed without building it.
@@ -192,24 +279,36 @@ impl Distinct {
 /// (`dictionary`: their count and bytes) and that is shorter than the plain
 /// layout (`mini_page_len`). Sizes never shrink as rows are added (both
 /// layouts grow), so compaction may bisect on them.
-fn encoded_len(desc: &ColumnDesc, nrows: usize, nulls: usize, bytes: usize, dictionary: Option<(usize, usize)>) -> (usize, bool) {
-    let plain = mini_page_len(desc, nrows, nulls, bytes);
-    match dictionary {
-        Some((n, dict_bytes)) if n <= DICT_MAX => {
-            let bitmap = if nulls > 0 { bitmap_len(nrows) } else { 0 };
-            let ends = match desc.width {
-                Width::Fixed(_) => 0,
-                Width::Varlena => 4 * n,
-            };
-            let dict = bitmap + 2 + nrows + ends + dict_bytes;
-            if dict < plain {
-                (dict, true)
-            } else {
-                (plain, false)
-            }
-        }
-        _ => (plain, false),
+///
+/// A varlena column whose values' bytes fit in 64 KB takes u16 end
+/// offsets instead of u32 (once they no longer fit, the size jumps up,
+/// never down). A packable column whose values lie in `range` may instead be packed
+/// (`packed_width`), when that is shorter still. A narrower range never
+/// needs more bytes a row, so this size too never shrinks as rows are
+/// added.
+fn encoded_len(desc: &ColumnDesc, nrows: usize, nulls: usize, bytes: usize, dictionary: Option<(usize, usize)>, range: Option<(i128, i128)>) -> (usize, Encoding) {
+    let mut best = (mini_page_len(desc, nrows, nulls, bytes), Encoding::Plain);
+    let bitmap = if nulls > 0 { bitmap_len(nrows) } else { 0 };
+    if desc.width == Width::Varlena && bytes <= u16::MAX as usize {
+        best = (bitmap + 2 * nrows + bytes, Encoding::ShortEnds);
     }
+    if let Some((n, dict_bytes)) = dictionary.filter(|&(n, _)| n <= DICT_MAX) {
+        let ends = match desc.width {
+            Width::Fixed(_) => 0,
+            Width::Varlena => 4 * n,
+        };
+        let dict = bitmap + 2 + nrows + ends + dict_bytes;
+        if dict < best.0 {
+            best = (dict, Encoding::Dict);
+        }
+    }
+    if let Some(w) = packed_width(desc, range) {
+        let packed = bitmap + nrows * w as usize;
+        if packed < best.0 {
+            best = (packed, Encoding::Packed(w));
+        }
+    }
+    best
 }
 
 fn value<'r>(r: &'r ColumnRow, c: usize) -> Option<&'r [u8]> {
@@ -239,12 +338,28 @@ pub struct SizeTally {
     non_null: Vec<usize>,
     bytes: Vec<usize>,
     distinct: Vec<Distinct>,
+    /// (min, max) of a packable column's non-null values.
+    range: Vec<Option<(i128, i128)>>,
+}
+
+/// Widens `range` to hold value `v` of a column described by `desc` (only
+/// packable columns are tracked).
+fn widen(range: &mut Option<(i128, i128)>, desc: &ColumnDesc, v: &[u8]) {
+    if !packable(desc) {
+        return;
+    }
+    if let Some(x) = int_of(desc.order, v) {
+        *range = Some(match *range {
+            None => (x, x),
+            Some((lo, hi)) => (lo.min(x), hi.max(x)),
+        });
+    }
 }
 
 impl SizeTally {
     pub fn new(schema: &Schema) -> SizeTally {
         let n = schema.len();
-        SizeTally { nrows: 0, ncols: 0, non_null: vec![0; n], bytes: vec![0; n], distinct: vec![Distinct::new(); n] }
+        SizeTally { nrows: 0, ncols: 0, non_null: vec![0; n], bytes: vec![0; n], distinct: vec![Distinct::new(); n], range: vec![None; n] }
     }
 
     /// Counts `r` in (checked against its header and the schema, as `plan`
@@ -258,6 +373,7 @@ impl SizeTally {
                 self.non_null[c] += 1;
                 self.bytes[c] += v.len();
                 self.distinct[c].add(v);
+                widen(&mut self.range[c], &schema.columns[c], v);
             }
         }
         Ok(())
@@ -279,6 +395,11 @@ impl SizeTally {
             let m = part.column_meta(c).ok_or(Error::BadInput("column meta missing"))?;
             let non_null = t.nrows.checked_sub(m.null_count as usize).ok_or(Error::BadInput("more nulls than rows"))?;
             t.non_null[c] = non_null;
+            // The meta's min/max are exactly the range of the part's values.
+            if let Some((lo, hi)) = &m.minmax {
+                widen(&mut t.range[c], &schema.columns[c], lo);
+                widen(&mut t.range[c], &schema.columns[c], hi);
+            }
             if m.dict {
                 let mut stream = Vec::new();
                 let values = part.column_values(c, &mut stream)?;
@@ -300,7 +421,7 @@ impl SizeTally {
             let bitmap = if m.has_nulls { bitmap_len(t.nrows) } else { 0 };
             t.bytes[c] = match m.desc.width {
                 Width::Fixed(n) => non_null * n as usize,
-                Width::Varlena => (m.len as usize).checked_sub(bitmap + 4 * t.nrows).ok_or(Error::BadInput("varlena mini-page shorter than its offsets"))?,
+                Width::Varlena => (m.len as usize).checked_sub(bitmap + ends_width(m) * t.nrows).ok_or(Error::BadInput("varlena mini-page shorter than its offsets"))?,
             };
             t.distinct[c] = Distinct::unknown();
         }
@@ -313,16 +434,19 @@ impl SizeTally {
         let mut non_null = std::mem::take(&mut self.non_null);
         let mut bytes = std::mem::take(&mut self.bytes);
         let mut distinct = std::mem::take(&mut self.distinct);
+        let mut range = std::mem::take(&mut self.range);
         let walked = super::row::payload_values(schema, natts, payload, |c, v| {
             if let Some(v) = v {
                 non_null[c] += 1;
                 bytes[c] += v.len();
                 distinct[c].add(v);
+                widen(&mut range[c], &schema.columns[c], v);
             }
         });
         self.non_null = non_null;
         self.bytes = bytes;
         self.distinct = distinct;
+        self.range = range;
         walked?;
         self.nrows += 1;
         self.ncols = self.ncols.max(natts);
@@ -341,7 +465,7 @@ impl SizeTally {
         }
         let mut next = units_for(META_FIXED + META_COL * self.ncols).max(1) + self.nrows.div_ceil(HEADERS_PER_UNIT);
         for (c, desc) in schema.columns[..self.ncols].iter().enumerate() {
-            let (len, _) = encoded_len(desc, self.nrows, self.nrows - self.non_null[c], self.bytes[c], self.distinct[c].dictionary());
+            let (len, _) = encoded_len(desc, self.nrows, self.nrows - self.non_null[c], self.bytes[c], self.distinct[c].dictionary(), self.range[c]);
             next += units_for(len);
         }
         Ok((self.nrows, next))
@@ -417,7 +541,9 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
             }
         }
         let has_nulls = nulls > 0;
-        let (len, dict) = encoded_len(desc, nrows, nulls, bytes, distinct.dictionary());
+        let range = minmax.filter(|_| packable(desc)).and_then(|(lo, hi)| Some((int_of(desc.order, lo)?, int_of(desc.order, hi)?)));
+        let (len, encoding) = encoded_len(desc, nrows, nulls, bytes, distinct.dictionary(), range);
+        let dict = encoding == Encoding::Dict;
         let units = units_for(len);
         columns.push(ColumnMeta {
             desc: *desc,
@@ -428,6 +554,11 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
             has_nulls,
             minmax: minmax.map(|(a, b)| (a.to_vec(), b.to_vec())),
             dict,
+            packed: match encoding {
+                Encoding::Packed(w) => Some(w),
+                _ => None,
+            },
+            short_ends: encoding == Encoding::ShortEnds,
         });
         dictionaries.push(dict.then_some(distinct));
         next += units;
@@ -487,7 +618,9 @@ pub fn build(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32) ->
         wr16(e, 6, m.units);
         wr32(e, 8, m.len);
         wr16(e, 12, m.null_count);
-        e[14] = if m.has_nulls { F_NULLS } else { 0 } | if m.minmax.is_some() { F_MINMAX } else { 0 } | if m.dict { F_DICT } else { 0 };
+        e[14] = if m.has_nulls { F_NULLS } else { 0 } | if m.minmax.is_some() { F_MINMAX } else { 0 } | if m.dict { F_DICT } else { 0 } | if m.packed.is_some() { F_PACKED } else { 0 }
+            | if m.short_ends { F_SHORT_ENDS } else { 0 };
+        e[15] = m.packed.unwrap_or(0);
         if let Some((lo, hi)) = &m.minmax {
             e[16..16 + lo.len()].copy_from_slice(lo);
             e[32..32 + hi.len()].copy_from_slice(hi);
@@ -544,6 +677,17 @@ pub fn build(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32) ->
                     s.extend_from_slice(e);
                 }
             }
+            Width::Fixed(_) if m.packed.is_some() => {
+                // `value - min` in `w` bytes a row; NULL as zeros.
+                let w = m.packed.unwrap_or(0) as usize;
+                let lo = m.minmax.as_ref().and_then(|(lo, _)| int_of(m.desc.order, lo)).ok_or(Error::BadInput("packed column without a minimum"))?;
+                for row in rows {
+                    match value(row, c) {
+                        Some(v) => pack_value(m.desc.order, lo, w, v, &mut s)?,
+                        None => s.resize(s.len() + w, 0),
+                    }
+                }
+            }
             Width::Fixed(n) => {
                 for row in rows {
                     match value(row, c) {
@@ -558,7 +702,11 @@ pub fn build(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32) ->
                 let mut end = 0u32;
                 for row in rows {
                     end += value(row, c).map_or(0, |v| v.len() as u32);
-                    s.extend_from_slice(&end.to_le_bytes());
+                    if m.short_ends {
+                        s.extend_from_slice(&(end as u16).to_le_bytes());
+                    } else {
+                        s.extend_from_slice(&end.to_le_bytes());
+                    }
                 }
                 for row in rows {
                     if let Some(v) = value(row, c) {
@@ -732,9 +880,29 @@ impl<'a> ColumnPart<'a> {
             let (first_unit, cunits, len, null_count, flags) = (rd16(e, 4), rd16(e, 6), rd32(e, 8), rd16(e, 12), e[14]);
             let has_nulls = flags & F_NULLS != 0;
             let dict = flags & F_DICT != 0;
-            if flags & !(F_NULLS | F_MINMAX | F_DICT) != 0 || e[15] != 0 {
+            if flags & !(F_NULLS | F_MINMAX | F_DICT | F_PACKED | F_SHORT_ENDS) != 0 {
                 return corrupt("unknown column flags");
             }
+            let packed = if flags & F_PACKED != 0 {
+                let w = e[15];
+                let ok = match desc.width {
+                    Width::Fixed(n) => packable(&desc) && !dict && flags & F_MINMAX != 0 && w >= 1 && (w as u16) < n,
+                    Width::Varlena => false,
+                };
+                if !ok {
+                    return corrupt("packed column description inconsistent");
+                }
+                Some(w)
+            } else if e[15] != 0 {
+                return corrupt("unknown column flags");
+            } else {
+                None
+            };
+            let short_ends = flags & F_SHORT_ENDS != 0;
+            if short_ends && (desc.width != Width::Varlena || dict) {
+                return corrupt("short end offsets on a column without them");
+            }
+            let ends = if short_ends { 2 } else { 4 };
             if first_unit as usize != next || cunits as usize != units_for(len as usize) {
                 return corrupt("column mini-page out of place");
             }
@@ -745,8 +913,9 @@ impl<'a> ColumnPart<'a> {
             let bitmap = if has_nulls { bitmap_len(rows) } else { 0 };
             let ok_len = match desc.width {
                 _ if dict => len as usize > bitmap + 2 + rows && null_count as usize != rows,
+                Width::Fixed(_) if packed.is_some() => len as usize == bitmap + rows * packed.unwrap_or(0) as usize,
                 Width::Fixed(n) => len as usize == bitmap + rows * n as usize,
-                Width::Varlena => len as usize >= bitmap + 4 * rows,
+                Width::Varlena => len as usize >= bitmap + ends * rows,
             };
             if !ok_len {
                 return corrupt("column mini-page length inconsistent");
@@ -764,7 +933,7 @@ impl<'a> ColumnPart<'a> {
             } else {
                 None
             };
-            columns.push(ColumnMeta { desc, first_unit, units: cunits, len, null_count, has_nulls, minmax, dict });
+            columns.push(ColumnMeta { desc, first_unit, units: cunits, len, null_count, has_nulls, minmax, dict, packed, short_ends });
         }
         if next != units {
             return corrupt("column mini-pages do not end where the part ends");
@@ -874,6 +1043,10 @@ impl<'a> ColumnPart<'a> {
             };
             let at = out.len();
             match m.desc.width {
+                Width::Fixed(n) if m.packed.is_some() => {
+                    out.resize(at + n as usize, 0);
+                    self.read_packed(m, c, pos, len, &mut out[at..])?;
+                }
                 Width::Fixed(_) => {
                     out.resize(at + len, 0);
                     self.read_stream_into(c, pos, &mut out[at..])?;
@@ -905,15 +1078,17 @@ impl<'a> ColumnPart<'a> {
                 return Ok(None);
             }
         }
-        // The (start, end) offsets of entry `i` in an end-offset table at `at`.
-        let ends = |at: usize, i: usize| -> Result<(usize, usize)> {
+        // The (start, end) offsets of entry `i` in a table at `at` of
+        // `w`-byte end offsets (4, or 2 for short ones).
+        let ends = |at: usize, i: usize, w: usize| -> Result<(usize, usize)> {
             let mut b = [0u8; 8];
+            let rd = |b: &[u8], at: usize| if w == 2 { rd16(b, at) as usize } else { rd32(b, at) as usize };
             if i == 0 {
-                self.read_stream_into(c, at, &mut b[4..])?;
-                Ok((0, rd32(&b, 4) as usize))
+                self.read_stream_into(c, at, &mut b[8 - w..])?;
+                Ok((0, rd(&b, 8 - w)))
             } else {
-                self.read_stream_into(c, at + 4 * (i - 1), &mut b)?;
-                Ok((rd32(&b, 0) as usize, rd32(&b, 4) as usize))
+                self.read_stream_into(c, at + w * (i - 1), &mut b[..2 * w])?;
+                Ok((rd(&b, 0), rd(&b, w)))
             }
         };
         let (index, table, count) = if m.dict {
@@ -930,10 +1105,16 @@ impl<'a> ColumnPart<'a> {
             (r, base, self.nrows)
         };
         let (pos, len) = match m.desc.width {
+            Width::Fixed(_) if m.packed.is_some() => {
+                let w = m.packed.unwrap_or(0) as usize;
+                (table + index * w, w)
+            }
             Width::Fixed(n) => (table + index * n as usize, n as usize),
             Width::Varlena => {
-                let data = table + 4 * count;
-                let (start, end) = ends(table, index)?;
+                // A dictionary's own offsets are always u32.
+                let w = if m.dict { 4 } else { ends_width(m) };
+                let data = table + w * count;
+                let (start, end) = ends(table, index, w)?;
                 if start > end {
                     return corrupt("varlena offsets out of order or out of range");
                 }
@@ -981,10 +1162,26 @@ impl<'a> ColumnPart<'a> {
         if r >= self.nrows || c >= self.layout.columns.len() {
             return Err(Error::BadInput("column value out of range"));
         }
-        match self.value_span(r, c)? {
-            None => Ok(None),
-            Some((pos, len)) => Ok(Some(self.read_stream(c, pos, len)?)),
+        let m = &self.layout.columns[c];
+        match (self.value_span(r, c)?, m.desc.width) {
+            (None, _) => Ok(None),
+            (Some((pos, len)), Width::Fixed(n)) if m.packed.is_some() => {
+                let mut v = vec![0u8; n as usize];
+                self.read_packed(m, c, pos, len, &mut v)?;
+                Ok(Some(v))
+            }
+            (Some((pos, len)), _) => Ok(Some(self.read_stream(c, pos, len)?)),
         }
+    }
+
+    /// The value whose `len` stored bytes are at `pos` of packed column
+    /// `c` (`m`), unpacked into `out` (the type's width).
+    fn read_packed(&self, m: &ColumnMeta, c: usize, pos: usize, len: usize, out: &mut [u8]) -> Result<()> {
+        let Some((min, _)) = &m.minmax else { return corrupt("packed column without a minimum") };
+        let mut raw = [0u8; 8];
+        self.read_stream_into(c, pos, &mut raw[..len])?;
+        unpack_value(min, &raw[..len], out);
+        Ok(())
     }
 
     /// Copies column `c`'s whole content (null bitmap, then the fixed
@@ -998,6 +1195,18 @@ impl<'a> ColumnPart<'a> {
         stream.resize(m.len as usize, 0);
         self.read_stream_into(c, 0, stream)?;
         let base = if m.has_nulls { bitmap_len(self.nrows) } else { 0 };
+        if let (Some(w), Width::Fixed(n), Some((min, _))) = (m.packed, m.desc.width, &m.minmax) {
+            // Unpacked in place, from the last row back: row r's n bytes
+            // land at base + r * n, at or past base + r * w, where the
+            // stored bytes of the rows before it (still unread) end.
+            let (w, n) = (w as usize, n as usize);
+            stream.resize(base + self.nrows * n, 0);
+            for r in (0..self.nrows).rev() {
+                let mut raw = [0u8; 8];
+                raw[..w].copy_from_slice(&stream[base + r * w..base + r * w + w]);
+                unpack_value(min, &raw[..w], &mut stream[base + r * n..base + r * n + n]);
+            }
+        }
         let dict = if m.dict {
             let n = rd16(stream, base) as usize;
             let entries = base + 2 + self.nrows;
@@ -1013,7 +1222,7 @@ impl<'a> ColumnPart<'a> {
         } else {
             None
         };
-        Ok(ColumnValues { stream, nrows: self.nrows, width: m.desc.width, has_nulls: m.has_nulls, base, dict })
+        Ok(ColumnValues { stream, nrows: self.nrows, width: m.desc.width, has_nulls: m.has_nulls, base, dict, ends: ends_width(m) })
     }
 
     /// Header and values of row `r` (`natts` values).
@@ -1040,6 +1249,8 @@ pub struct ColumnValues<'s> {
     /// A dictionary's entries (where they begin, how many): the codes are
     /// at `base + 2`.
     dict: Option<(usize, usize)>,
+    /// Bytes of each end offset of a plain varlena column (2 or 4).
+    ends: usize,
 }
 
 impl<'s> ColumnValues<'s> {
@@ -1065,12 +1276,14 @@ impl<'s> ColumnValues<'s> {
                 self.stream.get(at..at + n as usize).map(Some).ok_or(Error::Corrupt("fixed value past its mini-page"))
             }
             Width::Varlena => {
-                let data = self.base + 4 * self.nrows;
+                let w = self.ends;
+                let data = self.base + w * self.nrows;
                 if data > self.stream.len() {
                     return corrupt("varlena offsets past their mini-page");
                 }
-                let end = rd32(self.stream, self.base + 4 * r) as usize;
-                let start = if r == 0 { 0 } else { rd32(self.stream, self.base + 4 * (r - 1)) as usize };
+                let rd = |at: usize| if w == 2 { rd16(self.stream, at) as usize } else { rd32(self.stream, at) as usize };
+                let end = rd(self.base + w * r);
+                let start = if r == 0 { 0 } else { rd(self.base + w * (r - 1)) };
                 if start > end || data + end > self.stream.len() {
                     return corrupt("varlena offsets out of order or out of range");
                 }
@@ -1364,7 +1577,8 @@ mod tests {
                 header: RowHeader { slot: i as u16, natts: 4, mvcc: Mvcc::default() },
                 row: Row {
                     values: vec![
-                        Some(((i % 7) as i32 + 1).to_le_bytes().to_vec()),
+                        // (values far apart, so packing them would not be shorter)
+                        Some(((i % 7) as i32 * 300_000_000 + 1).to_le_bytes().to_vec()),
                         if i % 10 == 0 { None } else { Some(format!("\x0bMODE{}", i % 5).into_bytes()) },
                         Some(format!("comment {}", i % 300).into_bytes()),
                         Some(((i % 3) as f64 * 0.01).to_le_bytes().to_vec()),
@@ -1653,11 +1867,153 @@ mod tests {
         let c1 = part.column_meta(1).unwrap().clone();
         let (blk, off) = Geometry::unit_location(c1.first_unit as usize);
         let mut m = blocks.clone();
-        let at = off + bitmap_len(30) + 4 * 11;
-        m[blk][at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        // (short u16 end offsets: the values take far less than 64 KB)
+        assert!(c1.short_ends);
+        let at = off + bitmap_len(30) + 2 * 11;
+        m[blk][at..at + 2].copy_from_slice(&u16::MAX.to_le_bytes());
         let part = ColumnPart::parse(&g, views(&m), u, 30, None).unwrap();
         assert!(part.value(11, 1).is_err());
         assert!(part.value(12, 1).is_err());
         assert!(part.value(30, 0).is_err());
+    }
+
+    #[test]
+    fn short_ranges_of_integers_are_packed() {
+        // int2/int4/int8 (signed, with negatives and NULLs), an unsigned
+        // int4 and a date-like int4: each column whose values span a short
+        // range stores value - min in fewer bytes, and every reader gets
+        // the values back as they went in.
+        let schema = Schema::new(vec![
+            ColumnDesc::fixed(8, MinMaxOrder::SignedInt),
+            ColumnDesc::fixed(4, MinMaxOrder::SignedInt),
+            ColumnDesc::fixed(2, MinMaxOrder::SignedInt),
+            ColumnDesc::fixed(4, MinMaxOrder::UnsignedInt),
+            ColumnDesc::fixed(8, MinMaxOrder::SignedInt),
+            ColumnDesc::fixed(8, MinMaxOrder::Float),
+        ])
+        .unwrap();
+        let n = 700usize;
+        let rs: Vec<ColumnRow> = (0..n)
+            .map(|i| ColumnRow {
+                header: RowHeader { slot: i as u16, natts: 6, mvcc: Mvcc::default() },
+                row: Row {
+                    values: vec![
+                        // 8 bytes spanning about 2^17 around a negative base: 3 bytes
+                        Some((-5_000_000_000i64 + ((i * 7919) % 131_000) as i64).to_le_bytes().to_vec()),
+                        // 4 bytes, 9000..10500 with NULLs: 2 bytes
+                        if i % 9 == 4 { None } else { Some((9000 + ((i * 31) % 1500) as i32).to_le_bytes().to_vec()) },
+                        // 2 bytes, -100..100: 1 byte (shorter than its dictionary of 201 values)
+                        Some((((i * 13) % 201) as i16 - 100).to_le_bytes().to_vec()),
+                        // unsigned 4 bytes near the top of the range: 2 bytes
+                        Some((u32::MAX - ((i * 17) % 60_000) as u32).to_le_bytes().to_vec()),
+                        // the full int8 range: stays plain
+                        Some(if i % 2 == 0 { i64::MIN + i as i64 } else { i64::MAX - i as i64 }.to_le_bytes().to_vec()),
+                        // floats are never packed
+                        Some((i as f64 * 0.5).to_le_bytes().to_vec()),
+                    ],
+                },
+            })
+            .collect();
+        let g = geo(16);
+        let (blocks, p) = build(&g, &schema, &rs, 3).unwrap();
+        let packed: Vec<Option<u8>> = p.columns.iter().map(|m| m.packed).collect();
+        assert_eq!(packed, vec![Some(3), Some(2), Some(1), Some(2), None, None]);
+        assert_eq!(p.columns[1].len as usize, bitmap_len(n) + 2 * n);
+        let part = ColumnPart::parse(&g, views(&blocks), p.total_units, n, Some(3)).unwrap();
+        for c in 0..6 {
+            assert_eq!(part.column_meta(c).unwrap().packed, packed[c], "parsed meta of column {c}");
+            let mut stream = vec![7u8; 3];
+            let values = part.column_values(c, &mut stream).unwrap();
+            for (r, want) in rs.iter().enumerate() {
+                assert_eq!(values.get(r).unwrap(), want.row.values[c].as_deref(), "column {c} row {r}");
+            }
+        }
+        for (r, want) in rs.iter().enumerate() {
+            assert_eq!(&part.row(r).unwrap(), want);
+            let mut out = Vec::new();
+            part.row_payload(r, &mut out).unwrap();
+            assert_eq!(out, super::super::row::encode_payload(&schema, &want.row).unwrap());
+            let mut some = Vec::new();
+            part.values_payload_of(r, 6, Some(&[false, true, false, true, false, false]), &mut some).unwrap();
+            let mut masked = want.row.clone();
+            for c in [0, 2, 4, 5] {
+                masked.values[c] = None;
+            }
+            assert_eq!(some, super::super::row::encode_payload(&schema, &masked).unwrap());
+        }
+        // A tally of the rows sizes exactly what plan builds, and so does
+        // the tally of the built part plus more rows (widening the ranges).
+        let mut want = SizeTally::new(&schema);
+        for r in &rs {
+            want.add(&schema, r).unwrap();
+        }
+        assert_eq!(want.units(&schema).unwrap(), (n, p.total_units));
+        let mut of_part = SizeTally::of_part(&schema, &part).unwrap();
+        assert_eq!(of_part.units(&schema).unwrap(), want.units(&schema).unwrap());
+        let mut more = rs[..40].to_vec();
+        for (i, r) in more.iter_mut().enumerate() {
+            r.header.slot = (n + i) as u16;
+            r.row.values[1] = Some((-70_000 + i as i32).to_le_bytes().to_vec());
+        }
+        for r in &more {
+            of_part.add(&schema, r).unwrap();
+            want.add(&schema, r).unwrap();
+        }
+        assert_eq!(of_part.units(&schema).unwrap(), want.units(&schema).unwrap());
+        let all: Vec<ColumnRow> = rs.iter().chain(&more).cloned().collect();
+        let (_, p2) = build(&g, &schema, &all, 4).unwrap();
+        assert_eq!(p2.columns[1].packed, Some(3), "a wider range takes more bytes a row");
+        assert_eq!(want.units(&schema).unwrap(), (all.len(), p2.total_units));
+        // A packed width that is not narrower than the type, or on a
+        // column that cannot be packed, is corruption.
+        let (blk, off) = Geometry::unit_location(0);
+        for (col, w) in [(1usize, 4u8), (1, 0), (5, 2)] {
+            let mut bad = blocks.clone();
+            let at = off + META_FIXED + META_COL * col;
+            bad[blk][at + 14] |= F_PACKED;
+            bad[blk][at + 15] = w;
+            assert!(ColumnPart::parse(&g, views(&bad), p.total_units, n, Some(3)).is_err(), "column {col} width {w}");
+        }
+    }
+
+    #[test]
+    fn varlena_end_offsets_are_u16_below_64kb() {
+        // 300 values of 200 bytes (60,000 bytes) take u16 end offsets, 400
+        // (80,000) u32 ones; both read back, and tallies size them as
+        // plan does.
+        let schema = Schema::new(vec![ColumnDesc::fixed(4, MinMaxOrder::None), ColumnDesc::varlena()]).unwrap();
+        let g = geo(16);
+        for (n, short) in [(300usize, true), (400, false)] {
+            let rs: Vec<ColumnRow> = (0..n)
+                .map(|i| ColumnRow {
+                    header: RowHeader { slot: i as u16, natts: 2, mvcc: Mvcc::default() },
+                    row: Row { values: vec![Some((i as u32).to_le_bytes().to_vec()), if i % 11 == 5 { None } else { Some(vec![(i % 251) as u8; 200 + i % 3]) }] },
+                })
+                .collect();
+            let (blocks, p) = build(&g, &schema, &rs, 2).unwrap();
+            assert_eq!(p.columns[1].short_ends, short, "{n} rows");
+            let part = ColumnPart::parse(&g, views(&blocks), p.total_units, n, Some(2)).unwrap();
+            assert_eq!(part.column_meta(1).unwrap().short_ends, short);
+            let mut stream = Vec::new();
+            let values = part.column_values(1, &mut stream).unwrap();
+            for (r, want) in rs.iter().enumerate() {
+                assert_eq!(values.get(r).unwrap(), want.row.values[1].as_deref());
+                assert_eq!(&part.row(r).unwrap(), want);
+            }
+            let mut want = SizeTally::new(&schema);
+            for r in &rs {
+                want.add(&schema, r).unwrap();
+            }
+            assert_eq!(want.units(&schema).unwrap(), (n, p.total_units));
+            assert_eq!(SizeTally::of_part(&schema, &part).unwrap().units(&schema).unwrap(), (n, p.total_units));
+        }
+        // Short offsets on a fixed column are corruption.
+        let rs: Vec<ColumnRow> = (0..10usize)
+            .map(|i| ColumnRow { header: RowHeader { slot: i as u16, natts: 2, mvcc: Mvcc::default() }, row: Row { values: vec![Some(vec![1, 2, 3, 4]), Some(vec![7; 3])] } })
+            .collect();
+        let (mut blocks, p) = build(&g, &schema, &rs, 2).unwrap();
+        let (blk, off) = Geometry::unit_location(0);
+        blocks[blk][off + META_FIXED + 14] |= F_SHORT_ENDS;
+        assert!(ColumnPart::parse(&g, views(&blocks), p.total_units, 10, Some(2)).is_err());
     }
 }
