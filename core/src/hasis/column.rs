@@ -1363,6 +1363,25 @@ mod tests {
         blocks.iter().map(|b| &b[..]).collect()
     }
 
+    /// Every reader of `part` returns `rs` as they went in: each column's
+    /// values through `column_values`, each row through `row` and in the
+    /// row format through `row_payload`.
+    fn assert_reads_back(part: &ColumnPart, schema: &Schema, rs: &[ColumnRow]) {
+        for c in 0..part.ncols() {
+            let mut stream = vec![7u8; 3];
+            let values = part.column_values(c, &mut stream).unwrap();
+            for (r, want) in rs.iter().enumerate() {
+                assert_eq!(values.get(r).unwrap(), want.row.values[c].as_deref(), "column {c} row {r}");
+            }
+        }
+        for (r, want) in rs.iter().enumerate() {
+            assert_eq!(&part.row(r).unwrap(), want);
+            let mut out = Vec::new();
+            part.row_payload(r, &mut out).unwrap();
+            assert_eq!(out, super::super::row::encode_payload(schema, &want.row).unwrap());
+        }
+    }
+
     fn check_roundtrip(g: &Geometry, rs: &[ColumnRow]) -> Plan {
         let (blocks, p) = build(g, &schema(), rs, 5).unwrap();
         let part = ColumnPart::parse(g, views(&blocks), p.total_units, rs.len(), Some(5)).unwrap();
@@ -1600,16 +1619,8 @@ mod tests {
             sorted.sort();
             sorted.dedup();
             assert_eq!(entries, sorted, "column {c}: entries in byte order, distinct");
-            for (r, want) in rs.iter().enumerate() {
-                assert_eq!(values.get(r).unwrap(), want.row.values[c].as_deref(), "column {c} row {r}");
-            }
         }
-        for (r, want) in rs.iter().enumerate() {
-            assert_eq!(&part.row(r).unwrap(), want);
-            let mut out = Vec::new();
-            part.row_payload(r, &mut out).unwrap();
-            assert_eq!(out, super::super::row::encode_payload(&schema, &want.row).unwrap());
-        }
+        assert_reads_back(&part, &schema, &rs);
         // The tally of the built part, plus more rows, sizes as the rows do.
         let mut of_part = SizeTally::of_part(&schema, &part).unwrap();
         let mut want = SizeTally::new(&schema);
@@ -1922,17 +1933,9 @@ mod tests {
         let part = ColumnPart::parse(&g, views(&blocks), p.total_units, n, Some(3)).unwrap();
         for c in 0..6 {
             assert_eq!(part.column_meta(c).unwrap().packed, packed[c], "parsed meta of column {c}");
-            let mut stream = vec![7u8; 3];
-            let values = part.column_values(c, &mut stream).unwrap();
-            for (r, want) in rs.iter().enumerate() {
-                assert_eq!(values.get(r).unwrap(), want.row.values[c].as_deref(), "column {c} row {r}");
-            }
         }
+        assert_reads_back(&part, &schema, &rs);
         for (r, want) in rs.iter().enumerate() {
-            assert_eq!(&part.row(r).unwrap(), want);
-            let mut out = Vec::new();
-            part.row_payload(r, &mut out).unwrap();
-            assert_eq!(out, super::super::row::encode_payload(&schema, &want.row).unwrap());
             let mut some = Vec::new();
             part.values_payload_of(r, 6, Some(&[false, true, false, true, false, false]), &mut some).unwrap();
             let mut masked = want.row.clone();
@@ -1994,12 +1997,7 @@ mod tests {
             assert_eq!(p.columns[1].short_ends, short, "{n} rows");
             let part = ColumnPart::parse(&g, views(&blocks), p.total_units, n, Some(2)).unwrap();
             assert_eq!(part.column_meta(1).unwrap().short_ends, short);
-            let mut stream = Vec::new();
-            let values = part.column_values(1, &mut stream).unwrap();
-            for (r, want) in rs.iter().enumerate() {
-                assert_eq!(values.get(r).unwrap(), want.row.values[1].as_deref());
-                assert_eq!(&part.row(r).unwrap(), want);
-            }
+            assert_reads_back(&part, &schema, &rs);
             let mut want = SizeTally::new(&schema);
             for r in &rs {
                 want.add(&schema, r).unwrap();
@@ -2015,5 +2013,43 @@ mod tests {
         let (blk, off) = Geometry::unit_location(0);
         blocks[blk][off + META_FIXED + 14] |= F_SHORT_ENDS;
         assert!(ColumnPart::parse(&g, views(&blocks), p.total_units, 10, Some(2)).is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+        /// Any integer column (2, 4 or 8 bytes, either signedness), any base
+        /// and span, with NULLs: the part reads back what went in, whether
+        /// or not it was packed, and tallies size it as plan does.
+        #[test]
+        fn integer_columns_round_trip(width in proptest::sample::select(vec![2u16, 4, 8]), signed in proptest::bool::ANY,
+                                      base in proptest::num::i64::ANY, span_bits in 0u32..64, seed in proptest::num::u64::ANY,
+                                      n in 1usize..600) {
+            let order = if signed { MinMaxOrder::SignedInt } else { MinMaxOrder::UnsignedInt };
+            let schema = Schema::new(vec![ColumnDesc::fixed(width, order)]).unwrap();
+            let mut x = seed | 1;
+            let rs: Vec<ColumnRow> = (0..n)
+                .map(|i| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let off = if span_bits == 0 { 0 } else { x & (u64::MAX >> (64 - span_bits)) };
+                    let v = (base as u64).wrapping_add(off).to_le_bytes()[..width as usize].to_vec();
+                    ColumnRow {
+                        header: RowHeader { slot: i as u16, natts: 1, mvcc: Mvcc::default() },
+                        row: Row { values: vec![(x % 13 != 3).then_some(v)] },
+                    }
+                })
+                .collect();
+            let g = geo(16);
+            let (blocks, p) = build(&g, &schema, &rs, 1).unwrap();
+            let part = ColumnPart::parse(&g, views(&blocks), p.total_units, n, Some(1)).unwrap();
+            assert_reads_back(&part, &schema, &rs);
+            let mut t = SizeTally::new(&schema);
+            for r in &rs {
+                t.add(&schema, r).unwrap();
+            }
+            proptest::prop_assert_eq!(t.units(&schema).unwrap(), (n, p.total_units));
+            proptest::prop_assert_eq!(SizeTally::of_part(&schema, &part).unwrap().units(&schema).unwrap(), (n, p.total_units));
+        }
     }
 }
