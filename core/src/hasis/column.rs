@@ -88,30 +88,21 @@ enum Encoding {
     Packed(u8),
 }
 
+/// End offset `i` of a table of `w`-byte (2 or 4) end offsets at `at` of `b`.
+fn end_at(b: &[u8], at: usize, w: usize, i: usize) -> usize {
+    if w == 2 {
+        rd16(b, at + 2 * i) as usize
+    } else {
+        rd32(b, at + 4 * i) as usize
+    }
+}
+
 /// Bytes of each end offset of a plain varlena column.
 fn ends_width(m: &ColumnMeta) -> usize {
     if m.short_ends {
         2
     } else {
         4
-    }
-}
-
-/// A fixed value of an integer order as a number (None for other orders).
-fn int_of(order: MinMaxOrder, v: &[u8]) -> Option<i128> {
-    if v.is_empty() || v.len() > 8 {
-        return None;
-    }
-    let mut buf = [0u8; 8];
-    buf[..v.len()].copy_from_slice(v);
-    let u = u64::from_le_bytes(buf);
-    match order {
-        MinMaxOrder::SignedInt => {
-            let shift = 64 - 8 * v.len() as u32;
-            Some((((u << shift) as i64) >> shift) as i128)
-        }
-        MinMaxOrder::UnsignedInt => Some(u as i128),
-        _ => None,
     }
 }
 
@@ -137,7 +128,7 @@ fn packed_width(desc: &ColumnDesc, range: Option<(i128, i128)>) -> Option<u8> {
 
 /// Row value `v` of a packed column with minimum `lo`, as its `w` stored bytes.
 fn pack_value(order: MinMaxOrder, lo: i128, w: usize, v: &[u8], out: &mut Vec<u8>) -> Result<()> {
-    let x = int_of(order, v).ok_or(Error::BadInput("packed column value not an integer"))?;
+    let x = order.integer(v).ok_or(Error::BadInput("packed column value not an integer"))?;
     let d = (x - lo) as u64;
     out.extend_from_slice(&d.to_le_bytes()[..w]);
     Ok(())
@@ -348,7 +339,7 @@ fn widen(range: &mut Option<(i128, i128)>, desc: &ColumnDesc, v: &[u8]) {
     if !packable(desc) {
         return;
     }
-    if let Some(x) = int_of(desc.order, v) {
+    if let Some(x) = desc.order.integer(v) {
         *range = Some(match *range {
             None => (x, x),
             Some((lo, hi)) => (lo.min(x), hi.max(x)),
@@ -541,7 +532,7 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
             }
         }
         let has_nulls = nulls > 0;
-        let range = minmax.filter(|_| packable(desc)).and_then(|(lo, hi)| Some((int_of(desc.order, lo)?, int_of(desc.order, hi)?)));
+        let range = minmax.filter(|_| packable(desc)).and_then(|(lo, hi)| Some((desc.order.integer(lo)?, desc.order.integer(hi)?)));
         let (len, encoding) = encoded_len(desc, nrows, nulls, bytes, distinct.dictionary(), range);
         let dict = encoding == Encoding::Dict;
         let units = units_for(len);
@@ -680,7 +671,7 @@ pub fn build(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32) ->
             Width::Fixed(_) if m.packed.is_some() => {
                 // `value - min` in `w` bytes a row; NULL as zeros.
                 let w = m.packed.unwrap_or(0) as usize;
-                let lo = m.minmax.as_ref().and_then(|(lo, _)| int_of(m.desc.order, lo)).ok_or(Error::BadInput("packed column without a minimum"))?;
+                let lo = m.minmax.as_ref().and_then(|(lo, _)| m.desc.order.integer(lo)).ok_or(Error::BadInput("packed column without a minimum"))?;
                 for row in rows {
                     match value(row, c) {
                         Some(v) => pack_value(m.desc.order, lo, w, v, &mut s)?,
@@ -1082,13 +1073,12 @@ impl<'a> ColumnPart<'a> {
         // `w`-byte end offsets (4, or 2 for short ones).
         let ends = |at: usize, i: usize, w: usize| -> Result<(usize, usize)> {
             let mut b = [0u8; 8];
-            let rd = |b: &[u8], at: usize| if w == 2 { rd16(b, at) as usize } else { rd32(b, at) as usize };
             if i == 0 {
-                self.read_stream_into(c, at, &mut b[8 - w..])?;
-                Ok((0, rd(&b, 8 - w)))
+                self.read_stream_into(c, at, &mut b[..w])?;
+                Ok((0, end_at(&b, 0, w, 0)))
             } else {
                 self.read_stream_into(c, at + w * (i - 1), &mut b[..2 * w])?;
-                Ok((rd(&b, 0), rd(&b, w)))
+                Ok((end_at(&b, 0, w, 0), end_at(&b, 0, w, 1)))
             }
         };
         let (index, table, count) = if m.dict {
@@ -1281,9 +1271,8 @@ impl<'s> ColumnValues<'s> {
                 if data > self.stream.len() {
                     return corrupt("varlena offsets past their mini-page");
                 }
-                let rd = |at: usize| if w == 2 { rd16(self.stream, at) as usize } else { rd32(self.stream, at) as usize };
-                let end = rd(self.base + w * r);
-                let start = if r == 0 { 0 } else { rd(self.base + w * (r - 1)) };
+                let end = end_at(self.stream, self.base, w, r);
+                let start = if r == 0 { 0 } else { end_at(self.stream, self.base, w, r - 1) };
                 if start > end || data + end > self.stream.len() {
                     return corrupt("varlena offsets out of order or out of range");
                 }

@@ -144,17 +144,21 @@ impl MinMaxOrder {
         })
     }
 
+    /// A value of an integer order (1 to 8 bytes) as a number; None for
+    /// the other orders.
+    pub fn integer(self, v: &[u8]) -> Option<i128> {
+        if v.is_empty() || v.len() > 8 {
+            return None;
+        }
+        match self {
+            MinMaxOrder::SignedInt => Some(le_i64(v) as i128),
+            MinMaxOrder::UnsignedInt => Some(le_u64(v) as i128),
+            _ => None,
+        }
+    }
+
     /// Order of two values of the same valid length.
     pub fn cmp(self, a: &[u8], b: &[u8]) -> Ordering {
-        fn le_u64(x: &[u8]) -> u64 {
-            let mut buf = [0u8; 8];
-            buf[..x.len()].copy_from_slice(x);
-            u64::from_le_bytes(buf)
-        }
-        fn le_i64(x: &[u8]) -> i64 {
-            let shift = 64 - 8 * x.len() as u32;
-            ((le_u64(x) << shift) as i64) >> shift
-        }
         fn float(x: &[u8]) -> f64 {
             match x.len() {
                 4 => f32::from_le_bytes([x[0], x[1], x[2], x[3]]) as f64,
@@ -176,6 +180,19 @@ impl MinMaxOrder {
             }
         }
     }
+}
+
+/// Little-endian unsigned integer of 1 to 8 bytes.
+fn le_u64(x: &[u8]) -> u64 {
+    let mut buf = [0u8; 8];
+    buf[..x.len()].copy_from_slice(x);
+    u64::from_le_bytes(buf)
+}
+
+/// Little-endian two's complement integer of 1 to 8 bytes.
+fn le_i64(x: &[u8]) -> i64 {
+    let shift = 64 - 8 * x.len() as u32;
+    ((le_u64(x) << shift) as i64) >> shift
 }
 
 /// One column of the relation.
