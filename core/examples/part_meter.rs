@@ -17,10 +17,11 @@ use std::collections::BTreeMap;
 
 /// How a column's mini-page holds its values, for the report.
 fn encoding(m: &ColumnMeta) -> String {
-    match (m.dict, m.packed, m.short_ends) {
-        (true, _, _) => " dict".into(),
-        (_, Some(w), _) => format!(" packed{w}"),
-        (_, _, true) => " short-ends".into(),
+    match (m.dict, m.packed, m.short_ends, m.decimal) {
+        (true, ..) => " dict".into(),
+        (_, Some(w), ..) => format!(" packed{w}"),
+        (_, _, true, _) => " short-ends".into(),
+        (.., Some(f)) => format!(" decimal{}", f.width),
         _ => String::new(),
     }
 }

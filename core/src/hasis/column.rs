@@ -23,6 +23,7 @@
 use super::layout::{
     rd16, rd32, wr16, wr32, BlockKind, BlockTrailer, Geometry, BLCKSZ, UNITS_PER_BLOCK, UNIT_PAYLOAD,
 };
+use super::decimal::{self, Decimal};
 use super::row::{ColumnDesc, MinMaxOrder, Mvcc, Row, RowHeader, Schema, Width, DESC_LEN, MAX_COLUMNS, MINMAX_MAX, MVCC_OFF, ROW_HEADER};
 use super::{corrupt, Error, Result};
 use std::sync::Arc;
@@ -39,6 +40,7 @@ const F_MINMAX: u8 = 0x02;
 const F_DICT: u8 = 0x04;
 const F_PACKED: u8 = 0x08;
 const F_SHORT_ENDS: u8 = 0x10;
+const F_DECIMAL: u8 = 0x20;
 
 /// Most distinct values a dictionary mini-page holds (its codes are one
 /// byte each).
@@ -75,6 +77,79 @@ pub struct ColumnMeta {
     /// A plain varlena column's end offsets are u16 (its values' bytes
     /// fit in 64 KB), not u32.
     pub short_ends: bool,
+    /// A varlena column whose values are all numerics of one display
+    /// scale (`decimal`): each row holds `scaled - lo` in a few bytes.
+    pub decimal: Option<DecimalFrame>,
+}
+
+/// How a decimal-encoded column part holds its values: each row's
+/// `Decimal::scaled - lo` in `width` bytes, all at display scale `dscale`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecimalFrame {
+    pub dscale: u8,
+    pub lo: i64,
+    pub hi: i64,
+    pub width: u8,
+}
+
+impl DecimalFrame {
+    /// The numeric bytes of stored bytes `raw` (`width` of them) into `out`;
+    /// their length.
+    fn value(&self, raw: &[u8], out: &mut [u8; decimal::MAX_LEN]) -> Result<usize> {
+        let mut d = [0u8; 8];
+        d[..raw.len()].copy_from_slice(raw);
+        let offset = u64::from_le_bytes(d);
+        if offset > self.hi.wrapping_sub(self.lo) as u64 {
+            return corrupt("decimal value past its part's range");
+        }
+        let scaled = self.lo.wrapping_add(offset as i64);
+        decimal::write(Decimal { dscale: self.dscale, scaled }, out).ok_or(Error::Corrupt("decimal value out of range"))
+    }
+}
+
+/// The decimal shape of a varlena column's values, as rows are added:
+/// nothing seen yet, every value a numeric of one scale within a range, or
+/// not decimal (a value that is not, or two scales). Adding a value never
+/// turns "not" back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DecimalRange {
+    Empty,
+    Within { dscale: u8, lo: i64, hi: i64 },
+    Not,
+}
+
+impl DecimalRange {
+    fn of(desc: &ColumnDesc) -> DecimalRange {
+        match desc.width {
+            Width::Varlena => DecimalRange::Empty,
+            Width::Fixed(_) => DecimalRange::Not,
+        }
+    }
+
+    fn add(&mut self, v: &[u8]) {
+        let next = match (*self, decimal::parse(v)) {
+            (DecimalRange::Not, _) | (_, None) => DecimalRange::Not,
+            (DecimalRange::Empty, Some(d)) => DecimalRange::Within { dscale: d.dscale, lo: d.scaled, hi: d.scaled },
+            (DecimalRange::Within { dscale, lo, hi }, Some(d)) if d.dscale == dscale => {
+                DecimalRange::Within { dscale, lo: lo.min(d.scaled), hi: hi.max(d.scaled) }
+            }
+            (DecimalRange::Within { .. }, Some(_)) => DecimalRange::Not,
+        };
+        *self = next;
+    }
+
+    /// The frame the values would take: the fewest bytes that hold their
+    /// span, at least one.
+    fn frame(&self) -> Option<DecimalFrame> {
+        match *self {
+            DecimalRange::Within { dscale, lo, hi } => {
+                let span = hi.wrapping_sub(lo) as u64;
+                let width = ((64 - span.leading_zeros()) as usize).div_ceil(8).max(1) as u8;
+                Some(DecimalFrame { dscale, lo, hi, width })
+            }
+            _ => None,
+        }
+    }
 }
 
 /// How a column's mini-page holds its values.
@@ -86,6 +161,8 @@ enum Encoding {
     Dict,
     /// Frame of reference, this many bytes a row.
     Packed(u8),
+    /// Numerics as scaled integers, frame of reference.
+    Decimal(DecimalFrame),
 }
 
 /// End offset `i` of a table of `w`-byte (2 or 4) end offsets at `at` of `b`.
@@ -276,8 +353,9 @@ impl Distinct {
 /// never down). A packable column whose values lie in `range` may instead be packed
 /// (`packed_width`), when that is shorter still. A narrower range never
 /// needs more bytes a row, so this size too never shrinks as rows are
-/// added.
-fn encoded_len(desc: &ColumnDesc, nrows: usize, nulls: usize, bytes: usize, dictionary: Option<(usize, usize)>, range: Option<(i128, i128)>) -> (usize, Encoding) {
+/// added. A varlena column whose values are all numerics of one scale
+/// (`decimal`) may store them as scaled integers, packed the same way.
+fn encoded_len(desc: &ColumnDesc, nrows: usize, nulls: usize, bytes: usize, dictionary: Option<(usize, usize)>, range: Option<(i128, i128)>, decimal: Option<DecimalFrame>) -> (usize, Encoding) {
     let mut best = (mini_page_len(desc, nrows, nulls, bytes), Encoding::Plain);
     let bitmap = if nulls > 0 { bitmap_len(nrows) } else { 0 };
     if desc.width == Width::Varlena && bytes <= u16::MAX as usize {
@@ -297,6 +375,12 @@ fn encoded_len(desc: &ColumnDesc, nrows: usize, nulls: usize, bytes: usize, dict
         let packed = bitmap + nrows * w as usize;
         if packed < best.0 {
             best = (packed, Encoding::Packed(w));
+        }
+    }
+    if let Some(frame) = decimal.filter(|_| desc.width == Width::Varlena) {
+        let scaled = bitmap + nrows * frame.width as usize;
+        if scaled < best.0 {
+            best = (scaled, Encoding::Decimal(frame));
         }
     }
     best
@@ -331,6 +415,8 @@ pub struct SizeTally {
     distinct: Vec<Distinct>,
     /// (min, max) of a packable column's non-null values.
     range: Vec<Option<(i128, i128)>>,
+    /// Whether a varlena column's values are numerics of one scale.
+    decimal: Vec<DecimalRange>,
 }
 
 /// Widens `range` to hold value `v` of a column described by `desc` (only
@@ -350,7 +436,15 @@ fn widen(range: &mut Option<(i128, i128)>, desc: &ColumnDesc, v: &[u8]) {
 impl SizeTally {
     pub fn new(schema: &Schema) -> SizeTally {
         let n = schema.len();
-        SizeTally { nrows: 0, ncols: 0, non_null: vec![0; n], bytes: vec![0; n], distinct: vec![Distinct::new(); n], range: vec![None; n] }
+        SizeTally {
+            nrows: 0,
+            ncols: 0,
+            non_null: vec![0; n],
+            bytes: vec![0; n],
+            distinct: vec![Distinct::new(); n],
+            range: vec![None; n],
+            decimal: schema.columns.iter().map(DecimalRange::of).collect(),
+        }
     }
 
     /// Counts `r` in (checked against its header and the schema, as `plan`
@@ -365,6 +459,7 @@ impl SizeTally {
                 self.bytes[c] += v.len();
                 self.distinct[c].add(v);
                 widen(&mut self.range[c], &schema.columns[c], v);
+                self.decimal[c].add(v);
             }
         }
         Ok(())
@@ -372,9 +467,9 @@ impl SizeTally {
 
     /// The tally of column part `part`'s rows, from its meta (row and null
     /// counts, content lengths) and its dictionaries; no other value is
-    /// read. A plain column's distinct values are not known: the tally
-    /// counts it as staying plain, which may overstate its size, never
-    /// understate it.
+    /// read. A plain column's distinct values are not known, nor whether a
+    /// plain varlena column is decimal: the tally counts it as staying
+    /// plain, which may overstate its size, never understate it.
     pub fn of_part(schema: &Schema, part: &ColumnPart) -> Result<SizeTally> {
         let mut t = SizeTally::new(schema);
         t.nrows = part.nrows();
@@ -391,6 +486,21 @@ impl SizeTally {
                 widen(&mut t.range[c], &schema.columns[c], lo);
                 widen(&mut t.range[c], &schema.columns[c], hi);
             }
+            if let Some(frame) = m.decimal {
+                // The values' bytes as a plain column would hold them.
+                let mut stream = Vec::new();
+                let values = part.column_values(c, &mut stream)?;
+                let mut bytes = 0usize;
+                for r in 0..t.nrows {
+                    if let Some(v) = values.get(r)? {
+                        bytes += v.len();
+                    }
+                }
+                t.bytes[c] = bytes;
+                t.decimal[c] = DecimalRange::Within { dscale: frame.dscale, lo: frame.lo, hi: frame.hi };
+                t.distinct[c] = Distinct::unknown();
+                continue;
+            }
             if m.dict {
                 let mut stream = Vec::new();
                 let values = part.column_values(c, &mut stream)?;
@@ -403,10 +513,13 @@ impl SizeTally {
                 }
                 t.bytes[c] = bytes;
                 let mut d = Distinct::new();
+                let mut decimal = DecimalRange::of(&schema.columns[c]);
                 for e in entries {
                     d.add(e);
+                    decimal.add(e);
                 }
                 t.distinct[c] = d;
+                t.decimal[c] = decimal;
                 continue;
             }
             let bitmap = if m.has_nulls { bitmap_len(t.nrows) } else { 0 };
@@ -415,6 +528,7 @@ impl SizeTally {
                 Width::Varlena => (m.len as usize).checked_sub(bitmap + ends_width(m) * t.nrows).ok_or(Error::BadInput("varlena mini-page shorter than its offsets"))?,
             };
             t.distinct[c] = Distinct::unknown();
+            t.decimal[c] = DecimalRange::Not;
         }
         Ok(t)
     }
@@ -426,18 +540,21 @@ impl SizeTally {
         let mut bytes = std::mem::take(&mut self.bytes);
         let mut distinct = std::mem::take(&mut self.distinct);
         let mut range = std::mem::take(&mut self.range);
+        let mut decimal = std::mem::take(&mut self.decimal);
         let walked = super::row::payload_values(schema, natts, payload, |c, v| {
             if let Some(v) = v {
                 non_null[c] += 1;
                 bytes[c] += v.len();
                 distinct[c].add(v);
                 widen(&mut range[c], &schema.columns[c], v);
+                decimal[c].add(v);
             }
         });
         self.non_null = non_null;
         self.bytes = bytes;
         self.distinct = distinct;
         self.range = range;
+        self.decimal = decimal;
         walked?;
         self.nrows += 1;
         self.ncols = self.ncols.max(natts);
@@ -456,7 +573,7 @@ impl SizeTally {
         }
         let mut next = units_for(META_FIXED + META_COL * self.ncols).max(1) + self.nrows.div_ceil(HEADERS_PER_UNIT);
         for (c, desc) in schema.columns[..self.ncols].iter().enumerate() {
-            let (len, _) = encoded_len(desc, self.nrows, self.nrows - self.non_null[c], self.bytes[c], self.distinct[c].dictionary(), self.range[c]);
+            let (len, _) = encoded_len(desc, self.nrows, self.nrows - self.non_null[c], self.bytes[c], self.distinct[c].dictionary(), self.range[c], self.decimal[c].frame());
             next += units_for(len);
         }
         Ok((self.nrows, next))
@@ -512,6 +629,7 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
         let mut nulls = 0usize;
         let mut bytes = 0usize;
         let mut distinct = Distinct::new();
+        let mut decimal = DecimalRange::of(desc);
         let mut minmax: Option<(&[u8], &[u8])> = None;
         for r in rows.clone() {
             match value(r, c) {
@@ -519,6 +637,7 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
                 Some(v) => {
                     bytes += v.len();
                     distinct.add(v);
+                    decimal.add(v);
                     if desc.has_minmax() {
                         // Below the minimum cannot be above the maximum.
                         minmax = Some(match minmax {
@@ -533,7 +652,7 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
         }
         let has_nulls = nulls > 0;
         let range = minmax.filter(|_| packable(desc)).and_then(|(lo, hi)| Some((desc.order.integer(lo)?, desc.order.integer(hi)?)));
-        let (len, encoding) = encoded_len(desc, nrows, nulls, bytes, distinct.dictionary(), range);
+        let (len, encoding) = encoded_len(desc, nrows, nulls, bytes, distinct.dictionary(), range, decimal.frame());
         let dict = encoding == Encoding::Dict;
         let units = units_for(len);
         columns.push(ColumnMeta {
@@ -550,6 +669,10 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
                 _ => None,
             },
             short_ends: encoding == Encoding::ShortEnds,
+            decimal: match encoding {
+                Encoding::Decimal(frame) => Some(frame),
+                _ => None,
+            },
         });
         dictionaries.push(dict.then_some(distinct));
         next += units;
@@ -610,11 +733,17 @@ pub fn build(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32) ->
         wr32(e, 8, m.len);
         wr16(e, 12, m.null_count);
         e[14] = if m.has_nulls { F_NULLS } else { 0 } | if m.minmax.is_some() { F_MINMAX } else { 0 } | if m.dict { F_DICT } else { 0 } | if m.packed.is_some() { F_PACKED } else { 0 }
-            | if m.short_ends { F_SHORT_ENDS } else { 0 };
-        e[15] = m.packed.unwrap_or(0);
+            | if m.short_ends { F_SHORT_ENDS } else { 0 }
+            | if m.decimal.is_some() { F_DECIMAL } else { 0 };
+        e[15] = m.packed.or(m.decimal.map(|f| f.width)).unwrap_or(0);
         if let Some((lo, hi)) = &m.minmax {
             e[16..16 + lo.len()].copy_from_slice(lo);
             e[32..32 + hi.len()].copy_from_slice(hi);
+        }
+        if let Some(f) = &m.decimal {
+            e[16..24].copy_from_slice(&f.lo.to_le_bytes());
+            e[24..32].copy_from_slice(&f.hi.to_le_bytes());
+            e[32] = f.dscale;
         }
     }
     scatter(&mut blocks, 0, &meta);
@@ -686,6 +815,21 @@ pub fn build(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32) ->
                         // NULL stays a zero-filled slot: O(1) access by row
                         // number, and zeros cost nothing on the drive.
                         None => s.resize(s.len() + n as usize, 0),
+                    }
+                }
+            }
+            Width::Varlena if m.decimal.is_some() => {
+                // `scaled - lo` in `width` bytes a row; NULL as zeros.
+                let f = m.decimal.ok_or(Error::BadInput("decimal column without its frame"))?;
+                for row in rows {
+                    match value(row, c) {
+                        Some(v) => {
+                            let d = decimal::parse(v).filter(|d| d.dscale == f.dscale && (f.lo..=f.hi).contains(&d.scaled));
+                            let d = d.ok_or(Error::BadInput("decimal column value outside its frame"))?;
+                            let offset = d.scaled.wrapping_sub(f.lo) as u64;
+                            s.extend_from_slice(&offset.to_le_bytes()[..f.width as usize]);
+                        }
+                        None => s.resize(s.len() + f.width as usize, 0),
                     }
                 }
             }
@@ -871,7 +1015,7 @@ impl<'a> ColumnPart<'a> {
             let (first_unit, cunits, len, null_count, flags) = (rd16(e, 4), rd16(e, 6), rd32(e, 8), rd16(e, 12), e[14]);
             let has_nulls = flags & F_NULLS != 0;
             let dict = flags & F_DICT != 0;
-            if flags & !(F_NULLS | F_MINMAX | F_DICT | F_PACKED | F_SHORT_ENDS) != 0 {
+            if flags & !(F_NULLS | F_MINMAX | F_DICT | F_PACKED | F_SHORT_ENDS | F_DECIMAL) != 0 {
                 return corrupt("unknown column flags");
             }
             let packed = if flags & F_PACKED != 0 {
@@ -884,8 +1028,26 @@ impl<'a> ColumnPart<'a> {
                     return corrupt("packed column description inconsistent");
                 }
                 Some(w)
-            } else if e[15] != 0 {
+            } else if e[15] != 0 && flags & F_DECIMAL == 0 {
                 return corrupt("unknown column flags");
+            } else {
+                None
+            };
+            let decimal = if flags & F_DECIMAL != 0 {
+                let lo = i64::from_le_bytes(e[16..24].try_into().unwrap_or_default());
+                let hi = i64::from_le_bytes(e[24..32].try_into().unwrap_or_default());
+                let frame = DecimalFrame { dscale: e[32], lo, hi, width: e[15] };
+                let fits = DecimalRange::Within { dscale: frame.dscale, lo, hi }.frame().is_some_and(|f| f.width <= frame.width);
+                let ok = desc.width == Width::Varlena
+                    && flags & (F_DICT | F_PACKED | F_SHORT_ENDS | F_MINMAX) == 0
+                    && (1..=8).contains(&frame.width)
+                    && lo <= hi
+                    && fits
+                    && frame.dscale <= decimal::DSCALE_MAX;
+                if !ok {
+                    return corrupt("decimal column description inconsistent");
+                }
+                Some(frame)
             } else {
                 None
             };
@@ -906,6 +1068,7 @@ impl<'a> ColumnPart<'a> {
                 _ if dict => len as usize > bitmap + 2 + rows && null_count as usize != rows,
                 Width::Fixed(_) if packed.is_some() => len as usize == bitmap + rows * packed.unwrap_or(0) as usize,
                 Width::Fixed(n) => len as usize == bitmap + rows * n as usize,
+                Width::Varlena if decimal.is_some() => len as usize == bitmap + rows * decimal.map_or(0, |f| f.width as usize),
                 Width::Varlena => len as usize >= bitmap + ends * rows,
             };
             if !ok_len {
@@ -924,7 +1087,7 @@ impl<'a> ColumnPart<'a> {
             } else {
                 None
             };
-            columns.push(ColumnMeta { desc, first_unit, units: cunits, len, null_count, has_nulls, minmax, dict, packed, short_ends });
+            columns.push(ColumnMeta { desc, first_unit, units: cunits, len, null_count, has_nulls, minmax, dict, packed, short_ends, decimal });
         }
         if next != units {
             return corrupt("column mini-pages do not end where the part ends");
@@ -1042,6 +1205,12 @@ impl<'a> ColumnPart<'a> {
                     out.resize(at + len, 0);
                     self.read_stream_into(c, pos, &mut out[at..])?;
                 }
+                Width::Varlena if m.decimal.is_some() => {
+                    let mut v = [0u8; decimal::MAX_LEN];
+                    let n = self.read_decimal(m, c, pos, len, &mut v)?;
+                    out.extend_from_slice(&(n as u16).to_le_bytes());
+                    out.extend_from_slice(&v[..n]);
+                }
                 Width::Varlena => {
                     if len > u16::MAX as usize {
                         return corrupt("varlena value too long for a row");
@@ -1100,6 +1269,10 @@ impl<'a> ColumnPart<'a> {
                 (table + index * w, w)
             }
             Width::Fixed(n) => (table + index * n as usize, n as usize),
+            Width::Varlena if m.decimal.is_some() => {
+                let w = m.decimal.map_or(0, |f| f.width as usize);
+                (table + index * w, w)
+            }
             Width::Varlena => {
                 // A dictionary's own offsets are always u32.
                 let w = if m.dict { 4 } else { ends_width(m) };
@@ -1160,8 +1333,22 @@ impl<'a> ColumnPart<'a> {
                 self.read_packed(m, c, pos, len, &mut v)?;
                 Ok(Some(v))
             }
+            (Some((pos, len)), Width::Varlena) if m.decimal.is_some() => {
+                let mut v = [0u8; decimal::MAX_LEN];
+                let n = self.read_decimal(m, c, pos, len, &mut v)?;
+                Ok(Some(v[..n].to_vec()))
+            }
             (Some((pos, len)), _) => Ok(Some(self.read_stream(c, pos, len)?)),
         }
+    }
+
+    /// The numeric whose `len` stored bytes are at `pos` of decimal column
+    /// `c` (`m`), written into `out`; its length.
+    fn read_decimal(&self, m: &ColumnMeta, c: usize, pos: usize, len: usize, out: &mut [u8; decimal::MAX_LEN]) -> Result<usize> {
+        let Some(frame) = &m.decimal else { return corrupt("decimal column without its frame") };
+        let mut raw = [0u8; 8];
+        self.read_stream_into(c, pos, &mut raw[..len])?;
+        frame.value(&raw[..len], out)
     }
 
     /// The value whose `len` stored bytes are at `pos` of packed column
@@ -1196,6 +1383,27 @@ impl<'a> ColumnPart<'a> {
                 raw[..w].copy_from_slice(&stream[base + r * w..base + r * w + w]);
                 unpack_value(min, &raw[..w], &mut stream[base + r * n..base + r * n + n]);
             }
+        }
+        if let Some(frame) = &m.decimal {
+            // Rewritten as a plain varlena column (u32 end offsets, then
+            // the values' bytes), which is what `ColumnValues` reads.
+            let w = frame.width as usize;
+            let raw = stream[base..base + self.nrows * w].to_vec();
+            let nulls = stream[..base].to_vec();
+            stream.clear();
+            stream.extend_from_slice(&nulls);
+            stream.resize(base + 4 * self.nrows, 0);
+            let mut end = 0u32;
+            let mut v = [0u8; decimal::MAX_LEN];
+            for r in 0..self.nrows {
+                if !(m.has_nulls && nulls[r / 8] & (1 << (r % 8)) != 0) {
+                    let n = frame.value(&raw[r * w..r * w + w], &mut v)?;
+                    stream.extend_from_slice(&v[..n]);
+                    end += n as u32;
+                }
+                stream[base + 4 * r..base + 4 * r + 4].copy_from_slice(&end.to_le_bytes());
+            }
+            return Ok(ColumnValues { stream, nrows: self.nrows, width: m.desc.width, has_nulls: m.has_nulls, base, dict: None, ends: 4 });
         }
         let dict = if m.dict {
             let n = rd16(stream, base) as usize;
@@ -1968,6 +2176,99 @@ mod tests {
         }
     }
 
+    /// The numeric bytes of `scaled / 10^dscale`.
+    fn numeric(dscale: u8, scaled: i64) -> Vec<u8> {
+        let mut out = [0u8; decimal::MAX_LEN];
+        let n = decimal::write(Decimal { dscale, scaled }, &mut out).unwrap();
+        out[..n].to_vec()
+    }
+
+    #[test]
+    fn numeric_columns_are_scaled_integers() {
+        // Prices at scale 2 with negatives and NULLs (decimal, 3 bytes a
+        // row), numerics of two scales (plain), text (plain), and numerics
+        // of few values far apart (a dictionary is shorter).
+        let schema = Schema::new(vec![ColumnDesc::varlena(), ColumnDesc::varlena(), ColumnDesc::varlena(), ColumnDesc::varlena()]).unwrap();
+        let n = 700usize;
+        let rs: Vec<ColumnRow> = (0..n)
+            .map(|i| ColumnRow {
+                header: RowHeader { slot: i as u16, natts: 4, mvcc: Mvcc::default() },
+                row: Row {
+                    values: vec![
+                        if i % 10 == 7 { None } else { Some(numeric(2, ((i * 7919) % 2_000_000) as i64 - 1000)) },
+                        Some(numeric((i % 2) as u8, i as i64)),
+                        Some(format!("{i}").into_bytes()),
+                        Some(numeric(2, (i % 11) as i64 * 1_000_000_000_000)),
+                    ],
+                },
+            })
+            .collect();
+        let g = geo(16);
+        let (blocks, p) = build(&g, &schema, &rs, 3).unwrap();
+        let frames: Vec<Option<DecimalFrame>> = p.columns.iter().map(|m| m.decimal).collect();
+        assert_eq!(frames[0].map(|f| (f.dscale, f.width)), Some((2, 3)));
+        assert_eq!(&frames[1..], &[None, None, None]);
+        assert!(p.columns[3].dict);
+        assert_eq!(p.columns[0].len as usize, bitmap_len(n) + 3 * n);
+        let part = ColumnPart::parse(&g, views(&blocks), p.total_units, n, Some(3)).unwrap();
+        assert_eq!(part.column_meta(0).unwrap().decimal, frames[0]);
+        assert_reads_back(&part, &schema, &rs);
+        for (r, want) in rs.iter().enumerate() {
+            let mut some = Vec::new();
+            part.values_payload_of(r, 4, Some(&[true, false, false, true]), &mut some).unwrap();
+            let mut masked = want.row.clone();
+            masked.values[1] = None;
+            masked.values[2] = None;
+            assert_eq!(some, super::super::row::encode_payload(&schema, &masked).unwrap());
+        }
+        // Tallies size what plan builds, from the rows or from the part,
+        // and after rows that widen the range or are not decimal.
+        let mut want = SizeTally::new(&schema);
+        for r in &rs {
+            want.add(&schema, r).unwrap();
+        }
+        assert_eq!(want.units(&schema).unwrap(), (n, p.total_units));
+        let mut of_part = SizeTally::of_part(&schema, &part).unwrap();
+        assert_eq!(of_part.units(&schema).unwrap(), want.units(&schema).unwrap());
+        let mut more = rs[..40].to_vec();
+        for (i, r) in more.iter_mut().enumerate() {
+            r.header.slot = (n + i) as u16;
+            r.row.values[0] = Some(numeric(2, 40_000_000 + i as i64));
+        }
+        for r in &more {
+            of_part.add(&schema, r).unwrap();
+            want.add(&schema, r).unwrap();
+        }
+        assert_eq!(of_part.units(&schema).unwrap(), want.units(&schema).unwrap());
+        let all: Vec<ColumnRow> = rs.iter().chain(&more).cloned().collect();
+        let (_, p2) = build(&g, &schema, &all, 4).unwrap();
+        assert_eq!(p2.columns[0].decimal.map(|f| f.width), Some(4), "a wider range takes more bytes a row");
+        assert_eq!(want.units(&schema).unwrap(), (all.len(), p2.total_units));
+        more[3].row.values[0] = Some(numeric(3, 5));
+        let all: Vec<ColumnRow> = rs.iter().chain(&more).cloned().collect();
+        let (_, p3) = build(&g, &schema, &all, 4).unwrap();
+        assert_eq!(p3.columns[0].decimal, None, "a second scale makes the column plain");
+        // A frame narrower than its range, on a column of another kind or
+        // next to another encoding, is corruption; so is a stored offset
+        // past the range.
+        let (blk, off) = Geometry::unit_location(0);
+        let at = off + META_FIXED;
+        for (col, flags, w) in [(0usize, F_DECIMAL | F_NULLS, 2u8), (0, F_DECIMAL | F_NULLS | F_SHORT_ENDS, 3), (2, F_DECIMAL | F_SHORT_ENDS, 3), (0, F_DECIMAL | F_NULLS, 9)] {
+            let mut bad = blocks.clone();
+            bad[blk][at + META_COL * col + 14] = flags;
+            bad[blk][at + META_COL * col + 15] = w;
+            assert!(ColumnPart::parse(&g, views(&bad), p.total_units, n, Some(3)).is_err(), "column {col} flags {flags:#x} width {w}");
+        }
+        let mut bad = blocks.clone();
+        let (dblk, doff) = Geometry::unit_location(p.columns[0].first_unit as usize);
+        let first = doff + bitmap_len(n);
+        bad[dblk][first..first + 3].copy_from_slice(&[0xFF, 0xFF, 0xFF]);
+        let part = ColumnPart::parse(&g, views(&bad), p.total_units, n, Some(3)).unwrap();
+        assert!(part.value(0, 0).is_err());
+        let mut stream = Vec::new();
+        assert!(part.column_values(0, &mut stream).is_err());
+    }
+
     #[test]
     fn varlena_end_offsets_are_u16_below_64kb() {
         // 300 values of 200 bytes (60,000 bytes) take u16 end offsets, 400
@@ -2039,6 +2340,45 @@ mod tests {
             }
             proptest::prop_assert_eq!(t.units(&schema).unwrap(), (n, p.total_units));
             proptest::prop_assert_eq!(SizeTally::of_part(&schema, &part).unwrap().units(&schema).unwrap(), (n, p.total_units));
+        }
+
+        /// Numerics of any scale, base and span, with NULLs and sometimes
+        /// a value of another scale or not a numeric: the part reads back
+        /// what went in, decimal or not, and tallies size it as plan does.
+        #[test]
+        fn decimal_columns_round_trip(dscale in 0u8..=63, base in (i64::MIN / 2)..(i64::MAX / 2), span_bits in 0u32..62,
+                                      seed in proptest::num::u64::ANY, n in 1usize..600, odd in 0usize..3) {
+            let schema = Schema::new(vec![ColumnDesc::varlena()]).unwrap();
+            let mut x = seed | 1;
+            let rs: Vec<ColumnRow> = (0..n)
+                .map(|i| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let off = if span_bits == 0 { 0 } else { x & (u64::MAX >> (64 - span_bits)) };
+                    let v = match (odd, i == n / 2) {
+                        (1, true) => numeric(dscale ^ 1, 1),
+                        (2, true) => b"\x0bhello".to_vec(),
+                        _ => numeric(dscale, base.wrapping_add(off as i64)),
+                    };
+                    ColumnRow {
+                        header: RowHeader { slot: i as u16, natts: 1, mvcc: Mvcc::default() },
+                        row: Row { values: vec![(x % 13 != 3).then_some(v)] },
+                    }
+                })
+                .collect();
+            let g = geo(16);
+            let (blocks, p) = build(&g, &schema, &rs, 1).unwrap();
+            let part = ColumnPart::parse(&g, views(&blocks), p.total_units, n, Some(1)).unwrap();
+            assert_reads_back(&part, &schema, &rs);
+            let mut t = SizeTally::new(&schema);
+            for r in &rs {
+                t.add(&schema, r).unwrap();
+            }
+            proptest::prop_assert_eq!(t.units(&schema).unwrap(), (n, p.total_units));
+            if p.columns[0].decimal.is_some() || p.columns[0].dict {
+                proptest::prop_assert_eq!(SizeTally::of_part(&schema, &part).unwrap().units(&schema).unwrap(), (n, p.total_units));
+            }
         }
     }
 }

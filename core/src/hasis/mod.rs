@@ -30,6 +30,7 @@
 
 pub mod column;
 pub mod compact;
+pub mod decimal;
 pub mod delta;
 pub mod extent;
 pub mod header;
