@@ -57,6 +57,15 @@ pub struct ScanState {
     /// Bitmap heap scans: the columns the plan uses (`colscan::fetch`);
     /// the others come back NULL. None: every column.
     pub wanted: Option<Vec<bool>>,
+    /// Bitmap heap scans: `wanted` and the columns of the recheck quals,
+    /// for pages whose rows must be rechecked (lossy pages, lossy index
+    /// entries); `page_recheck` says which set the current page used.
+    pub wanted_recheck: Option<Vec<bool>>,
+    page_recheck: bool,
+    /// Bitmap heap scans: whether the plan reads an MVCC system column
+    /// (xmin, xmax, cmin, cmax) of the table; when not, rows of all-visible
+    /// parts are fetched without their row headers (`frozen_column_row`).
+    pub mvcc_needed: bool,
 }
 
 impl ScanState {
@@ -68,6 +77,17 @@ impl ScanState {
         self.analyze_block = None;
         self.sample_block = None;
         self.cur_extent = None;
+        self.page_recheck = false;
+    }
+}
+
+/// The columns a bitmap page's rows are read with: with the recheck
+/// quals' columns when the page's rows are rechecked.
+fn page_columns<'a>(wanted: &'a Option<Vec<bool>>, wanted_recheck: &'a Option<Vec<bool>>, page_recheck: bool) -> Option<&'a [bool]> {
+    if page_recheck {
+        wanted_recheck.as_deref()
+    } else {
+        wanted.as_deref()
     }
 }
 
@@ -108,6 +128,9 @@ pub unsafe fn begin(
         tid_range: None,
         slot_schema: Default::default(),
         wanted: None,
+        wanted_recheck: None,
+        page_recheck: false,
+        mvcc_needed: true,
     };
     (*scan).state = Box::into_raw(Box::new(st));
     // A sequential scan of a serializable transaction locks the relation
@@ -197,7 +220,8 @@ unsafe fn emit(rel: pg_sys::Relation, st: &mut ScanState, slot: *mut pg_sys::Tup
     if st.pos < st.pending.len() {
         let p = &st.pending[st.pos];
         st.pos += 1;
-        tuple::store_columns(rel, slot, &mut st.slot_schema, p.natts, &p.payload, &p.mvcc, p.tid, st.wanted.as_deref());
+        let wanted = page_columns(&st.wanted, &st.wanted_recheck, st.page_recheck);
+        tuple::store_columns(rel, slot, &mut st.slot_schema, p.natts, &p.payload, &p.mvcc, p.tid, wanted);
         true
     } else {
         false
@@ -315,11 +339,23 @@ pub unsafe fn bitmap_next_block(scan: pg_sys::TableScanDesc, tbmres: *mut pg_sys
     } else {
         (1..=pg_hybrid_core::hasis::layout::MAX_OFFSET as u16).collect()
     };
-    let (pending, wanted) = (&mut st.pending, st.wanted.as_deref());
+    // An exact page's offsets come from index entries, which name chain
+    // roots: a column row of an all-visible part there is the visible
+    // version (as in `hot_search`). A lossy page's offsets are every slot,
+    // heap-only members too, so those walk their chains.
+    let headers_free = (*tbmres).ntuples >= 0 && !st.mvcc_needed && ext.h.all_visible && is_mvcc_snapshot(snapshot);
+    st.page_recheck = (*tbmres).recheck;
+    let (pending, wanted) = (&mut st.pending, page_columns(&st.wanted, &st.wanted_recheck, st.page_recheck));
     for off in offsets {
         let Some(root) = ext.slot(Tid::new(blk, off)) else { continue };
         if root >= ext.h.slot_hwm {
             continue;
+        }
+        if headers_free {
+            if let Some(p) = frozen_column_row(rel, &ext, root, Tid::new(blk, off), wanted, snapshot) {
+                pending.push(p);
+                continue;
+            }
         }
         walk_chain(&ext, root, true, true, &mut |loc| {
             if check_visible(rel, snapshot, loc) {
@@ -694,21 +730,9 @@ unsafe fn hot_search(
 ) -> bool {
     *all_dead = first_call;
     let Some(start) = ext.slot(*tid) else { return false };
-    // A column row of an all-visible part, named by an index entry, is the
-    // visible member of its chain for every MVCC snapshot: it is neither
-    // updated nor deleted (so it ends its chain), and an index entry never
-    // names a heap-only version (entries of a freed slot are gone before
-    // it is reused). Unless the plan reads its MVCC columns, its row
-    // header (a block of its own) is not read; the slot gets a frozen
-    // header, which is what every snapshot makes of it.
     if first_call && !mvcc_needed && ext.h.all_visible && is_mvcc_snapshot(snapshot) {
-        if let pg_hybrid_core::hasis::header::DirEntry::Column { row } = ext.entry(start) {
-            let (natts, payload) = ext.all_visible_values(row, wanted);
-            let mut ip = to_item_pointer(*tid);
-            // Not this transaction's write (committed before every snapshot).
-            PredicateLockTID(rel, &mut ip, snapshot, pg_sys::InvalidTransactionId);
-            let frozen = Mvcc { xmin: pg_sys::FrozenTransactionId.into_inner(), xmax: 0, cid: 0, ctid: *tid, infomask: HEAP_XMIN_FROZEN | HEAP_XMAX_INVALID, infomask2: 0 };
-            tuple::store_columns(rel, slot, slot_schema, natts, &payload, &frozen, *tid, wanted);
+        if let Some(p) = frozen_column_row(rel, ext, start, *tid, wanted, snapshot) {
+            tuple::store_columns(rel, slot, slot_schema, p.natts, &p.payload, &p.mvcc, p.tid, wanted);
             *all_dead = false;
             return true;
         }
@@ -738,6 +762,25 @@ unsafe fn hot_search(
         }
         None => false,
     }
+}
+
+/// The version at chain root `root` (TID `tid`) of an all-visible part
+/// (`ext.h.all_visible`) when it is a column row: named by an index entry,
+/// it is the visible member of its chain for every MVCC snapshot, since it
+/// is neither updated nor deleted (so it ends its chain) and an index entry
+/// never names a heap-only version (entries of a freed slot are gone
+/// before it is reused). Its row header, a block of its own, is not read:
+/// the version gets a frozen header, which is what every snapshot makes
+/// of it, so only for plans that read no MVCC column. None for any other
+/// kind of slot (walk its chain instead).
+unsafe fn frozen_column_row(rel: pg_sys::Relation, ext: &relation::ExtentRead, root: u16, tid: Tid, wanted: Option<&[bool]>, snapshot: pg_sys::Snapshot) -> Option<Pending> {
+    let pg_hybrid_core::hasis::header::DirEntry::Column { row } = ext.entry(root) else { return None };
+    let (natts, payload) = ext.all_visible_values(row, wanted);
+    let mut ip = to_item_pointer(tid);
+    // Not this transaction's write (committed before every snapshot).
+    PredicateLockTID(rel, &mut ip, snapshot, pg_sys::InvalidTransactionId);
+    let mvcc = Mvcc { xmin: pg_sys::FrozenTransactionId.into_inner(), xmax: 0, cid: 0, ctid: tid, infomask: HEAP_XMIN_FROZEN | HEAP_XMAX_INVALID, infomask2: 0 };
+    Some(Pending { tid, mvcc, natts, payload })
 }
 
 fn is_mvcc_snapshot(snapshot: pg_sys::Snapshot) -> bool {

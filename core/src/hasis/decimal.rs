@@ -114,14 +114,27 @@ pub fn write(d: Decimal, out: &mut [u8; MAX_LEN]) -> Option<usize> {
     // Pad the scale to whole base-10000 digits: value = y / 10000^k.
     let pad = (4 - d.dscale as u32 % 4) % 4;
     let k = (d.dscale as i32 + pad as i32) / 4;
-    let mut y = d.scaled.unsigned_abs() as u128 * 10u128.pow(pad);
-    // Base-10000 digits, least significant first.
+    // Base-10000 digits, least significant first. In u64 when the padded
+    // value fits (any value below 1.8e16: divisions by a constant there are
+    // multiplications, where u128 ones are library calls), else in u128.
     let mut groups = [0u16; 8];
     let mut n = 0;
-    while y > 0 {
-        groups[n] = (y % NBASE) as u16;
-        y /= NBASE;
-        n += 1;
+    match d.scaled.unsigned_abs().checked_mul(10u64.pow(pad)) {
+        Some(mut y) => {
+            while y > 0 {
+                groups[n] = (y % NBASE as u64) as u16;
+                y /= NBASE as u64;
+                n += 1;
+            }
+        }
+        None => {
+            let mut y = d.scaled.unsigned_abs() as u128 * 10u128.pow(pad);
+            while y > 0 {
+                groups[n] = (y % NBASE) as u16;
+                y /= NBASE;
+                n += 1;
+            }
+        }
     }
     let (neg, weight, digits) = if n == 0 {
         (false, 0, &groups[..0])

@@ -18,8 +18,9 @@
 //! JIT-compiled tuple deforming assumes NOT NULL columns are present.
 //! When the plan reads no MVCC system column of the scan's table (xmin,
 //! xmax, cmin, cmax), a fetch of a row in an all-visible column part
-//! under an MVCC snapshot skips its row header too (`scan::hot_search`):
-//! one block less per row.
+//! under an MVCC snapshot skips its row header too (`scan::hot_search`,
+//! and `scan::bitmap_next_block` for the exact pages of a bitmap): one
+//! block less per row.
 //!
 //! Conservative by construction: a node type whose expressions are not
 //! known here passes "every column" to its children; a whole-row
@@ -245,31 +246,47 @@ unsafe fn walk(ps: *mut pg_sys::PlanState, used: Used, estate: *mut pg_sys::ESta
 
 /// What a fetch of a scan node's plan reads of a version.
 struct FetchColumns {
-    /// The table columns: `None` for every one (nothing to gain).
+    /// The table columns its targets and quals read: `None` for every one
+    /// (nothing to gain).
     wanted: Option<Vec<bool>>,
+    /// `wanted` and the columns of its recheck quals (the original index
+    /// quals), which the executor evaluates only on rows the index or the
+    /// bitmap marks as needing a recheck.
+    wanted_recheck: Option<Vec<bool>>,
     /// Whether its MVCC system columns (xmin, xmax, cmin, cmax) are read.
     mvcc_needed: bool,
 }
 
 /// The table columns a scan node of a hasis table reads: Vars of its range
-/// table entry in the target entries used above it and in `more` (its
-/// quals and rechecks). None for another table.
-unsafe fn scan_columns(ps: *mut pg_sys::ScanState, used: &Used, more: &[*mut pg_sys::List]) -> Option<FetchColumns> {
+/// table entry in the target entries used above it, in its quals, and in
+/// `rechecks`. None for another table.
+unsafe fn scan_columns(ps: *mut pg_sys::ScanState, used: &Used, rechecks: &[*mut pg_sys::List]) -> Option<FetchColumns> {
     let rel = (*ps).ss_currentRelation;
     if rel.is_null() || !crate::hasis::handler::is_hasis(rel) {
         return None;
     }
     let plan = (*ps).ps.plan;
     let scanrelid = (*(plan as *mut pg_sys::Scan)).scanrelid as i32;
+    let natts = (*(*rel).rd_att).natts as usize;
+    let columns = |exprs: &[*mut pg_sys::Node]| {
+        attnos(exprs, scanrelid).map(|cols| (1..=natts as i32).map(|a| cols.contains(&a)).collect::<Vec<bool>>()).filter(|w| !w.iter().all(|&x| x))
+    };
     let mut exprs = used_targets(plan, used);
     exprs.extend(list_nodes((*plan).qual));
-    for &l in more {
+    let wanted = columns(&exprs);
+    for &l in rechecks {
         exprs.extend(list_nodes(l));
     }
+    let wanted_recheck = columns(&exprs);
     let mvcc_needed = reads_mvcc_columns(&exprs, scanrelid);
-    let natts = (*(*rel).rd_att).natts as usize;
-    let wanted = attnos(&exprs, scanrelid).map(|cols| (1..=natts as i32).map(|a| cols.contains(&a)).collect::<Vec<bool>>()).filter(|w| !w.iter().all(|&x| x));
-    Some(FetchColumns { wanted, mvcc_needed })
+    Some(FetchColumns { wanted, wanted_recheck, mvcc_needed })
+}
+
+/// Whether index scans of `index` never ask the executor to recheck their
+/// quals (`xs_recheck`): btree's and the staged-index engine's never do;
+/// other AMs may (hash compares hash codes only, GiST may be lossy).
+unsafe fn never_rechecks(index: pg_sys::Relation) -> bool {
+    (*(*index).rd_rel).relam == pg_sys::BTREE_AM_OID || crate::engine::handler::is_engine_index(index)
 }
 
 /// Whether `nodes` read xmin, xmax, cmin or cmax of `varno` (ctid and
@@ -296,7 +313,8 @@ unsafe fn index_scan(node: *mut pg_sys::IndexScanState, used: &Used, estate: *mu
     }
     let is = plan as *mut pg_sys::IndexScan;
     let Some(cols) = scan_columns(&mut (*node).ss, used, &[(*is).indexqualorig, (*is).indexorderbyorig]) else { return };
-    if cols.wanted.is_none() && cols.mvcc_needed {
+    let wanted = if never_rechecks((*node).iss_RelationDesc) { cols.wanted } else { cols.wanted_recheck };
+    if wanted.is_none() && cols.mvcc_needed {
         return;
     }
     // What IndexNext does on its first call (nodeIndexscan.c); with
@@ -307,7 +325,7 @@ unsafe fn index_scan(node: *mut pg_sys::IndexScanState, used: &Used, estate: *mu
         pg_sys::index_rescan(scan, (*node).iss_ScanKeys, (*node).iss_NumScanKeys, (*node).iss_OrderByKeys, (*node).iss_NumOrderByKeys);
     }
     let fetch = (*scan).xs_heapfetch as *mut crate::hasis::scan::HasisFetch;
-    (*fetch).wanted = cols.wanted;
+    (*fetch).wanted = wanted;
     (*fetch).mvcc_needed = cols.mvcc_needed;
 }
 
@@ -341,6 +359,9 @@ unsafe fn bitmap_heap_scan(node: *mut pg_sys::BitmapHeapScanState, used: &Used) 
         return;
     }
     let bh = plan as *mut pg_sys::BitmapHeapScan;
-    let Some(FetchColumns { wanted: Some(wanted), .. }) = scan_columns(&mut (*node).ss, used, &[(*bh).bitmapqualorig]) else { return };
-    crate::hasis::scan::state(desc).wanted = Some(wanted);
+    let Some(cols) = scan_columns(&mut (*node).ss, used, &[(*bh).bitmapqualorig]) else { return };
+    let st = crate::hasis::scan::state(desc);
+    st.wanted = cols.wanted;
+    st.wanted_recheck = cols.wanted_recheck;
+    st.mvcc_needed = cols.mvcc_needed;
 }

@@ -140,7 +140,7 @@ unsafe extern "C-unwind" fn set_rel_pathlist(root: *mut pg_sys::PlannerInfo, rel
     // paths are recosted before the column scan joins them.
     if super::cost::ENABLE.get() {
         let read = if super::fetch::ENABLE.get() { cols.len() } else { natts as usize };
-        super::cost::recost_fetches(root, rel, (*rte).relid, (*rte).inh, super::cost::fetch_factor(read.max(1)));
+        super::cost::recost_fetches(root, rel, (*rte).relid, (*rte).inh, super::cost::fetch_factor(read.max(1), (*rel).allvisfrac));
     }
     if !super::ENABLE.get() {
         pg_sys::RelationClose(relation);
