@@ -127,11 +127,6 @@ pub unsafe fn recost_fetches(root: *mut pg_sys::PlannerInfo, rel: *mut pg_sys::R
                 let cpu = cpu_per_row * selectivity * tuples;
                 let blocks = ((*p).total_cost - own - cpu).max(0.0);
                 let spread = match (*p).type_ {
-                    // A parameterized scan probes once per outer row, in the
-                    // outer's order, which need not be the table's: each
-                    // probe reads its own blocks (TPC-H Q7's probes of
-                    // lineitem by order key, for orders found by customer).
-                    _ if !(*p).param_info.is_null() => 1.0,
                     pg_sys::NodeTag::T_IndexPath => {
                         let c = leading_correlation((*(p as *mut pg_sys::IndexPath)).indexinfo, relid, inh);
                         1.0 - c * c
