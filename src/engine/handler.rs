@@ -20,13 +20,6 @@ pub unsafe fn unordered_routine(amoptions: pg_sys::amoptions_function) -> pg_sys
     routine(amoptions, false)
 }
 
-/// Whether `index` is an index of one of the engine's AMs (its scans never
-/// ask for a recheck, `scan::amgettuple`).
-pub unsafe fn is_engine_index(index: pg_sys::Relation) -> bool {
-    let am = (*index).rd_indam;
-    !am.is_null() && (*am).amgettuple.map(|f| f as *const ()) == Some(scan::amgettuple as *const ())
-}
-
 unsafe fn routine(amoptions: pg_sys::amoptions_function, ordered: bool) -> pg_sys::Datum {
     let r = pg_sys::palloc0(std::mem::size_of::<pg_sys::IndexAmRoutine>()) as *mut pg_sys::IndexAmRoutine;
     (*r).type_ = pg_sys::NodeTag::T_IndexAmRoutine;

@@ -499,6 +499,13 @@ pub struct HasisFetch {
     /// The columns the index scan's plan uses (`colscan::fetch`); the
     /// others come back NULL. None: every column.
     pub wanted: Option<Vec<bool>>,
+    /// `wanted` and the columns of the index quals, for a row the index
+    /// asks the executor to recheck (`xs_recheck` of `index_scan`, set by
+    /// the AM's `amgettuple` before the executor fetches the row).
+    pub wanted_recheck: Option<Vec<bool>>,
+    /// The index scan this fetch serves, where `colscan::fetch` narrowed
+    /// its columns (null otherwise: then no row is taken as rechecked).
+    pub index_scan: pg_sys::IndexScanDesc,
     /// Whether the plan reads a fetched version's MVCC system columns
     /// (xmin, xmax, cmin, cmax; `colscan::fetch` says when it does not).
     /// Without them, a row of an all-visible column part is fetched under
@@ -508,7 +515,7 @@ pub struct HasisFetch {
 
 pub unsafe fn fetch_begin(rel: pg_sys::Relation) -> *mut pg_sys::IndexFetchTableData {
     crate::require_preload();
-    let f = Box::new(HasisFetch { base: pg_sys::IndexFetchTableData { rel }, meta: relation::cached_meta(rel), slot_schema: Default::default(), wanted: None, mvcc_needed: true });
+    let f = Box::new(HasisFetch { base: pg_sys::IndexFetchTableData { rel }, meta: relation::cached_meta(rel), slot_schema: Default::default(), wanted: None, wanted_recheck: None, index_scan: std::ptr::null_mut(), mvcc_needed: true });
     Box::into_raw(f) as *mut pg_sys::IndexFetchTableData
 }
 
@@ -804,8 +811,10 @@ pub unsafe fn index_fetch_tuple(
     *call_again = false;
     let mut t = from_item_pointer(&*tid);
     let mut dead = true;
+    let recheck = !f.index_scan.is_null() && (*f.index_scan).xs_recheck;
+    let wanted = if recheck { f.wanted_recheck.as_deref() } else { f.wanted.as_deref() };
     let found = match meta_covering(rel, &mut f.meta, t).and_then(|m| relation::ExtentRead::of(rel, &m, t)) {
-        Some(ext) => hot_search(rel, &ext, &mut f.slot_schema, f.wanted.as_deref(), f.mvcc_needed, &mut t, snapshot, slot, first_call, &mut dead),
+        Some(ext) => hot_search(rel, &ext, &mut f.slot_schema, wanted, f.mvcc_needed, &mut t, snapshot, slot, first_call, &mut dead),
         None => false,
     };
     if found {

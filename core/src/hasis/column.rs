@@ -143,8 +143,7 @@ impl DecimalRange {
     fn frame(&self) -> Option<DecimalFrame> {
         match *self {
             DecimalRange::Within { dscale, lo, hi } => {
-                let span = hi.wrapping_sub(lo) as u64;
-                let width = ((64 - span.leading_zeros()) as usize).div_ceil(8).max(1) as u8;
+                let width = span_bytes(hi.wrapping_sub(lo) as u64 as u128) as u8;
                 Some(DecimalFrame { dscale, lo, hi, width })
             }
             _ => None,
@@ -198,9 +197,14 @@ fn packed_width(desc: &ColumnDesc, range: Option<(i128, i128)>) -> Option<u8> {
     if !packable(desc) || hi < lo {
         return None;
     }
-    let span = (hi - lo) as u128;
-    let w = ((128 - span.leading_zeros()) as usize).div_ceil(8).max(1);
+    let w = span_bytes((hi - lo) as u128);
     (w < n as usize).then_some(w as u8)
+}
+
+/// The fewest bytes that hold `span` (at least one): a frame-of-reference
+/// column's bytes a row (packed and decimal).
+fn span_bytes(span: u128) -> usize {
+    ((128 - span.leading_zeros()) as usize).div_ceil(8).max(1)
 }
 
 /// Row value `v` of a packed column with minimum `lo`, as its `w` stored bytes.
@@ -2085,6 +2089,51 @@ mod tests {
         assert!(part.value(30, 0).is_err());
     }
 
+    /// Each row read in the row format with only the columns `wanted`
+    /// names is the row with the others NULL.
+    fn assert_partial_payloads(part: &ColumnPart, schema: &Schema, rs: &[ColumnRow], wanted: &[bool]) {
+        for (r, want) in rs.iter().enumerate() {
+            let mut some = Vec::new();
+            part.values_payload_of(r, wanted.len(), Some(wanted), &mut some).unwrap();
+            let mut masked = want.row.clone();
+            for (c, &w) in wanted.iter().enumerate() {
+                if !w {
+                    masked.values[c] = None;
+                }
+            }
+            assert_eq!(some, super::super::row::encode_payload(schema, &masked).unwrap());
+        }
+    }
+
+    /// A tally of `rs` sizes exactly what plan built (`p`, `part`), and so
+    /// does the tally of the built part; after 40 more rows whose column
+    /// `c` holds `value(i)`, both still agree and size the part of all the
+    /// rows, whose plan is returned.
+    fn assert_tallies_agree(schema: &Schema, part: &ColumnPart, p: &Plan, rs: &[ColumnRow], c: usize, value: impl Fn(usize) -> Vec<u8>) -> Plan {
+        let n = rs.len();
+        let mut want = SizeTally::new(schema);
+        for r in rs {
+            want.add(schema, r).unwrap();
+        }
+        assert_eq!(want.units(schema).unwrap(), (n, p.total_units));
+        let mut of_part = SizeTally::of_part(schema, part).unwrap();
+        assert_eq!(of_part.units(schema).unwrap(), want.units(schema).unwrap());
+        let mut more = rs[..40].to_vec();
+        for (i, r) in more.iter_mut().enumerate() {
+            r.header.slot = (n + i) as u16;
+            r.row.values[c] = Some(value(i));
+        }
+        for r in &more {
+            of_part.add(schema, r).unwrap();
+            want.add(schema, r).unwrap();
+        }
+        assert_eq!(of_part.units(schema).unwrap(), want.units(schema).unwrap());
+        let all: Vec<ColumnRow> = rs.iter().chain(&more).cloned().collect();
+        let (_, p2) = build(&geo(16), schema, &all, 4).unwrap();
+        assert_eq!(want.units(schema).unwrap(), (all.len(), p2.total_units));
+        p2
+    }
+
     #[test]
     fn short_ranges_of_integers_are_packed() {
         // int2/int4/int8 (signed, with negatives and NULLs), an unsigned
@@ -2132,38 +2181,10 @@ mod tests {
             assert_eq!(part.column_meta(c).unwrap().packed, packed[c], "parsed meta of column {c}");
         }
         assert_reads_back(&part, &schema, &rs);
-        for (r, want) in rs.iter().enumerate() {
-            let mut some = Vec::new();
-            part.values_payload_of(r, 6, Some(&[false, true, false, true, false, false]), &mut some).unwrap();
-            let mut masked = want.row.clone();
-            for c in [0, 2, 4, 5] {
-                masked.values[c] = None;
-            }
-            assert_eq!(some, super::super::row::encode_payload(&schema, &masked).unwrap());
-        }
-        // A tally of the rows sizes exactly what plan builds, and so does
-        // the tally of the built part plus more rows (widening the ranges).
-        let mut want = SizeTally::new(&schema);
-        for r in &rs {
-            want.add(&schema, r).unwrap();
-        }
-        assert_eq!(want.units(&schema).unwrap(), (n, p.total_units));
-        let mut of_part = SizeTally::of_part(&schema, &part).unwrap();
-        assert_eq!(of_part.units(&schema).unwrap(), want.units(&schema).unwrap());
-        let mut more = rs[..40].to_vec();
-        for (i, r) in more.iter_mut().enumerate() {
-            r.header.slot = (n + i) as u16;
-            r.row.values[1] = Some((-70_000 + i as i32).to_le_bytes().to_vec());
-        }
-        for r in &more {
-            of_part.add(&schema, r).unwrap();
-            want.add(&schema, r).unwrap();
-        }
-        assert_eq!(of_part.units(&schema).unwrap(), want.units(&schema).unwrap());
-        let all: Vec<ColumnRow> = rs.iter().chain(&more).cloned().collect();
-        let (_, p2) = build(&g, &schema, &all, 4).unwrap();
+        assert_partial_payloads(&part, &schema, &rs, &[false, true, false, true, false, false]);
+        // Tallies size what plan builds, also after rows that widen the ranges.
+        let p2 = assert_tallies_agree(&schema, &part, &p, &rs, 1, |i| (-70_000 + i as i32).to_le_bytes().to_vec());
         assert_eq!(p2.columns[1].packed, Some(3), "a wider range takes more bytes a row");
-        assert_eq!(want.units(&schema).unwrap(), (all.len(), p2.total_units));
         // A packed width that is not narrower than the type, or on a
         // column that cannot be packed, is corruption.
         let (blk, off) = Geometry::unit_location(0);
@@ -2213,39 +2234,14 @@ mod tests {
         let part = ColumnPart::parse(&g, views(&blocks), p.total_units, n, Some(3)).unwrap();
         assert_eq!(part.column_meta(0).unwrap().decimal, frames[0]);
         assert_reads_back(&part, &schema, &rs);
-        for (r, want) in rs.iter().enumerate() {
-            let mut some = Vec::new();
-            part.values_payload_of(r, 4, Some(&[true, false, false, true]), &mut some).unwrap();
-            let mut masked = want.row.clone();
-            masked.values[1] = None;
-            masked.values[2] = None;
-            assert_eq!(some, super::super::row::encode_payload(&schema, &masked).unwrap());
-        }
+        assert_partial_payloads(&part, &schema, &rs, &[true, false, false, true]);
         // Tallies size what plan builds, from the rows or from the part,
         // and after rows that widen the range or are not decimal.
-        let mut want = SizeTally::new(&schema);
-        for r in &rs {
-            want.add(&schema, r).unwrap();
-        }
-        assert_eq!(want.units(&schema).unwrap(), (n, p.total_units));
-        let mut of_part = SizeTally::of_part(&schema, &part).unwrap();
-        assert_eq!(of_part.units(&schema).unwrap(), want.units(&schema).unwrap());
-        let mut more = rs[..40].to_vec();
-        for (i, r) in more.iter_mut().enumerate() {
-            r.header.slot = (n + i) as u16;
-            r.row.values[0] = Some(numeric(2, 40_000_000 + i as i64));
-        }
-        for r in &more {
-            of_part.add(&schema, r).unwrap();
-            want.add(&schema, r).unwrap();
-        }
-        assert_eq!(of_part.units(&schema).unwrap(), want.units(&schema).unwrap());
-        let all: Vec<ColumnRow> = rs.iter().chain(&more).cloned().collect();
-        let (_, p2) = build(&g, &schema, &all, 4).unwrap();
+        let p2 = assert_tallies_agree(&schema, &part, &p, &rs, 0, |i| numeric(2, 40_000_000 + i as i64));
         assert_eq!(p2.columns[0].decimal.map(|f| f.width), Some(4), "a wider range takes more bytes a row");
-        assert_eq!(want.units(&schema).unwrap(), (all.len(), p2.total_units));
-        more[3].row.values[0] = Some(numeric(3, 5));
-        let all: Vec<ColumnRow> = rs.iter().chain(&more).cloned().collect();
+        let mut all = rs.clone();
+        all.push(ColumnRow { header: RowHeader { slot: n as u16, ..rs[0].header }, row: rs[0].row.clone() });
+        all[n].row.values[0] = Some(numeric(3, 5));
         let (_, p3) = build(&g, &schema, &all, 4).unwrap();
         assert_eq!(p3.columns[0].decimal, None, "a second scale makes the column plain");
         // A frame narrower than its range, on a column of another kind or

@@ -17,7 +17,8 @@
 //! The factor was first calibrated on those two probes (2026-11-28). Since
 //! then a fetch from an all-visible part reads no row header (index scans,
 //! and bitmap heap scans' exact pages) and no column only an index qual
-//! needs (btree's and the engine's scans never recheck), and the factor
+//! needs unless the row is to be rechecked (`xs_recheck`, a bitmap page's
+//! `recheck`), and the factor
 //! counts the row header only for the share of the table that is not
 //! all-visible (the visibility map's, `allvisfrac`): TPC-H Q19's probes of
 //! lineitem (5 columns, all-visible) ran at about 2.5× heap's time per

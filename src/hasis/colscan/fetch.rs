@@ -251,7 +251,8 @@ struct FetchColumns {
     wanted: Option<Vec<bool>>,
     /// `wanted` and the columns of its recheck quals (the original index
     /// quals), which the executor evaluates only on rows the index or the
-    /// bitmap marks as needing a recheck.
+    /// bitmap marks as needing a recheck: the fetch of such a row reads
+    /// these (`scan::index_fetch_tuple`, `scan::bitmap_next_block`).
     wanted_recheck: Option<Vec<bool>>,
     /// Whether its MVCC system columns (xmin, xmax, cmin, cmax) are read.
     mvcc_needed: bool,
@@ -282,13 +283,6 @@ unsafe fn scan_columns(ps: *mut pg_sys::ScanState, used: &Used, rechecks: &[*mut
     Some(FetchColumns { wanted, wanted_recheck, mvcc_needed })
 }
 
-/// Whether index scans of `index` never ask the executor to recheck their
-/// quals (`xs_recheck`): btree's and the staged-index engine's never do;
-/// other AMs may (hash compares hash codes only, GiST may be lossy).
-unsafe fn never_rechecks(index: pg_sys::Relation) -> bool {
-    (*(*index).rd_rel).relam == pg_sys::BTREE_AM_OID || crate::engine::handler::is_engine_index(index)
-}
-
 /// Whether `nodes` read xmin, xmax, cmin or cmax of `varno` (ctid and
 /// tableoid come from the TID and the relation).
 unsafe fn reads_mvcc_columns(nodes: &[*mut pg_sys::Node], varno: i32) -> bool {
@@ -313,8 +307,7 @@ unsafe fn index_scan(node: *mut pg_sys::IndexScanState, used: &Used, estate: *mu
     }
     let is = plan as *mut pg_sys::IndexScan;
     let Some(cols) = scan_columns(&mut (*node).ss, used, &[(*is).indexqualorig, (*is).indexorderbyorig]) else { return };
-    let wanted = if never_rechecks((*node).iss_RelationDesc) { cols.wanted } else { cols.wanted_recheck };
-    if wanted.is_none() && cols.mvcc_needed {
+    if cols.wanted.is_none() && cols.mvcc_needed {
         return;
     }
     // What IndexNext does on its first call (nodeIndexscan.c); with
@@ -325,7 +318,9 @@ unsafe fn index_scan(node: *mut pg_sys::IndexScanState, used: &Used, estate: *mu
         pg_sys::index_rescan(scan, (*node).iss_ScanKeys, (*node).iss_NumScanKeys, (*node).iss_OrderByKeys, (*node).iss_NumOrderByKeys);
     }
     let fetch = (*scan).xs_heapfetch as *mut crate::hasis::scan::HasisFetch;
-    (*fetch).wanted = wanted;
+    (*fetch).wanted = cols.wanted;
+    (*fetch).wanted_recheck = cols.wanted_recheck;
+    (*fetch).index_scan = scan;
     (*fetch).mvcc_needed = cols.mvcc_needed;
 }
 
