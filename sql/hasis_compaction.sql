@@ -31,7 +31,8 @@ CREATE INDEX c_h_n ON c_h USING hash (n);
 SELECT extents, column_rows, delta_versions FROM pg_hybrid.table_stats('c_h');
 SELECT snapshots_gone();
 VACUUM c_h;
--- now the column parts are full and the remaining rows wait in delta parts
+-- now every row is in a column part: a load stops at an extent's new-row
+-- slots (2/5 of hasis_max_slots, 1628) before these narrow rows fill it
 SELECT extents, column_rows, delta_versions, dead_slots FROM pg_hybrid.table_stats('c_h');
 SELECT cmp_twins('c_h', 'c_x');
 SELECT count(*), sum(k), sum(n), count(*) FILTER (WHERE f) FROM c_h;

@@ -395,28 +395,29 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
             record_free_space(rel, &g, first, &done);
         }
     }
+    // A slot: a fresh one above the high-water mark, else the lowest one
+    // VACUUM or compaction made unused (as heap reuses line pointers). New
+    // rows take only the slots below `new_row_slots`: the rest are the HOT
+    // updates' (ExtentHeader::new_row_slots).
+    let slot_limit = if old.is_none() { ExtentHeader::new_row_slots(&g) as usize } else { g.max_slots() };
+    let slot = if (h.slot_hwm as usize) < slot_limit { Some(h.slot_hwm) } else { lowest_unused_slot(rel, &g, first, &hbuf, &h, slot_limit) };
     // A bulk insert fills the extent only as far as its column part will
-    // take the rows at the next compaction (bulk.rs); then it compacts the
-    // extent (everything moves in) and goes elsewhere.
+    // take the rows at the next compaction (bulk.rs) and its new-row slots
+    // go; then it compacts the extent (everything moves in) and goes
+    // elsewhere.
+    let bulk_closed = |hbuf: &Buf| {
+        if let Some(done) = super::compact::compact_extent(rel, meta, k, hbuf, super::compact::Goal::Room) {
+            record_free_space(rel, &g, first, &done);
+        }
+        Placed::Full
+    };
+    let Some(slot) = slot else {
+        return if bulk && old.is_none() { bulk_closed(&hbuf) } else { Placed::Full };
+    };
     let admitted = match (bulk && old.is_none()).then(|| super::bulk::admit(rel, &g, first, &h, natts, payload)) {
         None => None,
         Some(super::bulk::Admit::Yes(p)) => Some(p),
-        Some(super::bulk::Admit::Closed) => {
-            if let Some(done) = super::compact::compact_extent(rel, meta, k, &hbuf, super::compact::Goal::Room) {
-                record_free_space(rel, &g, first, &done);
-            }
-            return Placed::Full;
-        }
-    };
-    // A slot: a fresh one above the high-water mark, else the lowest one
-    // VACUUM made unused (as heap reuses line pointers).
-    let slot = if (h.slot_hwm as usize) < g.max_slots() {
-        h.slot_hwm
-    } else {
-        match lowest_unused_slot(rel, &g, first, &hbuf, &h) {
-            Some(s) => s,
-            None => return Placed::Full,
-        }
+        Some(super::bulk::Admit::Closed) => return bulk_closed(&hbuf),
     };
     let tid = check(rel, first, g.tid(first, slot));
     if mvcc.ctid.offset != SPEC_TOKEN_OFFSET {
@@ -678,11 +679,13 @@ pub unsafe fn record_free_space(rel: pg_sys::Relation, g: &Geometry, first: u32,
     pg_sys::FreeSpaceMapVacuumRange(rel, first, first + 1);
 }
 
-/// The lowest unused slot of the extent whose header `h` the caller holds
-/// exclusively; the header's free-slot hint says where to start looking.
-unsafe fn lowest_unused_slot(rel: pg_sys::Relation, g: &Geometry, first: u32, hbuf: &Buf, h: &ExtentHeader) -> Option<u16> {
+/// The lowest unused slot below `limit` of the extent whose header `h` the
+/// caller holds exclusively; the header's free-slot hint says where to
+/// start looking.
+unsafe fn lowest_unused_slot(rel: pg_sys::Relation, g: &Geometry, first: u32, hbuf: &Buf, h: &ExtentHeader, limit: usize) -> Option<u16> {
     let mut dir = DirectoryReader::new(rel, g, first, hbuf, std::ptr::null_mut());
-    (h.free_hint..h.slot_hwm).find(|&s| dir.entry(s) == DirEntry::Unused)
+    let end = (h.slot_hwm as usize).min(limit) as u16;
+    (h.free_hint..end).find(|&s| dir.entry(s) == DirEntry::Unused)
 }
 
 /// Inserts a row version somewhere in the relation and returns its TID:
