@@ -641,6 +641,7 @@ unsafe fn walk_from(
     let mut dead_run = hints.is_some();
     let mut first_alive: Option<(u16, u32)> = None;
     let mut vistest: *mut pg_sys::GlobalVisState = std::ptr::null_mut();
+    let mut spare: Option<relation::SpareBlock> = None;
     for _ in 0..=ext.g.max_slots() {
         let entry = ext.entry(slot);
         if let pg_hybrid_core::hasis::header::DirEntry::Redirect { slot: target } = entry {
@@ -651,7 +652,7 @@ unsafe fn walk_from(
             at_chain_start = false;
             continue;
         }
-        let Some(mut loc) = ext.version(slot, entry, Lock::Share) else {
+        let Some(mut loc) = ext.version_reusing(slot, entry, Lock::Share, &mut spare) else {
             if expect_xmin.is_some() {
                 return Hinted::Stale;
             }
@@ -684,6 +685,7 @@ unsafe fn walk_from(
         if let Walk::Stop = next {
             break;
         }
+        spare = loc.into_spare(Lock::Share);
         match is_hot_updated(&m).then(|| ext.slot(m.ctid)).flatten() {
             Some(n) => {
                 slot = n;
