@@ -392,7 +392,7 @@ unsafe fn insert_and_stamp(rel: pg_sys::Relation, meta: &Meta, k: u32, natts: u1
     // compacts the extent.
     if h.delta_used >= foreground_trigger(&g)
         && !fits_last_delta_block(rel, &g, first, &h, ITEM_HDR + payload.len())
-        && (old.is_none() || hot_compaction_pays(rel, &g, first, &h))
+        && (old.is_none() || hot_compaction_pays(rel, meta, first, &h))
         && super::compact::may_free_delta_block(rel, meta, first, &h)
     {
         if let Some(done) = super::compact::compact_extent(rel, meta, k, &hbuf, super::compact::Goal::Room) {
@@ -659,22 +659,25 @@ impl<'h> DirectoryReader<'h> {
 /// Whether a HOT update that finds the delta part full compacts the
 /// extent itself instead of going to another extent as a non-HOT update:
 /// where the delta part holds at least as many versions as the column part
-/// holds rows. Compaction decodes and rebuilds both, so it then costs about
-/// two rows per version it makes room for, less than a non-HOT update's
-/// insert, index entries and stamp. That is a small table's hot rows
-/// (pgbench's branches and tellers, TPC-C's district and warehouse), whose
-/// versions are mostly dead to everyone: without it, their updates spilled
-/// into new extents whenever the worker fell behind, and pgbench_branches'
-/// 10 rows grew to 50 extents and 86,000 versions in 20 s, each non-HOT
-/// version with an index entry that every bitmap scan of its key walked.
-unsafe fn hot_compaction_pays(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader) -> bool {
+/// holds rows, and at least half of it is versions dead to everyone
+/// (`compact::delta_mostly_dead`). Compaction decodes and rebuilds both, so
+/// it then costs about two rows per version it removes, less than a
+/// non-HOT update's insert, index entries and stamp. That is a small
+/// table's hot rows (pgbench's branches and tellers, TPC-C's district and
+/// warehouse): without it, their updates spilled into new extents whenever
+/// the worker fell behind, and pgbench_branches' 10 rows grew to 50 extents
+/// and 86,000 versions in 20 s, each non-HOT version with an index entry
+/// that every bitmap scan of its key walked.
+unsafe fn hot_compaction_pays(rel: pg_sys::Relation, meta: &Meta, first: u32, h: &ExtentHeader) -> bool {
+    let g = meta.geometry;
     let mut versions = 0usize;
     for i in 0..h.delta_used as usize {
         let blk = first + g.delta_block(i) as u32;
         let b = Buf::read(rel, blk, Lock::Share);
-        versions += check(rel, blk, delta::DeltaView::open(bytes(b.page()), g, i, Some(h.version))).len();
+        versions += check(rel, blk, delta::DeltaView::open(bytes(b.page()), &g, i, Some(h.version))).len();
         if versions >= h.column_rows as usize {
-            return true;
+            drop(b);
+            return super::compact::delta_mostly_dead(rel, meta, first, h);
         }
     }
     false
