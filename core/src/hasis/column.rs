@@ -1371,6 +1371,12 @@ impl<'a> ColumnPart<'a> {
     /// what a scan that needs a few columns of every row reads, one pass
     /// per column instead of one lookup per value.
     pub fn column_values<'s>(&self, c: usize, stream: &'s mut Vec<u8>) -> Result<ColumnValues<'s>> {
+        self.column_values_as(c, stream, ValueForm::Stored)
+    }
+
+    /// Column `c`'s values as `column_values` gives them, with decimal
+    /// columns in `form`.
+    pub fn column_values_as<'s>(&self, c: usize, stream: &'s mut Vec<u8>, form: ValueForm) -> Result<ColumnValues<'s>> {
         let m = self.layout.columns.get(c).ok_or(Error::BadInput("column out of range"))?;
         stream.clear();
         stream.resize(m.len as usize, 0);
@@ -1394,20 +1400,35 @@ impl<'a> ColumnPart<'a> {
             let w = frame.width as usize;
             let raw = stream[base..base + self.nrows * w].to_vec();
             let nulls = stream[..base].to_vec();
+            let aligned = form == ValueForm::AlignedDatum;
+            // Aligned: the end offsets, and with them the values, begin
+            // at a multiple of 4 from the stream's start.
+            let base = if aligned { base.next_multiple_of(4) } else { base };
             stream.clear();
             stream.extend_from_slice(&nulls);
             stream.resize(base + 4 * self.nrows, 0);
-            let mut end = 0u32;
+            let data = stream.len();
             let mut v = [0u8; decimal::MAX_LEN];
             for r in 0..self.nrows {
                 if !(m.has_nulls && nulls[r / 8] & (1 << (r % 8)) != 0) {
                     let n = frame.value(&raw[r * w..r * w + w], &mut v)?;
-                    stream.extend_from_slice(&v[..n]);
-                    end += n as u32;
+                    if aligned {
+                        // A 4-byte varlena header in place of the 1-byte one
+                        // (the numeric's own bytes are the same): the
+                        // executor's numeric functions take such a value as
+                        // it lies, where a short one is copied out first
+                        // (pg_detoast_datum).
+                        stream.resize(stream.len().next_multiple_of(4), 0);
+                        stream.extend_from_slice(&(((n - 1 + 4) as u32) << 2).to_le_bytes());
+                        stream.extend_from_slice(&v[1..n]);
+                    } else {
+                        stream.extend_from_slice(&v[..n]);
+                    }
                 }
+                let end = (stream.len() - data) as u32;
                 stream[base + 4 * r..base + 4 * r + 4].copy_from_slice(&end.to_le_bytes());
             }
-            return Ok(ColumnValues { stream, nrows: self.nrows, width: m.desc.width, has_nulls: m.has_nulls, base, dict: None, ends: 4 });
+            return Ok(ColumnValues { stream, nrows: self.nrows, width: m.desc.width, has_nulls: m.has_nulls, base, dict: None, ends: 4, aligned });
         }
         let dict = if m.dict {
             let n = rd16(stream, base) as usize;
@@ -1424,7 +1445,7 @@ impl<'a> ColumnPart<'a> {
         } else {
             None
         };
-        Ok(ColumnValues { stream, nrows: self.nrows, width: m.desc.width, has_nulls: m.has_nulls, base, dict, ends: ends_width(m) })
+        Ok(ColumnValues { stream, nrows: self.nrows, width: m.desc.width, has_nulls: m.has_nulls, base, dict, ends: ends_width(m), aligned: false })
     }
 
     /// Header and values of row `r` (`natts` values).
@@ -1453,6 +1474,18 @@ pub struct ColumnValues<'s> {
     dict: Option<(usize, usize)>,
     /// Bytes of each end offset of a plain varlena column (2 or 4).
     ends: usize,
+    /// Each varlena value begins at a multiple of 4 (padding between).
+    aligned: bool,
+}
+
+/// How `ColumnPart::column_values_as` hands out decimal columns' values.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ValueForm {
+    /// As stored in row format: a 1-byte varlena header, unaligned.
+    Stored,
+    /// With a 4-byte varlena header at a multiple of 4 from the stream's
+    /// start, ready to be a Datum that needs no copy.
+    AlignedDatum,
 }
 
 impl<'s> ColumnValues<'s> {
@@ -1484,7 +1517,10 @@ impl<'s> ColumnValues<'s> {
                     return corrupt("varlena offsets past their mini-page");
                 }
                 let end = end_at(self.stream, self.base, w, r);
-                let start = if r == 0 { 0 } else { end_at(self.stream, self.base, w, r - 1) };
+                let mut start = if r == 0 { 0 } else { end_at(self.stream, self.base, w, r - 1) };
+                if self.aligned && start < end {
+                    start = start.next_multiple_of(4);
+                }
                 if start > end || data + end > self.stream.len() {
                     return corrupt("varlena offsets out of order or out of range");
                 }
@@ -2319,6 +2355,31 @@ mod tests {
     /// Builds the part of `rs`, checks that every reader gets them back
     /// and that a tally of the rows sizes the part as plan does; returns
     /// the plan and the (rows, units) the tally of the built part says.
+    /// Column 0 in `ValueForm::AlignedDatum`: every value is the stored
+    /// one with a 4-byte varlena header in place of the 1-byte one,
+    /// beginning at a multiple of 4 from the stream's start, where the
+    /// column is decimal; as stored where it is not.
+    fn assert_aligned_form(schema: &Schema, rs: &[ColumnRow]) {
+        let g = geo(16);
+        let (blocks, p) = build(&g, schema, rs, 1).unwrap();
+        let part = ColumnPart::parse(&g, views(&blocks), p.total_units, rs.len(), Some(1)).unwrap();
+        let mut stream = Vec::new();
+        let values = part.column_values_as(0, &mut stream, ValueForm::AlignedDatum).unwrap();
+        let start = values.stream.as_ptr() as usize;
+        for (r, row) in rs.iter().enumerate() {
+            let got = values.get(r).unwrap();
+            let want = row.row.values[0].as_deref();
+            match (p.columns[0].decimal.is_some(), got, want) {
+                (true, Some(got), Some(want)) => {
+                    assert_eq!((got.as_ptr() as usize - start) % 4, 0, "row {r} aligned");
+                    assert_eq!(u32::from_le_bytes(got[..4].try_into().unwrap()) as usize, got.len() << 2, "row {r} header");
+                    assert_eq!(&got[4..], &want[1..], "row {r} bytes");
+                }
+                (_, got, want) => assert_eq!(got, want, "row {r}"),
+            }
+        }
+    }
+
     fn check_one_column(schema: &Schema, rs: &[ColumnRow]) -> (Plan, (usize, usize)) {
         let g = geo(16);
         let (blocks, p) = build(&g, schema, rs, 1).unwrap();
@@ -2372,6 +2433,7 @@ mod tests {
             if p.columns[0].decimal.is_some() || p.columns[0].dict {
                 proptest::prop_assert_eq!(of_part, (n, p.total_units));
             }
+            assert_aligned_form(&schema, &rs);
         }
     }
 }

@@ -15,7 +15,7 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use pg_hybrid_core::hasis::column::ColumnPart;
+use pg_hybrid_core::hasis::column::{ColumnPart, ValueForm};
 use pg_hybrid_core::hasis::row::{payload_values, Schema};
 use pg_hybrid_core::tid::Tid;
 
@@ -405,7 +405,7 @@ impl ColumnVisitor for ColumnScan {
                 }
                 continue;
             }
-            let column = match part.column_values(c, &mut self.streams[j]) {
+            let column = match part.column_values_as(c, &mut self.streams[j], ValueForm::AlignedDatum) {
                 Ok(v) => v,
                 Err(e) => unsafe { crate::hasis::format_error(self.rel, self.rows[first_row].tid.block, e) },
             };
