@@ -499,21 +499,51 @@ pub unsafe fn update(
     // still as checked above (else, or without room there, the update
     // goes the general way below).
     let old_slot = meta.geometry.slot(meta.extent_first(meta.extent_of(otid.block).expect("extent of the updated version")), otid).ok();
-    let hot_placed = match (hot_candidate, old_slot) {
-        (true, Some(slot)) => {
-            let expect = if optimistic { old_mvcc } else { marked.expect("marked old version") };
-            let stamp = |now: &Mvcc, ntid: Tid| {
-                let mut m = if optimistic { removed_mvcc(rel, now, otid, cid, ntid) } else { Mvcc { ctid: ntid, ..*now } };
-                m.infomask2 |= HEAP_HOT_UPDATED;
-                m
-            };
-            let old = relation::StampOld { slot, expect, stamp: &stamp };
-            match relation::hot_update(rel, otid, &old, new.natts, Mvcc { infomask2: new_mvcc.infomask2 | HEAP_ONLY_TUPLE, ..new_mvcc }, &new.payload) {
-                relation::Placed::At { tid, .. } => Some(tid),
-                relation::Placed::Full | relation::Placed::Changed => None,
+    let mut seen_mvcc = old_mvcc;
+    let hot_placed = loop {
+        let (true, Some(slot)) = (hot_candidate, old_slot) else { break None };
+        let expect = if optimistic { seen_mvcc } else { marked.expect("marked old version") };
+        let stamp = |now: &Mvcc, ntid: Tid| {
+            let mut m = if optimistic { removed_mvcc(rel, now, otid, cid, ntid) } else { Mvcc { ctid: ntid, ..*now } };
+            m.infomask2 |= HEAP_HOT_UPDATED;
+            m
+        };
+        let old = relation::StampOld { slot, expect, stamp: &stamp };
+        match relation::hot_update(rel, otid, &old, new.natts, Mvcc { infomask2: new_mvcc.infomask2 | HEAP_ONLY_TUPLE, ..new_mvcc }, &new.payload) {
+            relation::Placed::At { tid, .. } => break Some(tid),
+            relation::Placed::Changed if optimistic => {
+                // Somebody updated, deleted or locked the old version since
+                // it was checked (it carries no mark of ours yet). Wait for
+                // them as the first check would have, and try again where
+                // the version is still ours to update, rather than placing
+                // the new version elsewhere first: under contention for a
+                // few rows (pgbench_branches) that left a killed version,
+                // and often a new extent, behind every lost race.
+                match acquire(rel, &meta, otid, cid, pg_sys::LockTupleMode::LockTupleExclusive, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Update) {
+                    Found::Version { loc, mut result, .. } => {
+                        if result == TM_Ok && !crosscheck.is_null() && !visible(rel, crosscheck, &loc.header.mvcc, otid, loc.buf.buffer()).0 {
+                            result = TM_Updated;
+                        }
+                        if result != TM_Ok {
+                            fill_failure(tmfd, &loc, result, rel);
+                            drop(loc);
+                            tuple::toast_delete_unshared(rel, new.tuple, old_tuple);
+                            return result;
+                        }
+                        seen_mvcc = loc.header.mvcc;
+                    }
+                    Found::Gone => {
+                        tuple::toast_delete_unshared(rel, new.tuple, old_tuple);
+                        invisible("update");
+                    }
+                    Found::WouldBlock => {
+                        tuple::toast_delete_unshared(rel, new.tuple, old_tuple);
+                        return TM_WouldBlock;
+                    }
+                }
             }
+            relation::Placed::Full | relation::Placed::Changed => break None,
         }
-        _ => None,
     };
     if let Some(ntid) = hot_placed {
         new_mvcc.infomask2 |= HEAP_ONLY_TUPLE;
