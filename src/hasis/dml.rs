@@ -500,6 +500,9 @@ pub unsafe fn update(
     // goes the general way below).
     let old_slot = meta.geometry.slot(meta.extent_first(meta.extent_of(otid.block).expect("extent of the updated version")), otid).ok();
     let mut seen_mvcc = old_mvcc;
+    // Retries after lost races; past a few, the general path below (which
+    // never loops) takes over.
+    let mut races_left = 4;
     let hot_placed = loop {
         let (true, Some(slot)) = (hot_candidate, old_slot) else { break None };
         let expect = if optimistic { seen_mvcc } else { marked.expect("marked old version") };
@@ -511,7 +514,8 @@ pub unsafe fn update(
         let old = relation::StampOld { slot, expect, stamp: &stamp };
         match relation::hot_update(rel, otid, &old, new.natts, Mvcc { infomask2: new_mvcc.infomask2 | HEAP_ONLY_TUPLE, ..new_mvcc }, &new.payload) {
             relation::Placed::At { tid, .. } => break Some(tid),
-            relation::Placed::Changed if optimistic => {
+            relation::Placed::Changed if optimistic && races_left > 0 => {
+                races_left -= 1;
                 // Somebody updated, deleted or locked the old version since
                 // it was checked (it carries no mark of ours yet). Wait for
                 // them as the first check would have, and try again where
