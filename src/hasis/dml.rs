@@ -523,27 +523,10 @@ pub unsafe fn update(
                 // the new version elsewhere first: under contention for a
                 // few rows (pgbench_branches) that left a killed version,
                 // and often a new extent, behind every lost race.
-                match acquire(rel, &meta, otid, cid, pg_sys::LockTupleMode::LockTupleExclusive, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Update) {
-                    Found::Version { loc, mut result, .. } => {
-                        if result == TM_Ok && !crosscheck.is_null() && !visible(rel, crosscheck, &loc.header.mvcc, otid, loc.buf.buffer()).0 {
-                            result = TM_Updated;
-                        }
-                        if result != TM_Ok {
-                            fill_failure(tmfd, &loc, result, rel);
-                            drop(loc);
-                            tuple::toast_delete_unshared(rel, new.tuple, old_tuple);
-                            return result;
-                        }
-                        seen_mvcc = loc.header.mvcc;
-                    }
-                    Found::Gone => {
-                        tuple::toast_delete_unshared(rel, new.tuple, old_tuple);
-                        invisible("update");
-                    }
-                    Found::WouldBlock => {
-                        tuple::toast_delete_unshared(rel, new.tuple, old_tuple);
-                        return TM_WouldBlock;
-                    }
+                let undo = || tuple::toast_delete_unshared(rel, new.tuple, old_tuple);
+                match recheck_old(rel, &meta, otid, cid, policy, &mut tlock, crosscheck, tmfd, &undo) {
+                    Ok(loc) => seen_mvcc = loc.header.mvcc,
+                    Err(result) => return result,
                 }
             }
             relation::Placed::Full | relation::Placed::Changed => break None,
@@ -580,34 +563,59 @@ pub unsafe fn update(
         kill_version(rel, ntid);
         tuple::toast_delete_unshared(rel, new.tuple, old_tuple);
     };
-    match acquire(rel, &meta, otid, cid, pg_sys::LockTupleMode::LockTupleExclusive, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Update) {
-        Found::Version { mut loc, mut result, .. } => {
-            if result == TM_Ok && !crosscheck.is_null() && !visible(rel, crosscheck, &loc.header.mvcc, otid, loc.buf.buffer()).0 {
-                result = TM_Updated;
-            }
-            if result != TM_Ok {
-                fill_failure(tmfd, &loc, result, rel);
-                drop(loc);
-                kill();
-                return result;
-            }
+    match recheck_old(rel, &meta, otid, cid, policy, &mut tlock, crosscheck, tmfd, &kill) {
+        Ok(mut loc) => {
             let m = stamp_removed(rel, &loc, cid, ntid);
             loc.stamp(rel, &m);
         }
-        Found::Gone => {
-            kill();
-            invisible("update");
-        }
-        Found::WouldBlock => {
-            kill();
-            return TM_WouldBlock;
-        }
+        Err(result) => return result,
     }
     (*slot).tts_tid = to_item_pointer(ntid);
     (*slot).tts_tableOid = (*rel).rd_id;
     tuple::stamp_slot(slot, &Mvcc { ctid: ntid, ..new_mvcc }, ntid);
     pg_sys::pgstat_count_heap_update(rel, false);
     TM_Ok
+}
+
+/// An update's second look at its old version `otid`, after writing
+/// something (a new version elsewhere, or nothing yet but TOAST values):
+/// the version locked again, waiting out running writers, when it is still
+/// this update's to change; else the result to return, with `tmfd` filled
+/// and `undo` having removed what the update wrote.
+#[allow(clippy::too_many_arguments)]
+unsafe fn recheck_old(
+    rel: pg_sys::Relation,
+    meta: &Meta,
+    otid: Tid,
+    cid: pg_sys::CommandId,
+    policy: pg_sys::LockWaitPolicy::Type,
+    tlock: &mut TupleLock,
+    crosscheck: pg_sys::Snapshot,
+    tmfd: *mut pg_sys::TM_FailureData,
+    undo: &dyn Fn(),
+) -> Result<Located, pg_sys::TM_Result::Type> {
+    match acquire(rel, meta, otid, cid, pg_sys::LockTupleMode::LockTupleExclusive, policy, tlock, pg_sys::XLTW_Oper::XLTW_Update) {
+        Found::Version { loc, mut result, .. } => {
+            if result == TM_Ok && !crosscheck.is_null() && !visible(rel, crosscheck, &loc.header.mvcc, otid, loc.buf.buffer()).0 {
+                result = TM_Updated;
+            }
+            if result != TM_Ok {
+                fill_failure(tmfd, &loc, result, rel);
+                drop(loc);
+                undo();
+                return Err(result);
+            }
+            Ok(loc)
+        }
+        Found::Gone => {
+            undo();
+            invisible("update");
+        }
+        Found::WouldBlock => {
+            undo();
+            Err(TM_WouldBlock)
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -2352,9 +2352,6 @@ mod tests {
             .collect()
     }
 
-    /// Builds the part of `rs`, checks that every reader gets them back
-    /// and that a tally of the rows sizes the part as plan does; returns
-    /// the plan and the (rows, units) the tally of the built part says.
     /// Column 0 in `ValueForm::AlignedDatum`: every value is the stored
     /// one with a 4-byte varlena header in place of the 1-byte one,
     /// beginning at a multiple of 4 from the stream's start, where the
@@ -2380,6 +2377,9 @@ mod tests {
         }
     }
 
+    /// Builds the part of `rs`, checks that every reader gets them back
+    /// and that a tally of the rows sizes the part as plan does; returns
+    /// the plan and the (rows, units) the tally of the built part says.
     fn check_one_column(schema: &Schema, rs: &[ColumnRow]) -> (Plan, (usize, usize)) {
         let g = geo(16);
         let (blocks, p) = build(&g, schema, rs, 1).unwrap();
