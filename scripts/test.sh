@@ -276,7 +276,8 @@ MAIN=
 main_cluster() {   # start the shared cluster for regress + differential (in this shell)
     [[ -n $MAIN ]] && return 0
     MAIN=$(ph_scratch main)
-    cluster_init "$MAIN" "$PH_PORT"
+    # logical: sql/hasis_logical.sql decodes hasis changes with test_decoding
+    cluster_init "$MAIN" "$PH_PORT" "wal_level = logical"
     cluster_start "$MAIN"
 }
 

@@ -49,6 +49,16 @@
 #                 on the standby; standby reads under one snapshot during
 #                 primary DML agree; kill -9 and restart of the standby, then
 #                 promotion and writes on it.
+#   logical       logical replication (pgoutput): a publisher (wal_level =
+#                 logical) with pgbench's four tables and a TOAST table under
+#                 REPLICA IDENTITY FULL, all hasis, and a subscriber whose
+#                 tables are hasis too; the subscription's initial copies,
+#                 then 15 s (5 s) of TPC-B and of updates, inserts, deletes
+#                 and rolled-back savepoints on the TOAST table; once the
+#                 subscriber confirmed the publisher's last LSN every table
+#                 has the same rows on both sides (md5 per row, as a
+#                 multiset), verify_table() passes there and the balances
+#                 add up.
 #   isolation     pg_isolation_regress over tests/isolation/specs/hasis_*.spec
 #                 (EvalPlanQual, UPDATE vs DELETE, SKIP LOCKED / NOWAIT,
 #                 REPEATABLE READ conflicts, SERIALIZABLE write skew, an old
@@ -125,7 +135,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
-ALL_SUBTESTS=(differential analytics pgbench crash standby isolation upsert dump badinput)
+ALL_SUBTESTS=(differential analytics pgbench crash standby logical isolation upsert dump badinput)
 quick=0
 accept=0
 only=()
@@ -1557,6 +1567,104 @@ selected() {
     for x in "${only[@]}"; do [[ $x == "$s" ]] && return 0; done
     return 1
 }
+
+# ===================================================================== logical
+sub_logical() {
+    local P S SPORT=$((PH_PORT + 1)) db=hasis_logical scale=2 secs=15 w rc t a b i done_ lsn
+    ((quick)) && { scale=1; secs=5; }
+    failures=0
+    P=$(ph_scratch hasis_logical_pub)
+    S=$(ph_scratch hasis_logical_sub)
+    cluster_init "$P" "$PH_PORT" "wal_level = logical" "deadlock_timeout = '100ms'"
+    cluster_init "$S" "$SPORT" "default_table_access_method = hasis"
+    cluster_start "$P"
+    cluster_start "$S"
+    ph_prepare_db "$P" "$db"
+    ph_prepare_db "$S" "$db"
+    w=$P/work
+    mkdir -p "$w"
+    chown "$PH_USER:" "$w"
+    local conn=(-h "$P/sock" -p "$PH_PORT" -U "$PH_USER")
+    # The publisher's tables are hasis (pgbench's four, and one with TOAST
+    # values under REPLICA IDENTITY FULL); the subscriber's are hasis too
+    # (its default), so the apply worker's lookups by replica identity (index
+    # and, for FULL, sequential) run on hasis as well.
+    say "publisher: pgbench -i -s $scale with default_table_access_method = hasis; lt (TOAST, REPLICA IDENTITY FULL)"
+    ph_as_user env PGOPTIONS="-c default_table_access_method=hasis -c client_min_messages=warning" \
+        "$PH_PGBIN/pgbench" "${conn[@]}" -i -I dtgp -s "$scale" -q "$db" >"$w/init.out" 2>&1 ||
+        { cat "$w/init.out" >&2; fail "pgbench -i on the publisher failed"; return 1; }
+    local lt="CREATE TABLE lt (k int NOT NULL, v int, big text) USING hasis"
+    cluster_sql "$P" "$db" "$lt" "ALTER TABLE lt REPLICA IDENTITY FULL" \
+        "INSERT INTO lt SELECT g, 0, CASE WHEN g % 10 = 0 THEN repeat(md5(g::text), 400) END FROM generate_series(1, 400) g" \
+        "CREATE PUBLICATION hasis_pub FOR TABLE pgbench_accounts, pgbench_branches, pgbench_tellers, pgbench_history, lt" >/dev/null
+    ph_as_user "$PH_PGBIN/pgbench" -h "$S/sock" -p "$SPORT" -U "$PH_USER" -i -I dtp -s "$scale" -q "$db" >"$w/init_sub.out" 2>&1 ||
+        { cat "$w/init_sub.out" >&2; fail "pgbench -i -I dtp on the subscriber failed"; return 1; }
+    cluster_sql "$S" "$db" "$lt" "TRUNCATE pgbench_branches, pgbench_tellers" >/dev/null
+    a=$(cluster_sql "$S" "$db" "SELECT string_agg(DISTINCT a.amname, ',') FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE c.relname IN ('pgbench_accounts', 'pgbench_branches', 'pgbench_tellers', 'pgbench_history', 'lt')")
+    [[ $a == hasis ]] || fail "the subscriber's tables are not all hasis: $a"
+    say "subscriber: CREATE SUBSCRIPTION (initial copy of the hasis tables, then streaming)"
+    cluster_sql "$S" "$db" "CREATE SUBSCRIPTION hasis_sub CONNECTION 'host=$P/sock port=$PH_PORT user=$PH_USER dbname=$db' PUBLICATION hasis_pub" >/dev/null
+    done_=0
+    for ((i = 0; i < 600; i++)); do
+        [[ $(cluster_sql "$S" "$db" "SELECT count(*) FILTER (WHERE srsubstate <> 'r') || '/' || count(*) FROM pg_subscription_rel") == 0/5 ]] && { done_=1; break; }
+        sleep 0.2
+    done
+    ((done_)) || { fail "the initial table copies did not finish in 120 s"; cluster_sql "$S" "$db" "SELECT srrelid::regclass, srsubstate FROM pg_subscription_rel" >&2; return 1; }
+    # TPC-B, and updates and deletes of the TOAST table, on the publisher
+    cat >"$w/lt.sql" <<'SQL'
+\set k random(1, 400)
+BEGIN;
+UPDATE lt SET v = v + 1 WHERE k = :k;
+\if :k % 8 = 0
+INSERT INTO lt SELECT :k + 1000 * (1 + (random() * 1000)::int), :k, CASE WHEN :k % 3 = 0 THEN repeat(md5(:k::text), 300) END;
+DELETE FROM lt WHERE k IN (SELECT k FROM lt WHERE k > 1000 AND v = :k LIMIT 1);
+\endif
+SAVEPOINT s;
+UPDATE lt SET v = -1 WHERE k = :k;
+ROLLBACK TO SAVEPOINT s;
+END;
+SQL
+    chown "$PH_USER:" "$w/lt.sql"
+    say "publisher: TPC-B (6 clients) and TOAST-table changes (2 clients), ${secs} s"
+    set +e
+    ph_as_user "$PH_PGBIN/pgbench" "${conn[@]}" -c 6 -j 6 -T "$secs" -M prepared -n "$db" >"$w/pgbench.out" 2>"$w/pgbench.err" &
+    local bg=$!
+    # (at 200 transactions a second: under REPLICA IDENTITY FULL the apply
+    # worker finds each changed row of lt by a sequential scan)
+    ph_as_user "$PH_PGBIN/pgbench" "${conn[@]}" -c 2 -j 2 -R 200 -T "$secs" -n -f "$w/lt.sql" "$db" >"$w/lt.out" 2>"$w/lt.err"
+    rc=$?
+    wait "$bg" || rc=$?
+    set -e
+    ((rc == 0)) || { cat "$w/pgbench.err" "$w/lt.err" | tail -20 >&2; fail "pgbench on the publisher failed (exit $rc)"; }
+    say "  $(grep -h '^number of transactions actually processed' "$w/pgbench.out" "$w/lt.out" | tr '\n' ' ')"
+    lsn=$(cluster_sql "$P" "$db" "SELECT pg_current_wal_lsn()")
+    done_=0
+    for ((i = 0; i < 900; i++)); do
+        [[ $(cluster_sql "$P" "$db" "SELECT coalesce(bool_and(confirmed_flush_lsn >= '$lsn'), false) FROM pg_replication_slots WHERE slot_name = 'hasis_sub'") == t ]] && { done_=1; break; }
+        sleep 0.2
+    done
+    ((done_)) || fail "the subscriber did not confirm $lsn within 180 s"
+    # every table: the same rows on both sides (md5 of each row, as a multiset)
+    for t in pgbench_accounts pgbench_branches pgbench_tellers pgbench_history lt; do
+        local q="SELECT count(*) || ' ' || coalesce(md5(string_agg(h, ',' ORDER BY h)), '-') FROM (SELECT md5(r::text) h FROM $t r) x"
+        a=$(cluster_sql "$P" "$db" "${SEQ[@]}" "$q")
+        b=$(cluster_sql "$S" "$db" "${SEQ[@]}" "$q")
+        if [[ $a == "$b" ]]; then
+            say "  $t: publisher and subscriber agree (${a%% *} rows)"
+        else
+            fail "$t: publisher ($a) and subscriber ($b) differ"
+        fi
+        verify_table "$S" "$db" "$t" >/dev/null || fail "verify_table($t) on the subscriber failed"
+    done
+    local sums
+    sums=$(cluster_sql "$S" "$db" "SELECT (SELECT sum(abalance) FROM pgbench_accounts) || ' ' || (SELECT sum(bbalance) FROM pgbench_branches) || ' ' || (SELECT sum(tbalance) FROM pgbench_tellers) || ' ' || (SELECT coalesce(sum(delta), 0) FROM pgbench_history)")
+    read -r -a a <<<"$sums"
+    [[ ${#a[@]} == 4 && ${a[0]} == "${a[1]}" && ${a[1]} == "${a[2]}" && ${a[2]} == "${a[3]}" ]] ||
+        fail "on the subscriber the balances do not add up: $sums"
+    cluster_sql "$S" "$db" "DROP SUBSCRIPTION hasis_sub" >/dev/null
+    ((failures == 0))
+}
+
 
 # the installed library, to tell when it was replaced (reinstalled) during a sub-test
 so_stamp() { stat -c '%Y' "$("$PH_PG_CONFIG" --pkglibdir)/pg_hybrid.so" 2>/dev/null || echo none; }

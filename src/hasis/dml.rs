@@ -412,7 +412,10 @@ pub unsafe fn delete(
     let m = stamp_removed(rel, &loc, cid, tid);
     loc.stamp(rel, &m);
     drop(loc);
-    tuple::toast_delete(rel, tuple::form(rel, &old_row, &old_mvcc, tid), false);
+    let old_tuple = tuple::form(rel, &old_row, &old_mvcc, tid);
+    // Before its TOAST values go: REPLICA IDENTITY FULL logs them inline.
+    super::logical::log_delete(rel, old_tuple);
+    tuple::toast_delete(rel, old_tuple, false);
     pg_sys::pgstat_count_heap_delete(rel);
     TM_Ok
 }
@@ -538,6 +541,7 @@ pub unsafe fn update(
         (*slot).tts_tid = to_item_pointer(ntid);
         (*slot).tts_tableOid = (*rel).rd_id;
         tuple::stamp_slot(slot, &Mvcc { ctid: ntid, ..new_mvcc }, ntid);
+        super::logical::log_update(rel, old_tuple, new.tuple);
         pg_sys::pgstat_count_heap_update(rel, true);
         return TM_Ok;
     }
@@ -556,6 +560,7 @@ pub unsafe fn update(
         (*slot).tts_tid = to_item_pointer(ntid);
         (*slot).tts_tableOid = (*rel).rd_id;
         tuple::stamp_slot(slot, &Mvcc { ctid: ntid, ..new_mvcc }, ntid);
+        super::logical::log_update(rel, old_tuple, new.tuple);
         pg_sys::pgstat_count_heap_update(rel, false);
         return TM_Ok;
     }
@@ -573,6 +578,7 @@ pub unsafe fn update(
     (*slot).tts_tid = to_item_pointer(ntid);
     (*slot).tts_tableOid = (*rel).rd_id;
     tuple::stamp_slot(slot, &Mvcc { ctid: ntid, ..new_mvcc }, ntid);
+    super::logical::log_update(rel, old_tuple, new.tuple);
     pg_sys::pgstat_count_heap_update(rel, false);
     TM_Ok
 }

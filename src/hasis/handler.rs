@@ -167,6 +167,9 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
     (*slot).tts_tableOid = (*rel).rd_id;
     if spec_token.is_none() {
         m.ctid = tid;
+        // A speculative insertion is logged for logical decoding when it is
+        // confirmed (tuple_complete_speculative).
+        super::logical::log_insert(rel, p.tuple);
     }
     tuple::stamp_slot(slot, &m, tid);
 }
@@ -189,6 +192,16 @@ unsafe extern "C-unwind" fn tuple_insert_speculative(rel: pg_sys::Relation, slot
 unsafe extern "C-unwind" fn tuple_complete_speculative(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, _token: u32, succeeded: bool) {
     crate::require_preload();
     super::dml::complete_speculative(rel, super::visibility::from_item_pointer(&(*slot).tts_tid), succeeded);
+    if succeeded && super::logical::wanted(rel) {
+        // The row as the slot holds it, TOAST values inline (the stored
+        // tuple's pointers are not at hand); the decoder takes either.
+        let mut should_free = false;
+        let tup = pg_sys::ExecFetchSlotHeapTuple(slot, false, &mut should_free);
+        super::logical::log_insert(rel, tup);
+        if should_free {
+            pg_sys::heap_freetuple(tup);
+        }
+    }
 }
 
 #[pg_guard]

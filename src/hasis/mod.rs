@@ -18,6 +18,7 @@
 //! | `bulk.rs` | bulk inserts fill an extent only as far as its column part takes the rows |
 //! | `worker.rs` | the background compaction worker |
 //! | `wal.rs` | hasis's WAL resource manager: insert and stamp records |
+//! | `logical.rs` | logical decoding: the LOGICAL record beside each row change, the rmgr's decode callback |
 //! | `options.rs` | the `hasis_*` reloptions and their DDL check |
 //! | `ddl.rs` | new storage, TRUNCATE, SET TABLESPACE, CLUSTER / VACUUM FULL, VACUUM, size estimates |
 //!
@@ -31,6 +32,7 @@ pub mod compact;
 pub mod ddl;
 pub mod dml;
 pub mod handler;
+pub mod logical;
 pub mod options;
 pub mod relation;
 pub mod scan;

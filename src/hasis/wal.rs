@@ -8,6 +8,7 @@
 //! | COMPACT | 0 header, then the directory blocks, then the column and delta blocks written (`WILL_INIT`) | newest removed xid, block counts, the core's compaction record | standby conflict, the core's `apply`, header and directory patches, blocks copied |
 //! | STAMP | 0 the block with the version's MVCC fields (delta item or column row header) | `wire::Stamp` with the ctid: byte offset, xmax, infomask words, ctid | the stamp over the version's xmin |
 //! | VISIBLE | 0 header; for a map set, 1 (and 2) the visibility-map pages | `VisibleOp` (u8), newest xmin of the rows made all-visible (u32), for the map ops the extent's TID block count (u16) | standby conflict (set), the header's `all_visible` and `map_visible` flags, the map bits (`vm.rs`; cleared whatever the LSNs) |
+//! | LOGICAL | none | `logical.rs`: the row change for logical decoding (op, relfilenode, old and new heap tuples), only with wal_level = logical | nothing (the rmgr's decode callback reads it) |
 //! | UPDATE (HOT) | INSERT's blocks, 3 the old version's block unless it is block 1 | `wire::Stamp` (ctid: the new version), then INSERT's data, whose payload may be a diff against the old version's (a delta item in block 1, or in block 3 when full-page writes are on and block 3 was logged since the redo point) | INSERT's redo (a diff rebuilt from the old payload, read before the append), then the stamp |
 //!
 //! These are format 2 (`core/src/hasis/wire.rs` says what it leaves out
@@ -44,6 +45,8 @@ const XLOG_HASIS_STAMP2: u8 = 0x60;
 const XLOG_HASIS_UPDATE2: u8 = 0x70;
 /// The extent header's all-visible and map-visible flags (and the map bits), set or cleared.
 const XLOG_HASIS_VISIBLE: u8 = 0x80;
+/// A row change for logical decoding (logical.rs); redo ignores it.
+pub(super) const XLOG_HASIS_LOGICAL: u8 = 0x90;
 
 static mut RMGR: pg_sys::RmgrData = pg_sys::RmgrData {
     rm_name: c"pg_hybrid_hasis".as_ptr(),
@@ -53,7 +56,7 @@ static mut RMGR: pg_sys::RmgrData = pg_sys::RmgrData {
     rm_startup: None,
     rm_cleanup: None,
     rm_mask: None,
-    rm_decode: None,
+    rm_decode: Some(super::logical::decode),
 };
 
 /// Called from _PG_init while shared_preload_libraries is processed.
@@ -788,6 +791,7 @@ unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
         XLOG_HASIS_STAMP2 => redo_stamp(record, true),
         XLOG_HASIS_COMPACT => redo_compact(record),
         XLOG_HASIS_VISIBLE => redo_visible(record),
+        XLOG_HASIS_LOGICAL => {}
         other => redo_failed(&format!("unknown WAL record type {other:#x}")),
     }
 }
@@ -820,6 +824,18 @@ unsafe extern "C-unwind" fn desc(out: pg_sys::StringInfo, record: *mut pg_sys::X
             _ => "short record".into(),
         },
         XLOG_HASIS_COMPACT => format!("compaction record of {} bytes", main_data(record).len()),
+        XLOG_HASIS_LOGICAL => match super::logical::LogicalRecord::decode(main_data(record)) {
+            Some(r) => format!(
+                "{:?} of relfilenode {}/{}/{} for logical decoding{}{}",
+                r.op,
+                r.node.spcNode.to_u32(),
+                r.node.dbNode.to_u32(),
+                r.node.relNode.to_u32(),
+                r.old.map_or(String::new(), |t| format!(", old tuple {} bytes", t.len())),
+                r.new.map_or(String::new(), |t| format!(", new tuple {} bytes", t.len()))
+            ),
+            None => "malformed record".into(),
+        },
         XLOG_HASIS_VISIBLE => match main_data(record) {
             [1, x @ ..] if x.len() == 4 => format!("column part all visible, cutoff xid {}", u32::from_le_bytes(x.try_into().unwrap())),
             [0, ..] => "column part no longer all visible".into(),
@@ -851,6 +867,7 @@ unsafe extern "C-unwind" fn identify(info: u8) -> *const std::os::raw::c_char {
         XLOG_HASIS_UPDATE2 => c"UPDATE".as_ptr(),
         XLOG_HASIS_COMPACT => c"COMPACT".as_ptr(),
         XLOG_HASIS_VISIBLE => c"VISIBLE".as_ptr(),
+        XLOG_HASIS_LOGICAL => c"LOGICAL".as_ptr(),
         _ => std::ptr::null(),
     }
 }
