@@ -24,6 +24,14 @@
 #                 index scans agree with seq scans; verify_table() passes; a
 #                 bitmap scan with work_mem = 64kB (lossy pages at scale 4)
 #                 agrees with a seq scan.
+#   fkeys         foreign keys under concurrency, on heap (the oracle) and on
+#                 hasis: 8 clients for 15 s (5 s) insert child rows (FOR KEY
+#                 SHARE on the parent) and add their amounts to the parent's
+#                 total (a no-key update), or key-share lock a parent and
+#                 update its note; no transaction fails (no deadlock, as on
+#                 heap), every total equals its children's amounts, no
+#                 orphan child; a key update and a delete of a referenced
+#                 parent fail; after VACUUM FREEZE verify_table() passes.
 #   crash         8 pgbench clients run inserts, multi-row updates, key moves,
 #                 deletes, TOAST values and savepoints, each REPEATABLE READ
 #                 transaction on a hasis table (btree, hybrid_btree and hash
@@ -63,7 +71,8 @@
 #                 (EvalPlanQual, UPDATE vs DELETE, SKIP LOCKED / NOWAIT,
 #                 REPEATABLE READ conflicts, SERIALIZABLE write skew, an old
 #                 snapshot across VACUUM's compactions, INSERT ... ON CONFLICT
-#                 racing an open insert of the same key): each
+#                 racing an open insert of the same key, no-key updates
+#                 against FOR KEY SHARE and foreign key checks): each
 #                 spec runs with its tables USING heap (the oracle: must give
 #                 tests/isolation/expected/NAME.out) and as written (USING
 #                 hasis: must give the same).  --accept writes heap's outputs
@@ -135,7 +144,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
-ALL_SUBTESTS=(differential analytics pgbench crash standby logical isolation upsert dump badinput)
+ALL_SUBTESTS=(differential analytics pgbench fkeys crash standby logical isolation upsert dump badinput)
 quick=0
 accept=0
 only=()
@@ -1566,6 +1575,80 @@ selected() {
     ((${#only[@]} == 0)) && return 0
     for x in "${only[@]}"; do [[ $x == "$s" ]] && return 0; done
     return 1
+}
+
+
+# ====================================================================== fkeys
+sub_fkeys() {
+    local dir db=hasis_fkeys secs=15 am w rc failed processed bad
+    ((quick)) && secs=5
+    failures=0
+    dir=$(ph_scratch hasis_fkeys)
+    cluster_init "$dir" "$PH_PORT" "deadlock_timeout = '50ms'"
+    cluster_start "$dir"
+    ph_prepare_db "$dir" "$db"
+    w=$dir/work
+    mkdir -p "$w"
+    # Each transaction inserts a child row (its foreign key check takes a
+    # FOR KEY SHARE lock on the parent) and then adds its amount to the
+    # parent's total (a no-key update), or key-share locks a parent and
+    # updates its note; 8 clients over 12 parents. On heap none of them
+    # deadlocks (a no-key update shares the row with key-share lockers);
+    # hasis must do the same, and every total must equal its children.
+    cat >"$w/child.sql" <<'SQL'
+\set p random(1, 12)
+\set a random(1, 100)
+BEGIN;
+INSERT INTO child (parent_id, amount) VALUES (:p, :a);
+UPDATE parent SET total = total + :a WHERE id = :p;
+END;
+SQL
+    cat >"$w/note.sql" <<'SQL'
+\set p random(1, 12)
+BEGIN;
+SELECT id FROM parent WHERE id = :p FOR KEY SHARE;
+UPDATE parent SET note = md5(random()::text) WHERE id = :p;
+INSERT INTO child (parent_id, amount) VALUES (:p, 0);
+END;
+SQL
+    chown -R "$PH_USER:" "$w"
+    for am in heap hasis; do
+        cluster_sql "$dir" "$db" "DROP TABLE IF EXISTS child, parent" \
+            "CREATE TABLE parent (id int PRIMARY KEY, total bigint NOT NULL DEFAULT 0, note text) USING $am" \
+            "INSERT INTO parent SELECT g, 0, 'n' || g FROM generate_series(1, 12) g" \
+            "CREATE TABLE child (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, parent_id int NOT NULL REFERENCES parent (id), amount int NOT NULL) USING $am" >/dev/null
+        set +e
+        ph_as_user "$PH_PGBIN/pgbench" -h "$dir/sock" -p "$PH_PORT" -U "$PH_USER" -n -c 8 -j 8 -T "$secs" \
+            -f "$w/child.sql@3" -f "$w/note.sql@1" "$db" >"$w/pgbench.out" 2>"$w/pgbench.err"
+        rc=$?
+        set -e
+        failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$w/pgbench.out")
+        processed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$w/pgbench.out")
+        say "  $am: $processed transactions, ${failed:-?} failed (deadlocks)"
+        if ((rc != 0)) || [[ $failed != 0 ]] || grep -qiE 'aborted|error' "$w/pgbench.err"; then
+            grep -iE 'aborted|error|deadlock' "$w/pgbench.err" | head -5 >&2 || true
+            fail "$am: pgbench exited $rc with ${failed:-?} failed transactions (expected none)"
+        fi
+        bad=$(cluster_sql "$dir" "$db" "${SEQ[@]}" \
+            "SELECT count(*) FROM parent p WHERE p.total <> (SELECT coalesce(sum(amount), 0) FROM child c WHERE c.parent_id = p.id)")
+        [[ $bad == 0 ]] || fail "$am: $bad parents whose total differs from their children's amounts"
+        bad=$(cluster_sql "$dir" "$db" "${SEQ[@]}" "SELECT count(*) FROM child c WHERE NOT EXISTS (SELECT FROM parent p WHERE p.id = c.parent_id)")
+        [[ $bad == 0 ]] || fail "$am: $bad child rows without their parent"
+        if [[ $am == hasis ]]; then
+            # a key update and a delete of a referenced parent fail, after
+            # the key-share lockers are gone
+            local err
+            err=$(cluster_psql "$dir" "$db" -c "UPDATE parent SET id = 100 WHERE id = 1" 2>&1 || true)
+            grep -q 'violates foreign key constraint' <<<"$err" || fail "a key update of a referenced parent did not fail: $err"
+            err=$(cluster_psql "$dir" "$db" -c "DELETE FROM parent WHERE id = 2" 2>&1 || true)
+            grep -q 'violates foreign key constraint' <<<"$err" || fail "a delete of a referenced parent did not fail: $err"
+            cluster_sql "$dir" "$db" "VACUUM FREEZE parent" "VACUUM FREEZE child" >/dev/null
+            verify_table "$dir" "$db" parent || fail "verify_table(parent) failed"
+            verify_table "$dir" "$db" child || fail "verify_table(child) failed"
+            ph_index_vs_seq "$dir" "$db" parent parent_pkey "id > 0" || fail "parent_pkey disagrees with a seq scan"
+        fi
+    done
+    ((failures == 0))
 }
 
 # ===================================================================== logical

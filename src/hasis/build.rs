@@ -149,7 +149,7 @@ pub unsafe fn index_build_range_scan(
                 v.set_hint(h);
             }
             use pg_sys::HTSV_Result::*;
-            let own_delete = || pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmax));
+            let own_delete = || pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(super::visibility::update_xid(&m)));
             let alive = match r {
                 HEAPTUPLE_DEAD => return,
                 // A HOT-updated version that some snapshot may still see:

@@ -133,11 +133,19 @@ unsafe fn freeze_version(m: &mut Mvcc, freeze: &Freeze) -> bool {
         m.infomask |= HEAP_XMIN_FROZEN;
         changed = true;
     }
+    // A no-key update that shared the version with key-share lockers keeps
+    // a MultiXact in xmax. Once the lockers have ended, the update alone, a
+    // plain xid, says the same, and relminmxid may pass the MultiXact.
+    if m.infomask & HEAP_XMAX_IS_MULTI != 0 && m.infomask & HEAP_XMAX_INVALID == 0 && !xmax_locked_only(m) && !pg_sys::MultiXactIdIsRunning(m.xmax.into(), false) {
+        m.xmax = update_xid(m);
+        m.infomask &= !HEAP_XMAX_BITS;
+        changed = true;
+    }
     // An aborted deleter or a finished locker (HeapTupleSatisfiesVacuum has
     // set XMAX_INVALID for both) leaves nothing to remember. A MultiXact is
-    // never an xid to compare: hasis writes only lock-only ones, and
-    // XMAX_INVALID says every member has ended, so it goes whatever its
-    // age (relminmxid then advances past it).
+    // never an xid to compare: XMAX_INVALID says every member has ended (a
+    // lock-only one's lockers, or an aborted update's), so it goes
+    // whatever its age (relminmxid then advances past it).
     let finished_multi = m.infomask & HEAP_XMAX_IS_MULTI != 0 && m.infomask & HEAP_XMAX_INVALID != 0;
     if finished_multi || (m.infomask & HEAP_XMAX_IS_MULTI == 0 && m.infomask & HEAP_XMAX_INVALID != 0 && precedes(m.xmax)) {
         m.xmax = 0;

@@ -88,7 +88,14 @@ unsafe fn classify(m: &Mvcc, r: pg_sys::HTSV_Result::Type, freeze_xid: pg_sys::T
     }
     // Row locks and aborted deleters mean nothing in the new relation (the
     // table is locked exclusively).
-    let lock_only = m.infomask & HEAP_XMAX_LOCK_ONLY != 0;
+    let lock_only = xmax_locked_only(&m);
+    if !lock_only && m.infomask & HEAP_XMAX_IS_MULTI != 0 && m.infomask & HEAP_XMAX_INVALID == 0 {
+        // A no-key update that shared the version with key-share lockers
+        // (a MultiXact): the lockers have ended (the table is locked
+        // exclusively), the update stays, as a plain xid.
+        m.xmax = update_xid(&m);
+        m.infomask &= !HEAP_XMAX_BITS;
+    }
     let aborted = m.infomask & HEAP_XMAX_INVALID != 0 || (m.xmax != 0 && !pg_sys::TransactionIdIsInProgress(pg_sys::TransactionId::from(m.xmax)) && !pg_sys::TransactionIdDidCommit(pg_sys::TransactionId::from(m.xmax)));
     if lock_only || aborted || m.xmax == 0 {
         m.xmax = 0;

@@ -9,12 +9,15 @@
 //! handed out in order.
 //!
 //! Row locks share as heap's do: a lock whose mode is compatible with the
-//! modes of the running lockers joins them in a MultiXact (lock-only: every
-//! hasis update waits for all lockers, so no multi holds an updater).
-//!
-//! Simplification against heap, safe but stricter (README.md "What does
-//! not work yet"): every UPDATE counts as a key update (LockTupleExclusive,
-//! KEYS_UPDATED), so FOR KEY SHARE lockers wait for non-key updates too.
+//! modes of the running lockers joins them in a MultiXact. An UPDATE that
+//! changes no key column (no column of a unique index a foreign key could
+//! reference) is a no-key update (LockTupleNoKeyExclusive, no
+//! KEYS_UPDATED), as heap's: it does not wait for FOR KEY SHARE lockers
+//! (foreign key checks), which then share the old version's xmax with it
+//! in a MultiXact holding the update, and a FOR KEY SHARE lock passes a
+//! no-key update, running or committed, and also locks the newer versions
+//! of the row (heap_lock_updated_tuple), so a later key update or delete
+//! of them waits for the locker.
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -122,18 +125,40 @@ struct Locker {
     xid: pg_sys::TransactionId,
     mode: pg_sys::LockTupleMode::Type,
     mine: bool,
+    /// The member updated or deleted the version (its mode is then the
+    /// update's: exclusive for a key update or a delete, else no-key
+    /// exclusive).
+    updater: bool,
 }
 
-/// The running lockers named by a lock-only xmax (a plain xid or a
-/// MultiXact).
-unsafe fn running_lockers(m: &Mvcc) -> Vec<Locker> {
+impl Locker {
+    /// The member's MultiXact status.
+    fn status(&self) -> pg_sys::MultiXactStatus::Type {
+        use pg_sys::MultiXactStatus::*;
+        match (self.updater, self.mode == pg_sys::LockTupleMode::LockTupleExclusive) {
+            (true, true) => MultiXactStatusUpdate,
+            (true, false) => MultiXactStatusNoKeyUpdate,
+            (false, _) => lock_status(self.mode),
+        }
+    }
+}
+
+fn is_update_status(status: pg_sys::MultiXactStatus::Type) -> bool {
+    use pg_sys::MultiXactStatus::*;
+    status == MultiXactStatusNoKeyUpdate || status == MultiXactStatusUpdate
+}
+
+/// Every member of a version's valid xmax, running or not: a lock-only
+/// xid, an updater, or the members of a MultiXact (lockers, and at most one
+/// updater).
+unsafe fn xmax_members(m: &Mvcc) -> Vec<Locker> {
+    let current = |x: pg_sys::TransactionId| pg_sys::TransactionIdIsCurrentTransactionId(x);
     if m.infomask & HEAP_XMAX_IS_MULTI != 0 {
         let mut members: *mut pg_sys::MultiXactMember = std::ptr::null_mut();
-        let n = pg_sys::GetMultiXactIdMembers(m.xmax.into(), &mut members, false, true);
+        let n = pg_sys::GetMultiXactIdMembers(m.xmax.into(), &mut members, false, xmax_locked_only(m));
         let out = (0..n.max(0) as usize)
             .map(|i| *members.add(i))
-            .filter(|mm| pg_sys::TransactionIdIsCurrentTransactionId(mm.xid) || pg_sys::TransactionIdIsInProgress(mm.xid))
-            .map(|mm| Locker { xid: mm.xid, mode: status_mode(mm.status), mine: pg_sys::TransactionIdIsCurrentTransactionId(mm.xid) })
+            .map(|mm| Locker { xid: mm.xid, mode: status_mode(mm.status), mine: current(mm.xid), updater: is_update_status(mm.status) })
             .collect();
         if !members.is_null() {
             pg_sys::pfree(members as *mut std::ffi::c_void);
@@ -141,25 +166,51 @@ unsafe fn running_lockers(m: &Mvcc) -> Vec<Locker> {
         out
     } else {
         let xid = pg_sys::TransactionId::from(m.xmax);
-        vec![Locker { xid, mode: held_mode(m), mine: pg_sys::TransactionIdIsCurrentTransactionId(xid) }]
+        let updater = !xmax_locked_only(m);
+        let mode = match (updater, m.infomask2 & HEAP_KEYS_UPDATED != 0) {
+            (true, true) => pg_sys::LockTupleMode::LockTupleExclusive,
+            (true, false) => pg_sys::LockTupleMode::LockTupleNoKeyExclusive,
+            (false, _) => held_mode(m),
+        };
+        vec![Locker { xid, mode, mine: current(xid), updater }]
     }
 }
 
-/// The MVCC fields after this transaction joins the version's running
-/// lockers `others` with `mode` (all compatible with it): a MultiXact of
-/// them and this transaction, carrying the strongest mode's bits.
-unsafe fn join_lockers(m: &Mvcc, others: &[Locker], mine: &[Locker], mode: pg_sys::LockTupleMode::Type) -> Mvcc {
+/// The MVCC fields once this transaction joins the version's xmax with
+/// `status` beside the members that stay (`keep`: running lockers, an
+/// updater): heap's compute_new_xmax_infomask. Alone it is a plain xid;
+/// with others a MultiXact, whose infomask bits say the strongest member's
+/// mode (GetMultiXactIdHintBits), lock-only unless it holds an update.
+unsafe fn add_member(m: &Mvcc, keep: &[Locker], status: pg_sys::MultiXactStatus::Type) -> Mvcc {
     let xid = pg_sys::GetCurrentTransactionId();
-    pg_sys::MultiXactIdSetOldestMember();
-    let mut members: Vec<pg_sys::MultiXactMember> = others.iter().chain(mine.iter()).map(|l| pg_sys::MultiXactMember { xid: l.xid, status: lock_status(l.mode) }).collect();
-    members.push(pg_sys::MultiXactMember { xid, status: lock_status(mode) });
-    let multi = pg_sys::MultiXactIdCreateFromMembers(members.len() as i32, members.as_mut_ptr());
-    let strongest = others.iter().chain(mine.iter()).map(|l| l.mode).chain(std::iter::once(mode)).max().unwrap_or(mode);
-    let (bits, keys) = lock_only_bits(strongest);
     let mut out = *m;
+    out.infomask &= !HEAP_XMAX_BITS;
+    out.infomask2 &= !HEAP_KEYS_UPDATED;
+    let mode = status_mode(status);
+    if keep.is_empty() {
+        out.xmax = xid.into_inner();
+        if is_update_status(status) {
+            if mode == pg_sys::LockTupleMode::LockTupleExclusive {
+                out.infomask2 |= HEAP_KEYS_UPDATED;
+            }
+        } else {
+            let (bits, keys) = lock_only_bits(mode);
+            out.infomask |= bits;
+            out.infomask2 |= keys;
+        }
+        return out;
+    }
+    pg_sys::MultiXactIdSetOldestMember();
+    let mut members: Vec<pg_sys::MultiXactMember> = keep.iter().map(|l| pg_sys::MultiXactMember { xid: l.xid, status: l.status() }).collect();
+    members.push(pg_sys::MultiXactMember { xid, status });
+    let multi = pg_sys::MultiXactIdCreateFromMembers(members.len() as i32, members.as_mut_ptr());
+    let strongest = members.iter().map(|mm| status_mode(mm.status)).max().unwrap_or(mode);
+    let has_update = members.iter().any(|mm| is_update_status(mm.status));
     out.xmax = multi.into_inner();
-    out.infomask = (out.infomask & !HEAP_XMAX_BITS) | HEAP_XMAX_IS_MULTI | bits;
-    out.infomask2 = (out.infomask2 & !HEAP_KEYS_UPDATED) | keys;
+    out.infomask |= HEAP_XMAX_IS_MULTI | lock_bits(strongest) | if has_update { 0 } else { HEAP_XMAX_LOCK_ONLY };
+    if strongest == pg_sys::LockTupleMode::LockTupleExclusive {
+        out.infomask2 |= HEAP_KEYS_UPDATED;
+    }
     out
 }
 
@@ -247,9 +298,10 @@ enum Found {
     WouldBlock,
 }
 
-/// Locks the version at `tid` exclusively for a change in `mode` (updates
-/// and deletes: LockTupleExclusive), waiting out running transactions
-/// whose xmax conflicts.
+/// Locks the version at `tid` exclusively for a change in `mode` (a delete
+/// or key update: LockTupleExclusive; a no-key update:
+/// LockTupleNoKeyExclusive), waiting out running transactions whose xmax
+/// conflicts.
 #[allow(clippy::too_many_arguments)]
 unsafe fn acquire(
     rel: pg_sys::Relation,
@@ -278,16 +330,29 @@ unsafe fn acquire(
             return Found::Version { loc, result, own_lock: false, share_with: Vec::new(), mine: Vec::new() };
         }
         let m = loc.header.mvcc;
-        let lock_only = m.infomask & HEAP_XMAX_LOCK_ONLY != 0;
-        if m.infomask & HEAP_XMAX_IS_MULTI != 0 && !lock_only {
-            super::format_error(rel, tid.block, pg_hybrid_core::hasis::Error::Corrupt("MultiXact with an updater in a hasis row header (hasis lockers never share with updates)"));
+        // The members that still run. An updater that ended since the check
+        // (or that the check could not see behind a MultiXact's running
+        // lockers, this transaction's own included) decides: committed, the
+        // version is updated or deleted (heap_update's can_continue test);
+        // aborted, it is as if it had never been there. Whether a member
+        // runs is asked before whether it committed, so no member falls
+        // between the two.
+        let mut members = Vec::new();
+        for l in xmax_members(&m) {
+            if l.mine || pg_sys::TransactionIdIsInProgress(l.xid) {
+                members.push(l);
+            } else if l.updater && pg_sys::TransactionIdDidCommit(l.xid) {
+                let result = if m.ctid == tid { TM_Deleted } else { TM_Updated };
+                return Found::Version { loc, result, own_lock: false, share_with: Vec::new(), mine: Vec::new() };
+            }
         }
-        let lockers = if lock_only { running_lockers(&m) } else { vec![Locker { xid: pg_sys::TransactionId::from(m.xmax), mode: pg_sys::LockTupleMode::LockTupleExclusive, mine: pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmax)) }] };
-        let (mine, others): (Vec<Locker>, Vec<Locker>) = lockers.into_iter().partition(|l| l.mine);
+        let (mine, others): (Vec<Locker>, Vec<Locker>) = members.into_iter().partition(|l| l.mine);
         if others.is_empty() {
             return Found::Version { loc, result: TM_Ok, own_lock: !mine.is_empty(), share_with: Vec::new(), mine };
         }
-        let blocking: Vec<Locker> = others.iter().copied().filter(|l| !lock_only || modes_conflict(l.mode, mode)).collect();
+        // A running updater counts with its update's mode: a no-key update
+        // lets key-share lockers through (heap's conflict table).
+        let blocking: Vec<Locker> = others.iter().copied().filter(|l| modes_conflict(l.mode, mode)).collect();
         if blocking.is_empty() {
             return Found::Version { loc, result: TM_Ok, own_lock: !mine.is_empty(), share_with: others, mine };
         }
@@ -306,7 +371,7 @@ unsafe fn acquire(
 unsafe fn fill_failure(tmfd: *mut pg_sys::TM_FailureData, loc: &Located, result: pg_sys::TM_Result::Type, rel: pg_sys::Relation) {
     let m = loc.header.mvcc;
     (*tmfd).ctid = to_item_pointer(m.ctid);
-    (*tmfd).xmax = pg_sys::TransactionId::from(m.xmax);
+    (*tmfd).xmax = pg_sys::TransactionId::from(update_xid(&m));
     (*tmfd).cmax = if result == TM_SelfModified {
         let mut ht = HeaderTuple::new(&m, loc.tid, (*rel).rd_id);
         pg_sys::HeapTupleHeaderGetCmax(ht.header())
@@ -316,26 +381,91 @@ unsafe fn fill_failure(tmfd: *mut pg_sys::TM_FailureData, loc: &Located, result:
     (*tmfd).traversed = false;
 }
 
+/// A version a DELETE or UPDATE may change, as `to_modify` found it.
+struct Modifiable {
+    loc: Located,
+    own_lock: bool,
+    share_with: Vec<Locker>,
+}
+
+/// Why `to_modify` gave up.
+enum Refused {
+    /// The TID names no version.
+    Gone,
+    /// What to return (`tmfd` filled), TM_Invisible included.
+    Result(pg_sys::TM_Result::Type),
+}
+
+/// `acquire` for a DELETE or UPDATE in `mode`, with heap's check of what it
+/// found: a crosscheck snapshot (a foreign key check under REPEATABLE
+/// READ) that does not see the version makes it TM_Updated.
+#[allow(clippy::too_many_arguments)]
+unsafe fn to_modify(
+    rel: pg_sys::Relation,
+    meta: &Meta,
+    tid: Tid,
+    cid: pg_sys::CommandId,
+    mode: pg_sys::LockTupleMode::Type,
+    policy: pg_sys::LockWaitPolicy::Type,
+    tlock: &mut TupleLock,
+    crosscheck: pg_sys::Snapshot,
+    tmfd: *mut pg_sys::TM_FailureData,
+    oper: pg_sys::XLTW_Oper::Type,
+) -> Result<Modifiable, Refused> {
+    match acquire(rel, meta, tid, cid, mode, policy, tlock, oper) {
+        Found::Version { loc, mut result, own_lock, share_with, .. } => {
+            if result == TM_Ok && !crosscheck.is_null() && !visible(rel, crosscheck, &loc.header.mvcc, tid, loc.buf.buffer()).0 {
+                result = TM_Updated;
+            }
+            if result != TM_Ok {
+                fill_failure(tmfd, &loc, result, rel);
+                return Err(Refused::Result(result));
+            }
+            Ok(Modifiable { loc, own_lock, share_with })
+        }
+        Found::Gone => Err(Refused::Gone),
+        Found::WouldBlock => Err(Refused::Result(TM_WouldBlock)),
+    }
+}
+
+/// How a delete or update removes the old version: its lock mode and the
+/// running key-share lockers it shares the version with (a no-key update
+/// only).
+#[derive(Clone)]
+struct Removal {
+    mode: pg_sys::LockTupleMode::Type,
+    keep: Vec<Locker>,
+}
+
+impl Removal {
+    fn delete() -> Removal {
+        Removal { mode: pg_sys::LockTupleMode::LockTupleExclusive, keep: Vec::new() }
+    }
+}
+
 /// The MVCC fields after this transaction deletes or updates the version
 /// (heap_delete / heap_update's stamp of the old tuple).
-unsafe fn stamp_removed(rel: pg_sys::Relation, loc: &Located, cid: pg_sys::CommandId, successor: Tid) -> Mvcc {
-    removed_mvcc(rel, &loc.header.mvcc, loc.tid, cid, successor)
+unsafe fn stamp_removed(rel: pg_sys::Relation, loc: &Located, cid: pg_sys::CommandId, successor: Tid, how: &Removal) -> Mvcc {
+    removed_mvcc(rel, &loc.header.mvcc, loc.tid, cid, successor, how)
 }
 
 /// `stamp_removed` for the version at `tid` whose fields are `m`.
-unsafe fn removed_mvcc(rel: pg_sys::Relation, m: &Mvcc, tid: Tid, cid: pg_sys::CommandId, successor: Tid) -> Mvcc {
-    let mut m = *m;
-    let mut ht = HeaderTuple::new(&m, tid, (*rel).rd_id);
+unsafe fn removed_mvcc(rel: pg_sys::Relation, m: &Mvcc, tid: Tid, cid: pg_sys::CommandId, successor: Tid, how: &Removal) -> Mvcc {
+    let mut ht = HeaderTuple::new(m, tid, (*rel).rd_id);
     let mut cmax = cid;
     let mut iscombo = false;
     pg_sys::HeapTupleHeaderAdjustCmax(ht.header(), &mut cmax, &mut iscombo);
-    m.xmax = pg_sys::GetCurrentTransactionId().into_inner();
+    let status = if how.mode == pg_sys::LockTupleMode::LockTupleExclusive {
+        pg_sys::MultiXactStatus::MultiXactStatusUpdate
+    } else {
+        pg_sys::MultiXactStatus::MultiXactStatusNoKeyUpdate
+    };
+    let mut m = add_member(m, &how.keep, status);
     m.cid = cmax;
-    m.infomask &= !(HEAP_XMAX_BITS | HEAP_COMBOCID);
+    m.infomask &= !HEAP_COMBOCID;
     if iscombo {
         m.infomask |= HEAP_COMBOCID;
     }
-    m.infomask2 |= HEAP_KEYS_UPDATED;
     // Set again by a HOT update; a stale bit from an aborted one goes.
     m.infomask2 &= !HEAP_HOT_UPDATED;
     m.ctid = successor;
@@ -389,27 +519,18 @@ pub unsafe fn delete(
     let meta = meta_or_invisible(rel, tid, "delete");
     let policy = if wait { pg_sys::LockWaitPolicy::LockWaitBlock } else { pg_sys::LockWaitPolicy::LockWaitSkip };
     let mut tlock = TupleLock::new(rel, tid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE);
-    let (mut loc, mut result) = match acquire(rel, &meta, tid, cid, pg_sys::LockTupleMode::LockTupleExclusive, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Delete) {
-        Found::Version { loc, result, .. } => (loc, result),
-        Found::Gone => invisible("delete"),
-        Found::WouldBlock => return TM_WouldBlock,
+    let mut loc = match to_modify(rel, &meta, tid, cid, pg_sys::LockTupleMode::LockTupleExclusive, policy, &mut tlock, crosscheck, tmfd, pg_sys::XLTW_Oper::XLTW_Delete) {
+        Ok(v) => v.loc,
+        Err(Refused::Gone) => invisible("delete"),
+        Err(Refused::Result(r)) if r == TM_Invisible => invisible("delete"),
+        Err(Refused::Result(r)) => return r,
     };
-    if result == TM_Invisible {
-        invisible("delete");
-    }
-    if result == TM_Ok && !crosscheck.is_null() && !visible(rel, crosscheck, &loc.header.mvcc, tid, loc.buf.buffer()).0 {
-        result = TM_Updated;
-    }
-    if result != TM_Ok {
-        fill_failure(tmfd, &loc, result, rel);
-        return result;
-    }
     let mut ip = to_item_pointer(tid);
     CheckForSerializableConflictIn(rel, &mut ip, tid.block);
     let schema = tuple::schema(rel);
     let old_row = tuple::decode(rel, &schema, loc.header.natts, loc.payload(), tid.block);
     let old_mvcc = loc.header.mvcc;
-    let m = stamp_removed(rel, &loc, cid, tid);
+    let m = stamp_removed(rel, &loc, cid, tid, &Removal::delete());
     loc.stamp(rel, &m);
     drop(loc);
     let old_tuple = tuple::form(rel, &old_row, &old_mvcc, tid);
@@ -418,6 +539,52 @@ pub unsafe fn delete(
     tuple::toast_delete(rel, old_tuple, false);
     pg_sys::pgstat_count_heap_delete(rel);
     TM_Ok
+}
+
+/// Whether an UPDATE from `old` to the slot's row changes a key column: a
+/// column of a unique index a foreign key could reference
+/// (INDEX_ATTR_BITMAP_KEY), compared as heap_update does (the same datum,
+/// TOAST pointers included). Such an update locks the row exclusively; any
+/// other is a no-key update.
+unsafe fn key_columns_changed(rel: pg_sys::Relation, old: pg_sys::HeapTuple, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    let keys = pg_sys::RelationGetIndexAttrBitmap(rel, pg_sys::IndexAttrBitmapKind::INDEX_ATTR_BITMAP_KEY);
+    if keys.is_null() {
+        return false;
+    }
+    let desc = (*rel).rd_att;
+    let n = (*desc).natts as usize;
+    let attrs = (*desc).attrs.as_slice(n);
+    pg_sys::slot_getallattrs(slot);
+    let new_values = std::slice::from_raw_parts((*slot).tts_values, n);
+    let new_nulls = std::slice::from_raw_parts((*slot).tts_isnull, n);
+    let mut changed = false;
+    let mut x = -1;
+    loop {
+        x = pg_sys::bms_next_member(keys, x);
+        if x < 0 {
+            break;
+        }
+        let attno = x + pg_sys::FirstLowInvalidHeapAttributeNumber;
+        if attno <= 0 || attno as usize > n {
+            // A system column in a unique index: count it as changed.
+            changed = true;
+            break;
+        }
+        let i = attno as usize - 1;
+        let mut old_null = false;
+        let old_value = pg_sys::heap_getattr(old, attno, desc, &mut old_null);
+        let a = &attrs[i];
+        if old_null != new_nulls[i] || (!old_null && !datumIsEqual(old_value, new_values[i], a.attbyval, a.attlen as i32)) {
+            changed = true;
+            break;
+        }
+    }
+    pg_sys::bms_free(keys);
+    changed
+}
+
+extern "C-unwind" {
+    fn datumIsEqual(value1: pg_sys::Datum, value2: pg_sys::Datum, typbyval: bool, typlen: i32) -> bool;
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -432,31 +599,45 @@ pub unsafe fn update(
     lockmode: *mut pg_sys::LockTupleMode::Type,
     update_indexes: *mut bool,
 ) -> pg_sys::TM_Result::Type {
-    *lockmode = pg_sys::LockTupleMode::LockTupleExclusive;
     *update_indexes = true;
     let meta = meta_or_invisible(rel, otid, "update");
     let policy = if wait { pg_sys::LockWaitPolicy::LockWaitBlock } else { pg_sys::LockWaitPolicy::LockWaitSkip };
-    let mut tlock = TupleLock::new(rel, otid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE);
-    let (loc, mut result, own_lock) = match acquire(rel, &meta, otid, cid, pg_sys::LockTupleMode::LockTupleExclusive, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Update) {
-        Found::Version { loc, result, own_lock, .. } => (loc, result, own_lock),
-        Found::Gone => invisible("update"),
-        Found::WouldBlock => return TM_WouldBlock,
+    // The lock strength, as heap_update's: a no-key update first; if the
+    // row's key columns change and key-share lockers hold the row, again
+    // as a key update, which waits for them.
+    let mut mode = pg_sys::LockTupleMode::LockTupleNoKeyExclusive;
+    let mut tlock = TupleLock::new(rel, otid, heavy_mode(mode));
+    let (loc, own_lock, keep, old_row, old_mvcc, old_tuple) = loop {
+        let Modifiable { loc, own_lock, share_with } = match to_modify(rel, &meta, otid, cid, mode, policy, &mut tlock, crosscheck, tmfd, pg_sys::XLTW_Oper::XLTW_Update) {
+            Ok(v) => v,
+            Err(Refused::Gone) => invisible("update"),
+            Err(Refused::Result(r)) if r == TM_Invisible => invisible("update"),
+            Err(Refused::Result(r)) => {
+                *lockmode = mode;
+                return r;
+            }
+        };
+        let schema = tuple::schema(rel);
+        let old_row = tuple::decode(rel, &schema, loc.header.natts, loc.payload(), otid.block);
+        let old_mvcc = loc.header.mvcc;
+        let old_tuple = tuple::form(rel, &old_row, &old_mvcc, otid);
+        if mode != pg_sys::LockTupleMode::LockTupleExclusive && key_columns_changed(rel, old_tuple, slot) {
+            mode = pg_sys::LockTupleMode::LockTupleExclusive;
+            tlock = TupleLock::new(rel, otid, heavy_mode(mode));
+            if !share_with.is_empty() {
+                // Key-share lockers (foreign key checks) conflict with a
+                // key update: wait for them.
+                drop(loc);
+                continue;
+            }
+        }
+        break (loc, own_lock, share_with, old_row, old_mvcc, old_tuple);
     };
-    if result == TM_Invisible {
-        invisible("update");
-    }
-    if result == TM_Ok && !crosscheck.is_null() && !visible(rel, crosscheck, &loc.header.mvcc, otid, loc.buf.buffer()).0 {
-        result = TM_Updated;
-    }
-    if result != TM_Ok {
-        fill_failure(tmfd, &loc, result, rel);
-        return result;
-    }
+    *lockmode = mode;
+    let mut how = Removal { mode, keep };
     let mut ip = to_item_pointer(otid);
     CheckForSerializableConflictIn(rel, &mut ip, otid.block);
     let schema = tuple::schema(rel);
-    let old_row = tuple::decode(rel, &schema, loc.header.natts, loc.payload(), otid.block);
-    let old_mvcc = loc.header.mvcc;
     let xid = pg_sys::GetCurrentTransactionId().into_inner();
     // The new version's place is not known until it is inserted, and the
     // insert may need this extent's header block exclusively, so the old
@@ -472,12 +653,11 @@ pub unsafe fn update(
     // is set before it can commit), as before: preparing the new version
     // deletes the old values it no longer uses, which two racing updaters
     // must not both do.
-    let old_tuple = tuple::form(rel, &old_row, &old_mvcc, otid);
     let optimistic = (*(*old_tuple).t_data).t_infomask & HEAP_HASEXTERNAL == 0;
     let mut loc = loc;
     let mut marked: Option<Mvcc> = None;
     if !optimistic {
-        let m = stamp_removed(rel, &loc, cid, otid);
+        let m = stamp_removed(rel, &loc, cid, otid, &how);
         loc.stamp(rel, &m);
         marked = Some(m);
     }
@@ -489,14 +669,6 @@ pub unsafe fn update(
     // extent has room: the new version gets no index entries, and index
     // entries of the chain's root lead to it (scan.rs walk_chain).
     let hot_candidate = indexed_columns_unchanged(rel, &old_row, &tuple::decode(rel, &schema, new.natts, &new.payload, otid.block));
-    // As heap_update: a row lock this transaction held on the old version
-    // (ON CONFLICT DO UPDATE takes one first) carries over to the new one
-    // as a key-share lock, so `RETURNING (xmax = 0) AS inserted` reads as
-    // on heap.
-    if own_lock {
-        new_mvcc.xmax = xid;
-        new_mvcc.infomask = (new_mvcc.infomask & !HEAP_XMAX_INVALID) | HEAP_XMAX_KEYSHR_LOCK | HEAP_XMAX_LOCK_ONLY;
-    }
     // HOT: the new version goes into the old one's extent and the old one
     // is stamped in the same critical section and WAL record, if it is
     // still as checked above (else, or without room there, the update
@@ -509,14 +681,19 @@ pub unsafe fn update(
     let hot_placed = loop {
         let (true, Some(slot)) = (hot_candidate, old_slot) else { break None };
         let expect = if optimistic { seen_mvcc } else { marked.expect("marked old version") };
+        let how_now = how.clone();
         let stamp = |now: &Mvcc, ntid: Tid| {
-            let mut m = if optimistic { removed_mvcc(rel, now, otid, cid, ntid) } else { Mvcc { ctid: ntid, ..*now } };
+            let mut m = if optimistic { removed_mvcc(rel, now, otid, cid, ntid, &how_now) } else { Mvcc { ctid: ntid, ..*now } };
             m.infomask2 |= HEAP_HOT_UPDATED;
             m
         };
         let old = relation::StampOld { slot, expect, stamp: &stamp };
-        match relation::hot_update(rel, otid, &old, new.natts, Mvcc { infomask2: new_mvcc.infomask2 | HEAP_ONLY_TUPLE, ..new_mvcc }, &new.payload) {
-            relation::Placed::At { tid, .. } => break Some(tid),
+        let nm = with_lockers(&new_mvcc, &how.keep, own_lock);
+        match relation::hot_update(rel, otid, &old, new.natts, Mvcc { infomask2: nm.infomask2 | HEAP_ONLY_TUPLE, ..nm }, &new.payload) {
+            relation::Placed::At { tid, .. } => {
+                new_mvcc = nm;
+                break Some(tid);
+            }
             relation::Placed::Changed if optimistic && races_left > 0 => {
                 races_left -= 1;
                 // Somebody updated, deleted or locked the old version since
@@ -527,8 +704,11 @@ pub unsafe fn update(
                 // few rows (pgbench_branches) that left a killed version,
                 // and often a new extent, behind every lost race.
                 let undo = || tuple::toast_delete_unshared(rel, new.tuple, old_tuple);
-                match recheck_old(rel, &meta, otid, cid, policy, &mut tlock, crosscheck, tmfd, &undo) {
-                    Ok(loc) => seen_mvcc = loc.header.mvcc,
+                match recheck_old(rel, &meta, otid, cid, mode, policy, &mut tlock, crosscheck, tmfd, &undo) {
+                    Ok((loc, keep)) => {
+                        seen_mvcc = loc.header.mvcc;
+                        how.keep = keep;
+                    }
                     Err(result) => return result,
                 }
             }
@@ -545,18 +725,23 @@ pub unsafe fn update(
         pg_sys::pgstat_count_heap_update(rel, true);
         return TM_Ok;
     }
+    new_mvcc = with_lockers(&new_mvcc, &how.keep, own_lock);
     let ntid = relation::insert(rel, new.natts, new_mvcc, &new.payload, false);
 
     let meta = relation::meta_covering(rel, otid).expect("metapage exists");
     if !optimistic {
-        match relation::locate(rel, &meta, otid, Lock::Exclusive) {
-            Lookup::Found(mut loc) if loc.header.mvcc.xmax == xid => {
+        let lockers = match relation::locate(rel, &meta, otid, Lock::Exclusive) {
+            Lookup::Found(mut loc) if update_xid(&loc.header.mvcc) == xid => {
                 let mut m = loc.header.mvcc;
                 m.ctid = ntid;
                 loc.stamp(rel, &m);
+                // Key-share lockers that joined the marked version while
+                // the new one was prepared hold the row too.
+                other_lockers(&m)
             }
             _ => super::format_error(rel, otid.block, pg_hybrid_core::hasis::Error::Corrupt("updated version vanished before its successor was linked")),
-        }
+        };
+        carry_lockers(rel, ntid, &lockers);
         (*slot).tts_tid = to_item_pointer(ntid);
         (*slot).tts_tableOid = (*rel).rd_id;
         tuple::stamp_slot(slot, &Mvcc { ctid: ntid, ..new_mvcc }, ntid);
@@ -568,10 +753,14 @@ pub unsafe fn update(
         kill_version(rel, ntid);
         tuple::toast_delete_unshared(rel, new.tuple, old_tuple);
     };
-    match recheck_old(rel, &meta, otid, cid, policy, &mut tlock, crosscheck, tmfd, &kill) {
-        Ok(mut loc) => {
-            let m = stamp_removed(rel, &loc, cid, ntid);
+    match recheck_old(rel, &meta, otid, cid, mode, policy, &mut tlock, crosscheck, tmfd, &kill) {
+        Ok((mut loc, keep)) => {
+            how.keep = keep;
+            let m = stamp_removed(rel, &loc, cid, ntid, &how);
             loc.stamp(rel, &m);
+            drop(loc);
+            // Key-share lockers that came after the new version was made.
+            carry_lockers(rel, ntid, &how.keep);
         }
         Err(result) => return result,
     }
@@ -583,9 +772,93 @@ pub unsafe fn update(
     TM_Ok
 }
 
+/// The MVCC fields of an update's new version `m` with the row's lockers
+/// (heap_update's xmax_new_tuple): the key-share lockers the old version
+/// keeps beside a no-key update (`keep`) hold the row, so they hold the
+/// new version too, and a later key update or delete of it waits for them;
+/// a lock this transaction held on the old version carries over as a
+/// key-share lock (so `RETURNING (xmax = 0) AS inserted` reads as on heap
+/// after ON CONFLICT DO UPDATE, which locks first).
+unsafe fn with_lockers(m: &Mvcc, keep: &[Locker], own_lock: bool) -> Mvcc {
+    let mut xids: Vec<pg_sys::TransactionId> = keep.iter().filter(|l| !l.updater && !l.mine).map(|l| l.xid).collect();
+    if own_lock {
+        xids.push(pg_sys::GetCurrentTransactionId());
+    }
+    key_share_xmax(m, &xids)
+}
+
+/// `m` with xmax a key-share lock of `xids` (none: no xmax).
+unsafe fn key_share_xmax(m: &Mvcc, xids: &[pg_sys::TransactionId]) -> Mvcc {
+    let mut out = *m;
+    out.infomask &= !HEAP_XMAX_BITS;
+    out.infomask2 &= !HEAP_KEYS_UPDATED;
+    match xids {
+        [] => {
+            out.xmax = 0;
+            out.infomask |= HEAP_XMAX_INVALID;
+        }
+        [x] => {
+            out.xmax = x.into_inner();
+            out.infomask |= HEAP_XMAX_KEYSHR_LOCK | HEAP_XMAX_LOCK_ONLY;
+        }
+        _ => {
+            pg_sys::MultiXactIdSetOldestMember();
+            let mut members: Vec<pg_sys::MultiXactMember> = xids.iter().map(|&xid| pg_sys::MultiXactMember { xid, status: pg_sys::MultiXactStatus::MultiXactStatusForKeyShare }).collect();
+            out.xmax = pg_sys::MultiXactIdCreateFromMembers(members.len() as i32, members.as_mut_ptr()).into_inner();
+            out.infomask |= HEAP_XMAX_IS_MULTI | HEAP_XMAX_KEYSHR_LOCK | HEAP_XMAX_LOCK_ONLY;
+        }
+    }
+    out
+}
+
+/// The running lockers of another transaction in the xmax `m`.
+unsafe fn other_lockers(m: &Mvcc) -> Vec<Locker> {
+    xmax_members(m).into_iter().filter(|l| !l.updater && !l.mine && pg_sys::TransactionIdIsInProgress(l.xid)).collect()
+}
+
+/// Adds the key-share `lockers` of an update's old version to its new
+/// version `ntid` (this transaction's, made before they were known), beside
+/// whatever locks it holds already (a walk of the update chain may have
+/// locked it meanwhile).
+unsafe fn carry_lockers(rel: pg_sys::Relation, ntid: Tid, lockers: &[Locker]) {
+    let lockers: Vec<&Locker> = lockers.iter().filter(|l| !l.updater && !l.mine).collect();
+    if lockers.is_empty() {
+        return;
+    }
+    let Some(meta) = relation::meta_covering(rel, ntid) else { return };
+    let Lookup::Found(mut loc) = relation::locate(rel, &meta, ntid, Lock::Exclusive) else { return };
+    let m = loc.header.mvcc;
+    let mut xids: Vec<pg_sys::TransactionId> = Vec::new();
+    if m.infomask & HEAP_XMAX_INVALID == 0 && m.xmax != 0 {
+        for l in xmax_members(&m) {
+            if l.updater {
+                // Updated again by this transaction: its later versions
+                // got the lockers from this one's xmax.
+                return;
+            }
+            if l.mine || pg_sys::TransactionIdIsInProgress(l.xid) {
+                xids.push(l.xid);
+            }
+        }
+    }
+    let before = xids.len();
+    for l in lockers {
+        if !xids.contains(&l.xid) {
+            xids.push(l.xid);
+        }
+    }
+    if xids.len() == before {
+        return;
+    }
+    let mut n = key_share_xmax(&m, &xids);
+    n.ctid = m.ctid;
+    loc.stamp(rel, &n);
+}
+
 /// An update's second look at its old version `otid`, after writing
 /// something (a new version elsewhere, or nothing yet but TOAST values):
-/// the version locked again, waiting out running writers, when it is still
+/// the version locked again in `mode`, waiting out running writers, with
+/// the key-share lockers it may share the version with, when it is still
 /// this update's to change; else the result to return, with `tmfd` filled
 /// and `undo` having removed what the update wrote.
 #[allow(clippy::too_many_arguments)]
@@ -594,32 +867,22 @@ unsafe fn recheck_old(
     meta: &Meta,
     otid: Tid,
     cid: pg_sys::CommandId,
+    mode: pg_sys::LockTupleMode::Type,
     policy: pg_sys::LockWaitPolicy::Type,
     tlock: &mut TupleLock,
     crosscheck: pg_sys::Snapshot,
     tmfd: *mut pg_sys::TM_FailureData,
     undo: &dyn Fn(),
-) -> Result<Located, pg_sys::TM_Result::Type> {
-    match acquire(rel, meta, otid, cid, pg_sys::LockTupleMode::LockTupleExclusive, policy, tlock, pg_sys::XLTW_Oper::XLTW_Update) {
-        Found::Version { loc, mut result, .. } => {
-            if result == TM_Ok && !crosscheck.is_null() && !visible(rel, crosscheck, &loc.header.mvcc, otid, loc.buf.buffer()).0 {
-                result = TM_Updated;
-            }
-            if result != TM_Ok {
-                fill_failure(tmfd, &loc, result, rel);
-                drop(loc);
-                undo();
-                return Err(result);
-            }
-            Ok(loc)
-        }
-        Found::Gone => {
+) -> Result<(Located, Vec<Locker>), pg_sys::TM_Result::Type> {
+    match to_modify(rel, meta, otid, cid, mode, policy, tlock, crosscheck, tmfd, pg_sys::XLTW_Oper::XLTW_Update) {
+        Ok(v) => Ok((v.loc, v.share_with)),
+        Err(Refused::Gone) => {
             undo();
             invisible("update");
         }
-        Found::WouldBlock => {
+        Err(Refused::Result(r)) => {
             undo();
-            Err(TM_WouldBlock)
+            Err(r)
         }
     }
 }
@@ -640,22 +903,61 @@ pub unsafe fn lock(
     (*tmfd).traversed = false;
     'retry: loop {
         let mut tlock = TupleLock::new(rel, tid, heavy_mode(mode));
-        let (mut loc, result, own_lock, share_with, mine) = match acquire(rel, &meta, tid, cid, mode, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Lock) {
+        let (mut loc, mut result, own_lock, mut share_with, mine) = match acquire(rel, &meta, tid, cid, mode, policy, &mut tlock, pg_sys::XLTW_Oper::XLTW_Lock) {
             Found::Version { loc, result, own_lock, share_with, mine } => (loc, result, own_lock, share_with, mine),
             Found::Gone => return TM_Deleted,
             Found::WouldBlock => return TM_WouldBlock,
         };
+        // heap_lock_tuple: a key-share lock passes an update that changed
+        // no key, even a committed one (the row's key is still there): the
+        // updater stays in the version's xmax beside this lock.
+        let no_key_update = |m: &Mvcc| m.infomask & HEAP_XMAX_INVALID == 0 && !xmax_locked_only(m) && m.infomask2 & HEAP_KEYS_UPDATED == 0;
+        if result == TM_Updated && mode == pg_sys::LockTupleMode::LockTupleKeyShare && no_key_update(&loc.header.mvcc) {
+            share_with = xmax_members(&loc.header.mvcc).into_iter().filter(|l| !l.mine && (l.updater || pg_sys::TransactionIdIsInProgress(l.xid))).collect();
+            result = TM_Ok;
+        }
         if result == TM_Ok {
+            // Locks on the newer versions first (heap_lock_updated_tuple):
+            // a key-share lock on a version some no-key update replaced
+            // must reach the versions that update made, or a later key
+            // update or delete of them would not wait for it.
+            let updater = share_with.iter().find(|l| l.updater).map(|l| l.xid);
+            if let (Some(up), true) = (updater, flags as u32 & pg_sys::TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS != 0) {
+                let next = loc.header.mvcc.ctid;
+                let seen = loc.header.mvcc;
+                drop(loc);
+                if next != tid {
+                    let r = lock_updated_versions(rel, next, up, mode, policy);
+                    if r != TM_Ok {
+                        let loc = match relation::locate(rel, &meta, tid, Lock::Share) {
+                            Lookup::Found(l) => l,
+                            _ => return TM_Deleted,
+                        };
+                        fill_failure(tmfd, &loc, r, rel);
+                        tuple::store(rel, slot, &mut tuple::SlotSchema::default(), loc.header.natts, loc.payload(), &loc.header.mvcc, tid);
+                        return r;
+                    }
+                }
+                // The version again, unchanged, or the whole check again.
+                loc = match relation::locate(rel, &meta, tid, Lock::Exclusive) {
+                    Lookup::Found(l) if !relation::mvcc_changed(&l.header.mvcc, &seen) => l,
+                    _ => continue 'retry,
+                };
+            }
             let mut m = loc.header.mvcc;
             let held = mine.iter().map(|l| l.mode).max();
             let stronger = !own_lock || held.is_none_or(|h| h < mode);
             let cur = pg_sys::GetCurrentTransactionId();
             if stronger && (!share_with.is_empty() || mine.iter().any(|l| l.xid != cur)) {
-                // Other transactions hold compatible locks, or an enclosing
+                // Other transactions hold compatible locks or updated the
+                // version (a no-key update), or an enclosing
                 // (sub)transaction of this one holds a weaker lock that must
                 // outlive this subtransaction: a MultiXact of them all.
-                m = join_lockers(&m, &share_with, &mine, mode);
-                m.ctid = tid;
+                let keep: Vec<Locker> = share_with.iter().chain(mine.iter()).copied().collect();
+                m = add_member(&m, &keep, lock_status(mode));
+                if xmax_locked_only(&m) {
+                    m.ctid = tid;
+                }
                 loc.stamp(rel, &m);
             } else if stronger {
                 if !own_lock || m.infomask & HEAP_XMAX_IS_MULTI != 0 {
@@ -741,9 +1043,79 @@ pub unsafe fn lock(
             if m.ctid == tid {
                 return TM_Deleted;
             }
-            prior_xmax = m.xmax;
+            prior_xmax = update_xid(&m);
             tid = m.ctid;
         }
+    }
+}
+
+/// Takes a `mode` key-share lock on every version of a row newer than one
+/// a no-key update replaced (heap_lock_updated_tuple): from `tid`, each
+/// version made by `prior`, the updater of the one before, until the
+/// newest. A version another transaction is changing in a conflicting way
+/// is waited for; one that a committed transaction deleted or key-updated
+/// ends the walk with TM_Updated. A version that is gone or not made by
+/// `prior` (the chain broke: pruned, or the update aborted) ends it with
+/// TM_Ok, as in heap.
+unsafe fn lock_updated_versions(rel: pg_sys::Relation, mut tid: Tid, mut prior: pg_sys::TransactionId, mode: pg_sys::LockTupleMode::Type, policy: pg_sys::LockWaitPolicy::Type) -> pg_sys::TM_Result::Type {
+    loop {
+        let Some(meta) = relation::meta_covering(rel, tid) else { return TM_Ok };
+        let mut loc = match relation::locate(rel, &meta, tid, Lock::Exclusive) {
+            Lookup::Found(l) => l,
+            _ => return TM_Ok,
+        };
+        let m = loc.header.mvcc;
+        if pg_sys::TransactionId::from(m.xmin) != prior || m.infomask & HEAP_XMIN_FROZEN == HEAP_XMIN_INVALID || pg_sys::TransactionIdDidAbort(prior) {
+            return TM_Ok;
+        }
+        let mut keep: Vec<Locker> = Vec::new();
+        let mut already = false;
+        if m.infomask & HEAP_XMAX_INVALID == 0 {
+            let members = xmax_members(&m);
+            let mut waits: Vec<pg_sys::TransactionId> = Vec::new();
+            for l in &members {
+                let running = l.mine || pg_sys::TransactionIdIsInProgress(l.xid);
+                if l.mine {
+                    already |= !l.updater && l.mode >= mode;
+                    if !l.updater {
+                        keep.push(*l);
+                    }
+                } else if running {
+                    if modes_conflict(l.mode, mode) {
+                        waits.push(l.xid);
+                    } else {
+                        keep.push(*l);
+                    }
+                } else if l.updater && pg_sys::TransactionIdDidCommit(l.xid) {
+                    if modes_conflict(l.mode, mode) {
+                        // Deleted, or its key changed, for good.
+                        return TM_Updated;
+                    }
+                    keep.push(*l);
+                }
+            }
+            if !waits.is_empty() {
+                drop(loc);
+                for x in waits {
+                    if !wait_for(rel, x, tid, policy, pg_sys::XLTW_Oper::XLTW_LockUpdated) {
+                        return TM_WouldBlock;
+                    }
+                }
+                continue;
+            }
+        }
+        if !already {
+            let mut n = add_member(&m, &keep, lock_status(mode));
+            n.ctid = m.ctid;
+            loc.stamp(rel, &n);
+        }
+        let n = loc.header.mvcc;
+        let updated = n.infomask & HEAP_XMAX_INVALID == 0 && !xmax_locked_only(&n);
+        if !updated || n.ctid == tid {
+            return TM_Ok;
+        }
+        prior = pg_sys::TransactionId::from(update_xid(&n));
+        tid = n.ctid;
     }
 }
 

@@ -362,6 +362,12 @@ fn unchanged(now: &Mvcc, expect: &Mvcc) -> bool {
     Mvcc { infomask: now.infomask & !HINT_BITS, ..*now } == Mvcc { infomask: expect.infomask & !HINT_BITS, ..*expect }
 }
 
+/// Whether somebody changed a version's MVCC fields since they read
+/// `seen` (hint bits aside).
+pub fn mvcc_changed(now: &Mvcc, seen: &Mvcc) -> bool {
+    !unchanged(now, seen)
+}
+
 /// Where the old version of a HOT update is: in the last delta block (the
 /// one appends go to, locked once for both) or in a block of its own; the
 /// byte offset of its MVCC fields, and those fields.

@@ -408,7 +408,7 @@ pub unsafe fn analyze_next_tuple(
                     let sample = match r {
                         HEAPTUPLE_LIVE => true,
                         HEAPTUPLE_INSERT_IN_PROGRESS => pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmin)),
-                        HEAPTUPLE_DELETE_IN_PROGRESS => !pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmax)),
+                        HEAPTUPLE_DELETE_IN_PROGRESS => !pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(update_xid(&m))),
                         _ => false,
                     };
                     if sample {
@@ -689,7 +689,7 @@ unsafe fn walk_from(
         match is_hot_updated(&m).then(|| ext.slot(m.ctid)).flatten() {
             Some(n) => {
                 slot = n;
-                prev_xmax = Some(m.xmax);
+                prev_xmax = Some(update_xid(&m));
                 at_chain_start = false;
             }
             None => break,
@@ -877,7 +877,7 @@ pub unsafe fn get_latest_tid(scan: pg_sys::TableScanDesc, tid: pg_sys::ItemPoint
         if m.infomask & HEAP_XMAX_INVALID != 0 || m.infomask & HEAP_XMAX_LOCK_ONLY != 0 || m.ctid == t {
             return;
         }
-        prior_xmax = Some(m.xmax);
+        prior_xmax = Some(update_xid(&m));
         t = m.ctid;
     }
 }

@@ -56,7 +56,26 @@ pub fn is_heap_only(m: &Mvcc) -> bool {
 /// the version is HOT-updated and the ctid lies in the same extent.
 pub fn chain_link(g: &pg_hybrid_core::hasis::layout::Geometry, first: u32, m: &Mvcc) -> pg_hybrid_core::hasis::hot::ChainLink {
     let next = if is_hot_updated(m) { g.slot(first, m.ctid).ok() } else { None };
-    pg_hybrid_core::hasis::hot::ChainLink { heap_only: is_heap_only(m), next, xmin: m.xmin, updater: m.xmax }
+    pg_hybrid_core::hasis::hot::ChainLink { heap_only: is_heap_only(m), next, xmin: m.xmin, updater: unsafe { update_xid(m) } }
+}
+
+/// heap's HEAP_XMAX_IS_LOCKED_ONLY: the xmax only locks the version.
+pub fn xmax_locked_only(m: &Mvcc) -> bool {
+    m.infomask & HEAP_XMAX_LOCK_ONLY != 0 || m.infomask & (HEAP_XMAX_IS_MULTI | HEAP_LOCK_MASK) == HEAP_XMAX_EXCL_LOCK
+}
+
+/// heap's HeapTupleHeaderGetUpdateXid: the transaction that updated or
+/// deleted the version. That is its xmax, except where a no-key update
+/// shares the version with key-share lockers (a foreign key check's lock):
+/// then the xmax is a MultiXact, and the update is one of its members.
+/// For a lock-only or invalid xmax, the raw xmax, as heap's macro.
+pub unsafe fn update_xid(m: &Mvcc) -> u32 {
+    if m.infomask & HEAP_XMAX_INVALID == 0 && m.infomask & HEAP_XMAX_IS_MULTI != 0 && m.infomask & HEAP_XMAX_LOCK_ONLY == 0 {
+        let mut ht = HeaderTuple::new(m, Tid::default(), pg_sys::InvalidOid);
+        pg_sys::HeapTupleGetUpdateXid(ht.header()).into_inner()
+    } else {
+        m.xmax
+    }
 }
 
 /// The MVCC fields of a new version this transaction inserts (`updated`:
