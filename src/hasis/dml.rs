@@ -182,34 +182,47 @@ unsafe fn xmax_members(m: &Mvcc) -> Vec<Locker> {
 /// with others a MultiXact, whose infomask bits say the strongest member's
 /// mode (GetMultiXactIdHintBits), lock-only unless it holds an update.
 unsafe fn add_member(m: &Mvcc, keep: &[Locker], status: pg_sys::MultiXactStatus::Type) -> Mvcc {
-    let xid = pg_sys::GetCurrentTransactionId();
+    let mut members: Vec<pg_sys::MultiXactMember> = keep.iter().map(|l| pg_sys::MultiXactMember { xid: l.xid, status: l.status() }).collect();
+    members.push(pg_sys::MultiXactMember { xid: pg_sys::GetCurrentTransactionId(), status });
+    with_xmax(m, &mut members)
+}
+
+/// `m` with an xmax of exactly `members`: none, a plain xid (an update's
+/// carries no lock bits, KEYS_UPDATED for a key update; a lock's its
+/// lock-only bits), or a MultiXact with heap's GetMultiXactIdHintBits.
+unsafe fn with_xmax(m: &Mvcc, members: &mut [pg_sys::MultiXactMember]) -> Mvcc {
     let mut out = *m;
     out.infomask &= !HEAP_XMAX_BITS;
     out.infomask2 &= !HEAP_KEYS_UPDATED;
-    let mode = status_mode(status);
-    if keep.is_empty() {
-        out.xmax = xid.into_inner();
-        if is_update_status(status) {
-            if mode == pg_sys::LockTupleMode::LockTupleExclusive {
+    match members {
+        [] => {
+            out.xmax = 0;
+            out.infomask |= HEAP_XMAX_INVALID;
+        }
+        [one] => {
+            out.xmax = one.xid.into_inner();
+            let mode = status_mode(one.status);
+            if is_update_status(one.status) {
+                if mode == pg_sys::LockTupleMode::LockTupleExclusive {
+                    out.infomask2 |= HEAP_KEYS_UPDATED;
+                }
+            } else {
+                let (bits, keys) = lock_only_bits(mode);
+                out.infomask |= bits;
+                out.infomask2 |= keys;
+            }
+        }
+        _ => {
+            pg_sys::MultiXactIdSetOldestMember();
+            let multi = pg_sys::MultiXactIdCreateFromMembers(members.len() as i32, members.as_mut_ptr());
+            let strongest = members.iter().map(|mm| status_mode(mm.status)).max().unwrap_or(pg_sys::LockTupleMode::LockTupleKeyShare);
+            let has_update = members.iter().any(|mm| is_update_status(mm.status));
+            out.xmax = multi.into_inner();
+            out.infomask |= HEAP_XMAX_IS_MULTI | lock_bits(strongest) | if has_update { 0 } else { HEAP_XMAX_LOCK_ONLY };
+            if strongest == pg_sys::LockTupleMode::LockTupleExclusive {
                 out.infomask2 |= HEAP_KEYS_UPDATED;
             }
-        } else {
-            let (bits, keys) = lock_only_bits(mode);
-            out.infomask |= bits;
-            out.infomask2 |= keys;
         }
-        return out;
-    }
-    pg_sys::MultiXactIdSetOldestMember();
-    let mut members: Vec<pg_sys::MultiXactMember> = keep.iter().map(|l| pg_sys::MultiXactMember { xid: l.xid, status: l.status() }).collect();
-    members.push(pg_sys::MultiXactMember { xid, status });
-    let multi = pg_sys::MultiXactIdCreateFromMembers(members.len() as i32, members.as_mut_ptr());
-    let strongest = members.iter().map(|mm| status_mode(mm.status)).max().unwrap_or(mode);
-    let has_update = members.iter().any(|mm| is_update_status(mm.status));
-    out.xmax = multi.into_inner();
-    out.infomask |= HEAP_XMAX_IS_MULTI | lock_bits(strongest) | if has_update { 0 } else { HEAP_XMAX_LOCK_ONLY };
-    if strongest == pg_sys::LockTupleMode::LockTupleExclusive {
-        out.infomask2 |= HEAP_KEYS_UPDATED;
     }
     out
 }
@@ -431,7 +444,6 @@ unsafe fn to_modify(
 /// How a delete or update removes the old version: its lock mode and the
 /// running key-share lockers it shares the version with (a no-key update
 /// only).
-#[derive(Clone)]
 struct Removal {
     mode: pg_sys::LockTupleMode::Type,
     keep: Vec<Locker>,
@@ -551,40 +563,12 @@ unsafe fn key_columns_changed(rel: pg_sys::Relation, old: pg_sys::HeapTuple, slo
     if keys.is_null() {
         return false;
     }
-    let desc = (*rel).rd_att;
-    let n = (*desc).natts as usize;
-    let attrs = (*desc).attrs.as_slice(n);
-    pg_sys::slot_getallattrs(slot);
-    let new_values = std::slice::from_raw_parts((*slot).tts_values, n);
-    let new_nulls = std::slice::from_raw_parts((*slot).tts_isnull, n);
-    let mut changed = false;
-    let mut x = -1;
-    loop {
-        x = pg_sys::bms_next_member(keys, x);
-        if x < 0 {
-            break;
-        }
-        let attno = x + pg_sys::FirstLowInvalidHeapAttributeNumber;
-        if attno <= 0 || attno as usize > n {
-            // A system column in a unique index: count it as changed.
-            changed = true;
-            break;
-        }
-        let i = attno as usize - 1;
-        let mut old_null = false;
-        let old_value = pg_sys::heap_getattr(old, attno, desc, &mut old_null);
-        let a = &attrs[i];
-        if old_null != new_nulls[i] || (!old_null && !datumIsEqual(old_value, new_values[i], a.attbyval, a.attlen as i32)) {
-            changed = true;
-            break;
-        }
-    }
+    // Materialized in the slot, where `tuple::prepare` takes it again.
+    let mut should_free = false;
+    let new = pg_sys::ExecFetchSlotHeapTuple(slot, true, &mut should_free);
+    let changed = tuple::columns_differ(rel, keys, old, new);
     pg_sys::bms_free(keys);
     changed
-}
-
-extern "C-unwind" {
-    fn datumIsEqual(value1: pg_sys::Datum, value2: pg_sys::Datum, typbyval: bool, typlen: i32) -> bool;
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -681,9 +665,8 @@ pub unsafe fn update(
     let hot_placed = loop {
         let (true, Some(slot)) = (hot_candidate, old_slot) else { break None };
         let expect = if optimistic { seen_mvcc } else { marked.expect("marked old version") };
-        let how_now = how.clone();
         let stamp = |now: &Mvcc, ntid: Tid| {
-            let mut m = if optimistic { removed_mvcc(rel, now, otid, cid, ntid, &how_now) } else { Mvcc { ctid: ntid, ..*now } };
+            let mut m = if optimistic { removed_mvcc(rel, now, otid, cid, ntid, &how) } else { Mvcc { ctid: ntid, ..*now } };
             m.infomask2 |= HEAP_HOT_UPDATED;
             m
         };
@@ -789,26 +772,8 @@ unsafe fn with_lockers(m: &Mvcc, keep: &[Locker], own_lock: bool) -> Mvcc {
 
 /// `m` with xmax a key-share lock of `xids` (none: no xmax).
 unsafe fn key_share_xmax(m: &Mvcc, xids: &[pg_sys::TransactionId]) -> Mvcc {
-    let mut out = *m;
-    out.infomask &= !HEAP_XMAX_BITS;
-    out.infomask2 &= !HEAP_KEYS_UPDATED;
-    match xids {
-        [] => {
-            out.xmax = 0;
-            out.infomask |= HEAP_XMAX_INVALID;
-        }
-        [x] => {
-            out.xmax = x.into_inner();
-            out.infomask |= HEAP_XMAX_KEYSHR_LOCK | HEAP_XMAX_LOCK_ONLY;
-        }
-        _ => {
-            pg_sys::MultiXactIdSetOldestMember();
-            let mut members: Vec<pg_sys::MultiXactMember> = xids.iter().map(|&xid| pg_sys::MultiXactMember { xid, status: pg_sys::MultiXactStatus::MultiXactStatusForKeyShare }).collect();
-            out.xmax = pg_sys::MultiXactIdCreateFromMembers(members.len() as i32, members.as_mut_ptr()).into_inner();
-            out.infomask |= HEAP_XMAX_IS_MULTI | HEAP_XMAX_KEYSHR_LOCK | HEAP_XMAX_LOCK_ONLY;
-        }
-    }
-    out
+    let mut members: Vec<pg_sys::MultiXactMember> = xids.iter().map(|&xid| pg_sys::MultiXactMember { xid, status: pg_sys::MultiXactStatus::MultiXactStatusForKeyShare }).collect();
+    with_xmax(m, &mut members)
 }
 
 /// The running lockers of another transaction in the xmax `m`.

@@ -186,10 +186,7 @@ impl Drop for Formed {
     }
 }
 
-extern "C-unwind" {
-    fn datumIsEqual(value1: pg_sys::Datum, value2: pg_sys::Datum, typbyval: bool, typlen: i32) -> bool;
-    fn toast_flatten_tuple(tup: pg_sys::HeapTuple, desc: pg_sys::TupleDesc) -> pg_sys::HeapTuple;
-}
+use super::tuple::toast_flatten_tuple;
 
 /// HeapTupleHasExternal.
 unsafe fn has_external(t: pg_sys::HeapTuple) -> bool {
@@ -223,23 +220,13 @@ unsafe fn replica_identity(rel: pg_sys::Relation, old: pg_sys::HeapTuple, new: O
     }
     let n = (*desc).natts as usize;
     let attrs = (*desc).attrs.as_slice(n);
-    let deform = |t: pg_sys::HeapTuple| {
-        let mut values = vec![pg_sys::Datum::from(0usize); n];
-        let mut nulls = vec![false; n];
-        pg_sys::heap_deform_tuple(t, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
-        (values, nulls)
-    };
-    let (mut values, mut nulls) = deform(old);
+    let mut values = vec![pg_sys::Datum::from(0usize); n];
+    let mut nulls = vec![false; n];
+    pg_sys::heap_deform_tuple(old, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
     let is_identity = |i: usize| pg_sys::bms_is_member(i as i32 + 1 - pg_sys::FirstLowInvalidHeapAttributeNumber, idattrs);
     if let Some(new) = new {
-        let (nvalues, nnulls) = deform(new);
-        let changed_or_external = (0..n).filter(|&i| is_identity(i)).any(|i| {
-            let a = &attrs[i];
-            nulls[i] != nnulls[i]
-                || (!nulls[i] && a.attlen == -1 && is_external(values[i]))
-                || (!nulls[i] && !datumIsEqual(values[i], nvalues[i], a.attbyval, a.attlen as i32))
-        });
-        if !changed_or_external {
+        let external = (0..n).filter(|&i| is_identity(i)).any(|i| !nulls[i] && attrs[i].attlen == -1 && is_external(values[i]));
+        if !external && !super::tuple::columns_differ(rel, idattrs, old, new) {
             return None;
         }
     }

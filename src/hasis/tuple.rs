@@ -27,7 +27,36 @@ extern "C-unwind" {
     fn heap_toast_insert_or_update(rel: pg_sys::Relation, newtup: pg_sys::HeapTuple, oldtup: pg_sys::HeapTuple, options: i32) -> pg_sys::HeapTuple;
     fn heap_toast_delete(rel: pg_sys::Relation, oldtup: pg_sys::HeapTuple, is_speculative: bool);
     fn toast_delete_datum(rel: pg_sys::Relation, value: pg_sys::Datum, is_speculative: bool);
-    fn toast_flatten_tuple(tup: pg_sys::HeapTuple, desc: pg_sys::TupleDesc) -> pg_sys::HeapTuple;
+    pub(super) fn toast_flatten_tuple(tup: pg_sys::HeapTuple, desc: pg_sys::TupleDesc) -> pg_sys::HeapTuple;
+    fn datumIsEqual(value1: pg_sys::Datum, value2: pg_sys::Datum, typbyval: bool, typlen: i32) -> bool;
+}
+
+/// Whether a column of `cols` (a `RelationGetIndexAttrBitmap` set: attribute
+/// numbers less FirstLowInvalidHeapAttributeNumber) differs between two
+/// versions of a row, compared as heap_update compares them (the same
+/// datum, TOAST pointers included). A system column in the set counts as
+/// changed.
+pub unsafe fn columns_differ(rel: pg_sys::Relation, cols: *const pg_sys::Bitmapset, old: pg_sys::HeapTuple, new: pg_sys::HeapTuple) -> bool {
+    let desc = (*rel).rd_att;
+    let n = (*desc).natts;
+    let mut x = -1;
+    loop {
+        x = pg_sys::bms_next_member(cols, x);
+        if x < 0 {
+            return false;
+        }
+        let attno = x + pg_sys::FirstLowInvalidHeapAttributeNumber;
+        if attno <= 0 || attno > n {
+            return true;
+        }
+        let a = &attrs(desc)[attno as usize - 1];
+        let (mut old_null, mut new_null) = (false, false);
+        let ov = pg_sys::heap_getattr(old, attno, desc, &mut old_null);
+        let nv = pg_sys::heap_getattr(new, attno, desc, &mut new_null);
+        if old_null != new_null || (!old_null && !datumIsEqual(ov, nv, a.attbyval, a.attlen as i32)) {
+            return true;
+        }
+    }
 }
 
 unsafe fn attrs<'a>(desc: pg_sys::TupleDesc) -> &'a [pg_sys::FormData_pg_attribute] {
