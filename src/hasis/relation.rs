@@ -1004,6 +1004,64 @@ impl pg_hybrid_core::hasis::column::BlockSource for LazyColumns {
     }
 }
 
+/// Column rows' values this backend decoded lately (every column the row
+/// stores, in the row format), each with the page version and metapage
+/// epoch it was read under. An UPDATE reads its row three times (the index
+/// fetch, the executor's `tuple_fetch_row_version`, the update's own look),
+/// and a column row's values cost a block per column's mini-page each
+/// time. The values of column row `row` never change while the page
+/// version stays (only compaction writes a column part, and it advances
+/// the version; stamps change row headers only), so what `LAYOUTS` keeps
+/// for a layout holds for them too; the row header (the MVCC fields) is
+/// always read afresh.
+const RECENT_ROWS: usize = 8;
+
+struct RecentRow {
+    key: ExtentKey,
+    epoch: u64,
+    version: u32,
+    row: u16,
+    natts: u16,
+    values: Vec<u8>,
+}
+
+thread_local! {
+    static RECENT: std::cell::RefCell<std::collections::VecDeque<RecentRow>> = Default::default();
+}
+
+/// The kept values of column row `row` (storing `natts` columns) of the
+/// part `cols` reads, if this backend decoded them under the same version.
+fn recent_values(cols: &LazyColumns, row: u16, natts: u16) -> Option<Vec<u8>> {
+    let epoch = unsafe { meta_epoch(cols.rel) }?;
+    let key = ExtentKey::of(cols.rel, cols.first);
+    RECENT.with(|r| r.borrow().iter().find(|e| e.key == key && e.row == row && e.version == cols.version && e.epoch == epoch && e.natts == natts).map(|e| e.values.clone()))
+}
+
+/// Keeps the values just decoded (see `RECENT_ROWS`).
+fn keep_values(cols: &LazyColumns, row: u16, natts: u16, values: &[u8]) {
+    let Some(epoch) = (unsafe { meta_epoch(cols.rel) }) else { return };
+    let key = ExtentKey::of(cols.rel, cols.first);
+    RECENT.with(|r| {
+        let mut r = r.borrow_mut();
+        if r.len() >= RECENT_ROWS {
+            r.pop_back();
+        }
+        r.push_front(RecentRow { key, epoch, version: cols.version, row, natts, values: values.to_vec() });
+    });
+}
+
+/// Every value of column row `row`, which stores `natts` columns, from
+/// this backend's recent rows or decoded (and kept).
+fn full_values(rel: pg_sys::Relation, blk: u32, cols: &LazyColumns, part: &ColumnPart, row: u16, natts: u16) -> Vec<u8> {
+    if let Some(v) = recent_values(cols, row, natts) {
+        return v;
+    }
+    let mut out = Vec::new();
+    check(rel, blk, part.values_payload_of(row as usize, natts as usize, None, &mut out));
+    keep_values(cols, row, natts, &out);
+    out
+}
+
 /// A column row's payload in the row format (what delta items hold), so
 /// every reader handles one representation.
 fn column_payload(rel: pg_sys::Relation, blk: u32, part: &ColumnPart, r: usize) -> (RowHeader, Vec<u8>) {
@@ -1038,6 +1096,8 @@ struct LazyRow {
     cols: LazyColumns,
     layout: std::sync::Arc<ColumnLayout>,
     row: u16,
+    /// How many columns the row stores (its header's natts).
+    natts: u16,
     decoded: std::cell::OnceCell<Vec<u8>>,
 }
 
@@ -1045,15 +1105,19 @@ impl LazyRow {
     fn values(&self) -> &[u8] {
         self.decoded.get_or_init(|| {
             let part = ColumnPart::lazy_with_layout(&self.cols, &self.layout);
-            column_payload(self.rel, self.cblk, &part, self.row as usize).1
+            full_values(self.rel, self.cblk, &self.cols, &part, self.row, self.natts)
         })
     }
-    /// The wanted columns' values, the others NULL (not cached: a fetch
-    /// decodes its row once).
+    /// The wanted columns' values, the others NULL, or every value where
+    /// this backend has just decoded the row (not cached: a fetch decodes
+    /// its row once).
     fn values_of(&self, wanted: &[bool]) -> Vec<u8> {
+        if let Some(v) = recent_values(&self.cols, self.row, self.natts) {
+            return v;
+        }
         let part = ColumnPart::lazy_with_layout(&self.cols, &self.layout);
         let mut out = Vec::new();
-        check(self.rel, self.cblk, part.row_payload_of(self.row as usize, Some(wanted), &mut out));
+        check(self.rel, self.cblk, part.values_payload_of(self.row as usize, self.natts as usize, Some(wanted), &mut out));
         out
     }
 }
@@ -1335,10 +1399,13 @@ impl ExtentRead {
         let cblk = first + g.column_block(0) as u32;
         let cols = LazyColumns::new(rel, &g, first, h, std::ptr::null_mut());
         let part = parse_columns(rel, &g, first, h, &cols);
-        let natts = part.ncols();
+        let natts = part.ncols() as u16;
+        if let Some(v) = recent_values(&cols, row, natts) {
+            return (natts, v);
+        }
         let mut out = Vec::new();
-        check(rel, cblk, part.values_payload_of(row as usize, natts, wanted, &mut out));
-        (natts as u16, out)
+        check(rel, cblk, part.values_payload_of(row as usize, natts as usize, wanted, &mut out));
+        (natts, out)
     }
 
     /// The version at `slot` (whose entry is `entry`), its block locked
@@ -1370,7 +1437,8 @@ impl ExtentRead {
                     let (header, values) = if lock == Lock::Share {
                         (check(rel, cblk, part.row_header(row as usize)), None)
                     } else {
-                        let (header, values) = column_payload(rel, cblk, &part, row as usize);
+                        let header = check(rel, cblk, part.row_header(row as usize));
+                        let values = full_values(rel, cblk, &cols, &part, row, header.natts);
                         (header, Some(values))
                     };
                     (part.layout().clone(), hb, off, header, values)
@@ -1384,7 +1452,7 @@ impl ExtentRead {
                     // with the lazy row.
                     None => {
                         let buf = cols.lend(hb).unwrap_or_else(|| Buf::read(rel, first + g.column_block(hb) as u32, lock));
-                        (buf, Payload::Column(LazyRow { rel, cblk, cols, layout, row, decoded: std::cell::OnceCell::new() }))
+                        (buf, Payload::Column(LazyRow { rel, cblk, cols, layout, row, natts: header.natts, decoded: std::cell::OnceCell::new() }))
                     }
                     // The header share lock keeps the layout; the row
                     // header's own block is locked again in the mode asked for.

@@ -24,12 +24,11 @@
 use super::column::{self, ColumnRow};
 use super::delta::{self, DeltaView, ITEM_HDR};
 use super::header::{DirEntry, ExtentHeader, DIR_ENTRY};
-use super::hot::{ChainLink, Chains};
+use super::hot::{ChainLink, Chains, SlotSet};
 use super::layout::{rd16, rd32, wr16, wr32, BlockKind, BlockTrailer, Geometry, Params, BLCKSZ, MAX_OFFSET, UNITS_PER_BLOCK};
 use super::row::{decode_payload, ColumnDesc, Mvcc, Row, RowHeader, Schema, Width, DESC_LEN, MAX_COLUMNS, MVCC_OFF, ROW_HEADER};
 use super::{corrupt, Error, HybridPage, Result};
 use crate::tid::Tid;
-use std::collections::BTreeSet;
 
 /// What the oracle decides for one version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,7 +143,7 @@ pub fn plan_with_sources(page: HybridPage, schema: &Schema, oracle: &mut dyn Ora
             chains.add_redirect(s, slot);
         }
     }
-    let mut removed_set = BTreeSet::new();
+    let mut removed_set = SlotSet::new();
     // The page's versions are taken, not copied: a compaction of a full
     // column part would otherwise allocate every value of it twice.
     let HybridPage { column_rows, delta_items, .. } = page;
