@@ -1448,6 +1448,28 @@ impl<'a> ColumnPart<'a> {
         Ok(ColumnValues { stream, nrows: self.nrows, width: m.desc.width, has_nulls: m.has_nulls, base, dict, ends: ends_width(m), aligned: false })
     }
 
+    /// Every row, as `row` gives each, decoded a column at a time: a
+    /// compaction opens the whole part, and reading it value by value
+    /// looked up each value's null bit, place and packed bytes on its own.
+    pub fn rows(&self) -> Result<Vec<ColumnRow>> {
+        let mut rows = Vec::with_capacity(self.nrows);
+        for r in 0..self.nrows {
+            let header = self.row_header(r)?;
+            rows.push(ColumnRow { header, row: Row { values: Vec::with_capacity(header.natts as usize) } });
+        }
+        let widest = rows.iter().map(|r| r.header.natts as usize).max().unwrap_or(0);
+        let mut stream = Vec::new();
+        for c in 0..widest {
+            let values = self.column_values(c, &mut stream)?;
+            for (r, row) in rows.iter_mut().enumerate() {
+                if c < row.header.natts as usize {
+                    row.row.values.push(values.get(r)?.map(<[u8]>::to_vec));
+                }
+            }
+        }
+        Ok(rows)
+    }
+
     /// Header and values of row `r` (`natts` values).
     pub fn row(&self, r: usize) -> Result<ColumnRow> {
         let header = self.row_header(r)?;
@@ -1611,6 +1633,7 @@ mod tests {
                 assert_eq!(values.get(r).unwrap(), want.row.values[c].as_deref(), "column {c} row {r}");
             }
         }
+        assert_eq!(part.rows().unwrap(), rs);
         for (r, want) in rs.iter().enumerate() {
             assert_eq!(&part.row(r).unwrap(), want);
             let mut out = Vec::new();
@@ -1626,6 +1649,7 @@ mod tests {
         for (r, want) in rs.iter().enumerate() {
             assert_eq!(&part.row(r).unwrap(), want);
         }
+        assert_eq!(part.rows().unwrap(), rs);
         // Blocks past the used units are all zero (free on the drive).
         for b in &blocks[p.total_units.div_ceil(2)..] {
             assert!(b.iter().all(|&x| x == 0));
@@ -2107,6 +2131,7 @@ mod tests {
                     for r in 0..30 {
                         let _ = part.row(r);
                     }
+                    let _ = part.rows();
                 }
             }
         }

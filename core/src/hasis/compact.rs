@@ -127,6 +127,8 @@ pub struct Planned {
     /// versions offered to it had to stay in the delta part. None when
     /// none was offered (the plan learnt nothing about it).
     pub column_full: Option<bool>,
+    /// Removed versions that leave no `Dead` slot (`Resolution::reclaimed`).
+    pub reclaimed: usize,
 }
 
 /// `plan`, also telling where each version of the result comes from.
@@ -259,7 +261,7 @@ pub fn plan_with_sources(page: HybridPage, schema: &Schema, oracle: &mut dyn Ora
         redirects: resolution.redirects,
     };
     let column_full = (!offered.is_empty()).then_some(hi > 0);
-    Ok(Planned { record, sources, column_full })
+    Ok(Planned { record, sources, column_full, reclaimed: resolution.reclaimed })
 }
 
 /// The blocks a compaction writes.

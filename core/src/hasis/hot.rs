@@ -105,6 +105,11 @@ pub struct Resolution {
     /// Versions the oracle would remove but that must stay: an earlier
     /// member of their chain stays, and a walk must still reach them.
     pub kept: Vec<u16>,
+    /// Removed versions that leave no `Dead` slot behind (the unused
+    /// heap-only ones and the redirected roots): gone for good, as heap's
+    /// pruning reclaims a tuple without leaving an LP_DEAD item, so they
+    /// no longer count as dead tuples for autovacuum.
+    pub reclaimed: usize,
 }
 
 /// Chains longer than this are corrupt (a cycle): a page has fewer slots.
@@ -229,7 +234,12 @@ impl Chains {
                 // The root itself stays, or the redirect still names the
                 // first live member.
                 (Some(0), _) => {}
-                (Some(i), _) => r.redirects.push((s, members[i])),
+                (Some(i), _) => {
+                    r.redirects.push((s, members[i]));
+                    if !is_redirect {
+                        r.reclaimed += 1;
+                    }
+                }
                 (None, true) => r.dead.push(s),
                 (None, false) => {
                     if removed.contains(s) {
@@ -249,6 +259,7 @@ impl Chains {
                 _ => r.dead.push(m),
             }
         }
+        r.reclaimed += r.unused.len();
         r.dead.sort_unstable();
         r.unused.sort_unstable();
         r.redirects.sort_unstable();
@@ -304,7 +315,7 @@ mod tests {
     fn removing_a_prefix_redirects_the_root() {
         let c = chain();
         let r = c.resolve(&set(&[0, 3]));
-        assert_eq!(r, Resolution { dead: vec![], unused: vec![3], redirects: vec![(0, 5)], kept: vec![] });
+        assert_eq!(r, Resolution { dead: vec![], unused: vec![3], redirects: vec![(0, 5)], kept: vec![], reclaimed: 2 });
         // Later: the redirect's target goes too.
         let mut c2 = Chains::new();
         c2.add_redirect(0, 5);
@@ -312,8 +323,9 @@ mod tests {
         c2.add_version(7, only(None, 13, 0));
         assert_eq!(c2.resolve(&set(&[5])).redirects, vec![(0, 7)]);
         assert_eq!(c2.resolve(&set(&[5])).unused, vec![5]);
+        assert_eq!(c2.resolve(&set(&[5])).reclaimed, 1, "a retargeted redirect reclaims its old target only");
         let all = c2.resolve(&set(&[5, 7]));
-        assert_eq!((all.dead, all.unused, all.redirects), (vec![0], vec![5, 7], vec![]));
+        assert_eq!((all.dead, all.unused, all.redirects, all.reclaimed), (vec![0], vec![5, 7], vec![], 2));
         // A redirect whose target is still there is left alone.
         assert_eq!(c2.resolve(&set(&[])), Resolution::default());
     }
@@ -322,7 +334,7 @@ mod tests {
     fn whole_chain_dead_and_members_after_a_live_one() {
         let c = chain();
         let r = c.resolve(&set(&[0, 3, 5]));
-        assert_eq!((r.dead, r.unused), (vec![0], vec![3, 5]));
+        assert_eq!((r.dead, r.unused, r.reclaimed), (vec![0], vec![3, 5], 2), "the dead root waits for VACUUM");
         // The root stays (say its updater aborted... or a snapshot needs
         // it): a removed member after it must stay reachable.
         let r = c.resolve(&set(&[3]));

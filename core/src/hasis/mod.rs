@@ -185,9 +185,7 @@ impl HybridPage {
             if part.ncols() > schema.len() {
                 return Err(Error::BadInput("column part has more columns than the schema"));
             }
-            for r in 0..part.nrows() {
-                column_rows.push(part.row(r)?);
-            }
+            column_rows = part.rows()?;
         }
 
         let mut delta_items = Vec::new();
