@@ -233,10 +233,6 @@ pub extern "C-unwind" fn pg_hybrid_hasis_compaction_main(arg: pg_sys::Datum) {
             pg_sys::StartTransactionCommand();
             let d = pass(relid, &mut not_before);
             pg_sys::CommitTransactionCommand();
-            // The dead tuples compaction reclaimed reach the table's
-            // statistics (and autovacuum's judgment) while the worker runs,
-            // not only when it exits (at most once a second, as a backend's).
-            pg_sys::pgstat_report_stat(false);
             d
         };
         let Some(done) = done else { break };
