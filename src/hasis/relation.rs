@@ -901,9 +901,28 @@ impl ExtentKey {
 /// where they differ.
 const MAX_LAYOUTS: usize = 4096;
 
-struct KnownLayout {
+/// One column part as this backend may know it: an extent under a page
+/// version, read under a metapage epoch. What was read of the part under
+/// one `PartKey` (its layout, a row's values) holds for as long as the key
+/// does (see `MAX_LAYOUTS`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct PartKey {
+    extent: ExtentKey,
     epoch: u64,
     version: u32,
+}
+
+impl PartKey {
+    /// None without an epoch (the metapage was read directly): then
+    /// nothing read may be kept.
+    fn of(rel: pg_sys::Relation, first: u32, version: u32) -> Option<PartKey> {
+        let epoch = unsafe { meta_epoch(rel) }?;
+        Some(PartKey { extent: ExtentKey::of(rel, first), epoch, version })
+    }
+}
+
+struct KnownLayout {
+    part: PartKey,
     layout: std::sync::Arc<ColumnLayout>,
 }
 
@@ -913,23 +932,22 @@ thread_local! {
 
 /// The column part of extent `first`, its blocks read through `cols`.
 pub(super) fn parse_columns<'a>(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, cols: &'a LazyColumns) -> ColumnPart<'a> {
-    let key = ExtentKey::of(rel, first);
-    let epoch = unsafe { meta_epoch(rel) };
-    let known = LAYOUTS.with(|m| m.borrow().get(&key).map(|k| (k.epoch, k.version, k.layout.clone())));
+    let part_key = PartKey::of(rel, first, h.version);
+    let known = LAYOUTS.with(|m| m.borrow().get(&ExtentKey::of(rel, first)).map(|k| (k.part, k.layout.clone())));
     let cblk = first + g.column_block(0) as u32;
-    if let Some((e, v, layout)) = &known {
-        if epoch == Some(*e) && *v == h.version && layout.describes(h.column_units as usize, h.column_rows as usize) {
+    if let Some((kp, layout)) = &known {
+        if part_key == Some(*kp) && layout.describes(h.column_units as usize, h.column_rows as usize) {
             return ColumnPart::lazy_with_layout(cols, layout);
         }
     }
-    let part = check(rel, cblk, ColumnPart::parse_lazy_reusing(g, cols, h.column_units as usize, h.column_rows as usize, known.as_ref().map(|k| &k.2)));
-    if let Some(epoch) = epoch {
+    let part = check(rel, cblk, ColumnPart::parse_lazy_reusing(g, cols, h.column_units as usize, h.column_rows as usize, known.as_ref().map(|k| &k.1)));
+    if let Some(part_key) = part_key {
         LAYOUTS.with(|m| {
             let mut m = m.borrow_mut();
             if m.len() >= MAX_LAYOUTS {
                 m.clear();
             }
-            m.insert(key, KnownLayout { epoch, version: h.version, layout: part.layout().clone() });
+            m.insert(part_key.extent, KnownLayout { part: part_key, layout: part.layout().clone() });
         });
     }
     part
@@ -1005,60 +1023,57 @@ impl pg_hybrid_core::hasis::column::BlockSource for LazyColumns {
 }
 
 /// Column rows' values this backend decoded lately (every column the row
-/// stores, in the row format), each with the page version and metapage
-/// epoch it was read under. An UPDATE reads its row three times (the index
-/// fetch, the executor's `tuple_fetch_row_version`, the update's own look),
-/// and a column row's values cost a block per column's mini-page each
-/// time. The values of column row `row` never change while the page
-/// version stays (only compaction writes a column part, and it advances
-/// the version; stamps change row headers only), so what `LAYOUTS` keeps
-/// for a layout holds for them too; the row header (the MVCC fields) is
-/// always read afresh.
+/// stores, in the row format), under the `PartKey` they were read under.
+/// An UPDATE reads its row three times (the index fetch, the executor's
+/// `tuple_fetch_row_version`, the update's own look), and a column row's
+/// values cost a block per column's mini-page each time. The values of a
+/// column row never change while its part's key holds (only compaction
+/// writes a column part; stamps change row headers only, and the row
+/// header, with the MVCC fields, is always read afresh).
 const RECENT_ROWS: usize = 8;
 
-struct RecentRow {
-    key: ExtentKey,
-    epoch: u64,
-    version: u32,
+/// A column row of one part, storing `natts` columns.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct RowKey {
+    part: PartKey,
     row: u16,
     natts: u16,
-    values: Vec<u8>,
+}
+
+impl RowKey {
+    fn of(cols: &LazyColumns, row: u16, natts: u16) -> Option<RowKey> {
+        Some(RowKey { part: PartKey::of(cols.rel, cols.first, cols.version)?, row, natts })
+    }
 }
 
 thread_local! {
-    static RECENT: std::cell::RefCell<std::collections::VecDeque<RecentRow>> = Default::default();
+    static RECENT: std::cell::RefCell<std::collections::VecDeque<(RowKey, Vec<u8>)>> = Default::default();
 }
 
-/// The kept values of column row `row` (storing `natts` columns) of the
-/// part `cols` reads, if this backend decoded them under the same version.
-fn recent_values(cols: &LazyColumns, row: u16, natts: u16) -> Option<Vec<u8>> {
-    let epoch = unsafe { meta_epoch(cols.rel) }?;
-    let key = ExtentKey::of(cols.rel, cols.first);
-    RECENT.with(|r| r.borrow().iter().find(|e| e.key == key && e.row == row && e.version == cols.version && e.epoch == epoch && e.natts == natts).map(|e| e.values.clone()))
-}
-
-/// Keeps the values just decoded (see `RECENT_ROWS`).
-fn keep_values(cols: &LazyColumns, row: u16, natts: u16, values: &[u8]) {
-    let Some(epoch) = (unsafe { meta_epoch(cols.rel) }) else { return };
-    let key = ExtentKey::of(cols.rel, cols.first);
-    RECENT.with(|r| {
-        let mut r = r.borrow_mut();
-        if r.len() >= RECENT_ROWS {
-            r.pop_back();
-        }
-        r.push_front(RecentRow { key, epoch, version: cols.version, row, natts, values: values.to_vec() });
-    });
+/// The kept values of the row `key` names, if this backend decoded them.
+fn recent_values(key: Option<RowKey>) -> Option<Vec<u8>> {
+    let key = key?;
+    RECENT.with(|r| r.borrow().iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone()))
 }
 
 /// Every value of column row `row`, which stores `natts` columns, from
 /// this backend's recent rows or decoded (and kept).
 fn full_values(rel: pg_sys::Relation, blk: u32, cols: &LazyColumns, part: &ColumnPart, row: u16, natts: u16) -> Vec<u8> {
-    if let Some(v) = recent_values(cols, row, natts) {
+    let key = RowKey::of(cols, row, natts);
+    if let Some(v) = recent_values(key) {
         return v;
     }
     let mut out = Vec::new();
     check(rel, blk, part.values_payload_of(row as usize, natts as usize, None, &mut out));
-    keep_values(cols, row, natts, &out);
+    if let Some(key) = key {
+        RECENT.with(|r| {
+            let mut r = r.borrow_mut();
+            if r.len() >= RECENT_ROWS {
+                r.pop_back();
+            }
+            r.push_front((key, out.clone()));
+        });
+    }
     out
 }
 
@@ -1112,7 +1127,7 @@ impl LazyRow {
     /// this backend has just decoded the row (not cached: a fetch decodes
     /// its row once).
     fn values_of(&self, wanted: &[bool]) -> Vec<u8> {
-        if let Some(v) = recent_values(&self.cols, self.row, self.natts) {
+        if let Some(v) = recent_values(RowKey::of(&self.cols, self.row, self.natts)) {
             return v;
         }
         let part = ColumnPart::lazy_with_layout(&self.cols, &self.layout);
@@ -1400,7 +1415,7 @@ impl ExtentRead {
         let cols = LazyColumns::new(rel, &g, first, h, std::ptr::null_mut());
         let part = parse_columns(rel, &g, first, h, &cols);
         let natts = part.ncols() as u16;
-        if let Some(v) = recent_values(&cols, row, natts) {
+        if let Some(v) = recent_values(RowKey::of(&cols, row, natts)) {
             return (natts, v);
         }
         let mut out = Vec::new();
