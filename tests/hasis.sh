@@ -661,6 +661,16 @@ sub_standby() {
         "ANALYZE sh" "ANALYZE sx" >/dev/null
     compare "bulk load + index builds"
 
+    # COPY writes its batches straight into column parts: compactions that
+    # append rows in fresh slots (whole COMPACT records that raise the slot
+    # high-water mark), into the extent the INSERT above filled last and
+    # then into new ones; one COPY rolled back.
+    cluster_sql "$P" "$db" "COPY (SELECT g, g % 1000, 'c' || (g % 77), g / 3.0 FROM generate_series($((N * 20)), $((N * 20 + N / 5))) g) TO PROGRAM 'cat > pg_hybrid_sb_copy.csv' csv" >/dev/null
+    both "COPY @ FROM 'pg_hybrid_sb_copy.csv' csv"
+    cluster_psql "$P" "$db" -c "BEGIN" -c "COPY sh (k) FROM PROGRAM 'seq $((N * 21)) $((N * 21 + 5000))' csv" -c "ROLLBACK" >/dev/null
+    cluster_sql "$P" "$db" "COPY (SELECT) TO PROGRAM 'rm -f pg_hybrid_sb_copy.csv'" >/dev/null
+    compare "COPY (batches appended to column parts)"
+
     both "UPDATE @ SET a = a + 1, t = 'u' || (k % 10) WHERE k % 7 = 0" \
         "UPDATE @ SET k = k + $((N * 2)) WHERE k % 11 = 0" \
         "DELETE FROM @ WHERE k % 13 = 0" \

@@ -18,6 +18,11 @@
 //! A wrong tally costs rows left in the delta part or an extent closed
 //! early, never a wrong answer: compaction still turns back what does not
 //! fit.
+//!
+//! COPY (`multi_insert`) does not put rows in the delta part at all: each
+//! batch goes straight into the column part of the extent it fills, in a
+//! compaction that appends it (`compact::append_rows`), as many rows as
+//! the tally says fit (`fitting`).
 
 use super::relation::bytes;
 use crate::storage::buffer::{Buf, Lock};
@@ -97,6 +102,59 @@ pub unsafe fn admit(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentH
         Ok((_, units)) if units <= g.column_units() => Admit::Yes(Pending(Some(Fill { key, schema, tally }))),
         _ => Admit::Closed,
     }
+}
+
+/// How many of a bulk batch's `rows` (natts and payload each) the column
+/// part of extent `first` takes beside what it holds, from the tally this
+/// backend kept for it or one read from its pages; the caller holds the
+/// header block exclusively (`h` read from it). `empty`: the extent holds
+/// no version, so a first row that does not fit fits no column part.
+pub struct Fitting {
+    pub rows: usize,
+    pub empty: bool,
+    base: Option<Fill>,
+}
+
+pub unsafe fn fitting(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, rows: &[(u16, &[u8])]) -> Fitting {
+    let key = FillKey { file: RelFile::of(rel), first, version: h.version };
+    let known = FILL.with(|f| f.borrow_mut().take()).filter(|f| f.key == key);
+    let base = match known {
+        Some(f) => f,
+        None => {
+            let schema = super::tuple::schema(rel);
+            match tally_extent(rel, g, first, h, &schema) {
+                Some(tally) => Fill { key, schema, tally },
+                // Unreadable as a tally: one row, so that the compaction
+                // that appends it reads the extent and reports the damage.
+                None => return Fitting { rows: rows.len().min(1), empty: false, base: None },
+            }
+        }
+    };
+    let mut tally = base.tally.clone();
+    let mut n = 0;
+    for (natts, payload) in rows {
+        if tally.add_payload(&base.schema, *natts as usize, payload).is_err() {
+            break;
+        }
+        match tally.units(&base.schema) {
+            Ok((_, units)) if units <= g.column_units() => n += 1,
+            _ => break,
+        }
+    }
+    Fitting { rows: n, empty: base.tally.rows() == 0, base: Some(base) }
+}
+
+/// Keeps the tally of extent `first` after `rows` went into its column
+/// part, which made its page version `version`.
+pub fn keep_appended(f: Fitting, version: u32, rows: &[(u16, &[u8])]) {
+    let Some(mut fill) = f.base else { return };
+    for (natts, payload) in rows {
+        if fill.tally.add_payload(&fill.schema, *natts as usize, payload).is_err() {
+            return;
+        }
+    }
+    fill.key.version = version;
+    FILL.with(|f| *f.borrow_mut() = Some(fill));
 }
 
 /// Keeps the tally of an admitted row once it is in.

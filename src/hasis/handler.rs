@@ -207,8 +207,20 @@ unsafe extern "C-unwind" fn tuple_complete_speculative(rel: pg_sys::Relation, sl
 #[pg_guard]
 unsafe extern "C-unwind" fn multi_insert(rel: pg_sys::Relation, slots: *mut *mut pg_sys::TupleTableSlot, nslots: i32, cid: pg_sys::CommandId, options: i32, _bistate: *mut pg_sys::BulkInsertStateData) {
     crate::require_preload();
-    for i in 0..nslots as usize {
-        insert_slot(rel, *slots.add(i), cid, options, None, true);
+    let xid = pg_sys::GetCurrentTransactionId().into_inner();
+    // Inserts conflict with serializable readers of the whole relation
+    // (once per batch, as heap_multi_insert checks).
+    super::visibility::CheckForSerializableConflictIn(rel, std::ptr::null_mut(), pg_sys::InvalidBlockNumber);
+    let slots: Vec<*mut pg_sys::TupleTableSlot> = (0..nslots as usize).map(|i| *slots.add(i)).collect();
+    let prepared: Vec<tuple::Prepared> = slots.iter().map(|&s| tuple::prepare(rel, s, std::ptr::null_mut(), options)).collect();
+    let m = super::visibility::new_version(xid, cid, false);
+    let rows: Vec<(u16, &[u8])> = prepared.iter().map(|p| (p.natts, &p.payload[..])).collect();
+    let tids = relation::insert_batch(rel, m, &rows);
+    for ((&slot, p), &tid) in slots.iter().zip(&prepared).zip(&tids) {
+        (*slot).tts_tid = super::visibility::to_item_pointer(tid);
+        (*slot).tts_tableOid = (*rel).rd_id;
+        super::logical::log_insert(rel, p.tuple);
+        tuple::stamp_slot(slot, &pg_hybrid_core::hasis::row::Mvcc { ctid: tid, ..m }, tid);
     }
     pg_sys::pgstat_count_heap_insert(rel, nslots as i64);
 }

@@ -766,6 +766,74 @@ pub unsafe fn insert(rel: pg_sys::Relation, natts: u16, mvcc: Mvcc, payload: &[u
     }
 }
 
+/// A bulk insert's batch (COPY's `multi_insert`): rows (natts and payload
+/// each) of one transaction and command, MVCC fields `mvcc` (each row's
+/// ctid becomes its own TID), written straight into column parts: the
+/// extent this backend filled last (or the last one) takes as many as its
+/// column part holds and its new-row slots allow, in one compaction that
+/// appends them (`compact::append_rows`), then the next extent, a new one
+/// at the end, takes the rest. Returns their TIDs, in order.
+///
+/// A row no column part could hold (an empty extent turns it back) goes
+/// through the delta part as a single insert does.
+pub unsafe fn insert_batch(rel: pg_sys::Relation, mvcc: Mvcc, rows: &[(u16, &[u8])]) -> Vec<Tid> {
+    use pg_hybrid_core::hasis::compact::AppendedRow;
+    let mut tids = Vec::with_capacity(rows.len());
+    let mut meta = ensure_meta(rel);
+    let header_of = |m: &Meta, blk: u32| m.extent_of(blk).filter(|&k| m.extent_first(k) == blk);
+    let target = (*crate::storage::buffer::smgr(rel)).smgr_targblock;
+    let mut k = header_of(&meta, target).unwrap_or(meta.nextents.saturating_sub(1));
+    let mut next = 0usize;
+    while next < rows.len() {
+        if k >= meta.nextents {
+            meta = add_extent(rel, meta.nextents);
+            k = meta.nextents - 1;
+        }
+        let g = meta.geometry;
+        let first = meta.extent_first(k);
+        let hbuf = Buf::read(rel, first, Lock::Exclusive);
+        let h = check(rel, first, ExtentHeader::read(bytes(hbuf.page()), &g));
+        // Fresh slots only (a slot VACUUM freed may lie anywhere below the
+        // high-water mark, and appended rows take consecutive ones), and
+        // only the new rows' share of them (ExtentHeader::new_row_slots).
+        let free_slots = (ExtentHeader::new_row_slots(&g) as usize).saturating_sub(h.slot_hwm as usize);
+        let batch = &rows[next..(next + free_slots).min(rows.len())];
+        let fit = super::bulk::fitting(rel, &g, first, &h, batch);
+        if fit.rows > 0 {
+            let mut appended = Vec::with_capacity(fit.rows);
+            for (j, &(natts, payload)) in batch[..fit.rows].iter().enumerate() {
+                let slot = h.slot_hwm + j as u16;
+                let header = RowHeader { slot, natts, mvcc: Mvcc { ctid: check(rel, first, g.tid(first, slot)), ..mvcc } };
+                appended.push(AppendedRow { header, item: check(rel, first, delta::encode_item(&header, payload)) });
+            }
+            if let Some((done, n)) = super::compact::append_rows(rel, &meta, k, &hbuf, appended) {
+                for j in 0..n {
+                    tids.push(check(rel, first, g.tid(first, h.slot_hwm + j as u16)));
+                }
+                super::bulk::keep_appended(fit, h.version + 1, &batch[..n]);
+                record_free_space(rel, &g, first, &done);
+                (*crate::storage::buffer::smgr(rel)).smgr_targblock = first;
+                next += n;
+                continue;
+            }
+        }
+        drop(hbuf);
+        if fit.empty && free_slots > 0 {
+            // Too wide for any column part: the delta part takes it.
+            let (natts, payload) = rows[next];
+            tids.push(insert(rel, natts, mvcc, payload, true));
+            next += 1;
+            meta = refresh_meta(rel).expect("metapage exists");
+            continue;
+        }
+        // This extent is done for the load: the last one, or a new one
+        // after it (as heap's bulk inserts extend the relation).
+        meta = refresh_meta(rel).expect("metapage exists");
+        k = if k + 1 < meta.nextents { meta.nextents - 1 } else { meta.nextents };
+    }
+    tids
+}
+
 /// A HOT update's writes: the new version into the extent that holds the
 /// old one at `old_tid`, and the old version's stamp, in one critical
 /// section and one WAL record. `Placed::Full`: no room without a

@@ -27,7 +27,7 @@ use super::header::{DirEntry, ExtentHeader, DIR_ENTRY};
 use super::hot::{ChainLink, Chains, SlotSet};
 use super::layout::{rd16, rd32, wr16, wr32, BlockKind, BlockTrailer, Geometry, Params, BLCKSZ, MAX_OFFSET, UNITS_PER_BLOCK};
 use super::row::{decode_payload, ColumnDesc, Mvcc, Row, RowHeader, Schema, Width, DESC_LEN, MAX_COLUMNS, MVCC_OFF, ROW_HEADER};
-use super::{corrupt, Error, HybridPage, Result};
+use super::{corrupt, DeltaItemRef, Error, HybridPage, Result};
 use crate::tid::Tid;
 
 /// What the oracle decides for one version.
@@ -89,6 +89,10 @@ pub struct CompactionRecord {
     /// HOT chain roots that become (or stay, with a new target) redirects,
     /// ascending by root slot.
     pub redirects: Vec<(u16, u16)>,
+    /// The slot high-water mark after the compaction, where it appended
+    /// new rows above the old one (`plan_appending`, a bulk insert); 0
+    /// where it allocated no slot and the mark stays as it is.
+    pub slot_hwm: u16,
 }
 
 impl CompactionRecord {
@@ -129,12 +133,46 @@ pub struct Planned {
     pub column_full: Option<bool>,
     /// Removed versions that leave no `Dead` slot (`Resolution::reclaimed`).
     pub reclaimed: usize,
+    /// Appended rows (`plan_appending`) left in the delta part because the
+    /// column part could not take them.
+    pub turned_back: usize,
 }
 
 /// `plan`, also telling where each version of the result comes from.
 pub fn plan_with_sources(page: HybridPage, schema: &Schema, oracle: &mut dyn Oracle) -> Result<Planned> {
+    plan_appending(page, schema, oracle, Vec::new())
+}
+
+/// A new row a bulk insert hands to `plan_appending`: its header (its slot
+/// one of the fresh slots above the page's high-water mark) and its delta
+/// item encoding (`delta::encode_item`).
+#[derive(Clone, Debug)]
+pub struct AppendedRow {
+    pub header: RowHeader,
+    pub item: Vec<u8>,
+}
+
+/// `plan_with_sources` of `page` with `appended` rows added as if they were
+/// delta items after the page's own (a bulk insert: the oracle offers them
+/// to the column part, where they go unless it is full). Their slots must
+/// be the fresh ones from the page's high-water mark up, in order; the
+/// record raises the mark past them. Rows the column part turns back stay
+/// as delta items, like any other: `Planned::turned_back` counts them, and
+/// a caller that wants none there plans again with fewer. They have no
+/// source in the old page, so such a record is never encoded by reference.
+pub fn plan_appending(page: HybridPage, schema: &Schema, oracle: &mut dyn Oracle, appended: Vec<AppendedRow>) -> Result<Planned> {
     let g = &page.geometry;
     let old_version = page.header().version;
+    let old_hwm = page.header().slot_hwm;
+    for (j, a) in appended.iter().enumerate() {
+        if a.header.slot as usize != old_hwm as usize + j || a.header.slot as usize >= g.max_slots() {
+            return Err(Error::BadInput("appended rows must take the fresh slots from the high-water mark up"));
+        }
+        if a.item.len() < ITEM_HDR || rd16(&a.item, 0) as usize != a.item.len() || RowHeader::decode(&a.item[2..ITEM_HDR]) != a.header {
+            return Err(Error::BadInput("appended row's item does not match its header"));
+        }
+    }
+    let slot_hwm = if appended.is_empty() { 0 } else { old_hwm + appended.len() as u16 };
     let new_version = old_version.checked_add(1).ok_or(Error::BadInput("page version wrapped"))?;
 
     // Every version's decision and chain link first: which slots go
@@ -148,7 +186,8 @@ pub fn plan_with_sources(page: HybridPage, schema: &Schema, oracle: &mut dyn Ora
     let mut removed_set = SlotSet::new();
     // The page's versions are taken, not copied: a compaction of a full
     // column part would otherwise allocate every value of it twice.
-    let HybridPage { column_rows, delta_items, .. } = page;
+    let HybridPage { column_rows, mut delta_items, .. } = page;
+    delta_items.extend(appended.into_iter().map(|a| DeltaItemRef { block: u8::MAX, offset: 0, header: a.header, bytes: a.item }));
     let mut column_decided: Vec<(ColumnRow, Placement)> = Vec::with_capacity(column_rows.len());
     for mut cr in column_rows {
         let p = oracle.decide(cr.header.slot, &mut cr.header.mvcc);
@@ -259,9 +298,11 @@ pub fn plan_with_sources(page: HybridPage, schema: &Schema, oracle: &mut dyn Ora
         dead: resolution.dead,
         unused: resolution.unused,
         redirects: resolution.redirects,
+        slot_hwm,
     };
     let column_full = (!offered.is_empty()).then_some(hi > 0);
-    Ok(Planned { record, sources, column_full, reclaimed: resolution.reclaimed })
+    let turned_back = record.item_headers()?.iter().filter(|h| h.slot >= old_hwm).count();
+    Ok(Planned { record, sources, column_full, reclaimed: resolution.reclaimed, turned_back })
 }
 
 /// The blocks a compaction writes.
@@ -282,6 +323,8 @@ pub struct CompactionOutput {
     /// `Dead`, `Unused` or a redirect for every removed one and every
     /// redirect that changed. Other slots keep their entries.
     pub directory: Vec<(u16, DirEntry)>,
+    /// The record's `slot_hwm` (0: the header keeps its mark).
+    pub slot_hwm: u16,
 }
 
 /// Builds the new blocks from a record (primary and redo alike).
@@ -343,7 +386,7 @@ pub fn apply(g: &Geometry, rec: &CompactionRecord) -> Result<CompactionOutput> {
     if directory.windows(2).any(|w| w[0].0 == w[1].0) {
         return corrupt("a slot appears twice in a compaction record");
     }
-    if directory.last().is_some_and(|&(s, _)| s as usize >= g.max_slots()) {
+    if directory.last().is_some_and(|&(s, _)| s as usize >= g.max_slots()) || rec.slot_hwm as usize > g.max_slots() {
         return corrupt("slot beyond max_slots in a compaction record");
     }
     Ok(CompactionOutput {
@@ -355,6 +398,7 @@ pub fn apply(g: &Geometry, rec: &CompactionRecord) -> Result<CompactionOutput> {
         delta_blocks,
         directory,
         column_full: false,
+        slot_hwm: rec.slot_hwm,
     })
 }
 
@@ -370,15 +414,20 @@ impl CompactionOutput {
 
     /// Applies the new version, sizes and directory entries to the header
     /// block (which holds the first directory entries). The slot
-    /// high-water mark is untouched: compaction allocates no slot.
+    /// high-water mark stays, unless the compaction appended rows in fresh
+    /// slots above it (a bulk insert), which it raises past them.
     pub fn patch_header(&self, block: &mut [u8], g: &Geometry) -> Result<()> {
         let old = ExtentHeader::read(block, g)?;
-        if self.directory.last().is_some_and(|&(s, _)| s >= old.slot_hwm) {
+        if self.slot_hwm != 0 && self.slot_hwm <= old.slot_hwm {
+            return corrupt("compaction record lowers the slot high-water mark");
+        }
+        let slot_hwm = old.slot_hwm.max(self.slot_hwm);
+        if self.directory.last().is_some_and(|&(s, _)| s >= slot_hwm) {
             return corrupt("compaction names a slot above the high-water mark");
         }
         let h = ExtentHeader {
             version: self.version,
-            slot_hwm: old.slot_hwm,
+            slot_hwm,
             column_rows: self.column_rows,
             column_units: self.column_units,
             delta_used: self.delta_used,
@@ -477,6 +526,9 @@ impl CompactionRecord {
     /// `plan_with_sources`, `schema` the relation's description the plan
     /// was made with (redo opens the old page with it).
     pub fn encode_by_reference(&self, sources: &RowSources, schema: &Schema, compress: bool) -> Result<Vec<u8>> {
+        if self.slot_hwm != 0 {
+            return Err(Error::BadInput("a record that appends rows has no sources for them"));
+        }
         if sources.column_rows.len() != self.column_rows.len() || sources.delta_items.len() != self.delta_items.len() {
             return Err(Error::BadInput("row sources do not match the record"));
         }
@@ -535,6 +587,7 @@ impl CompactionRecord {
         wr32(&mut out, 0, RECORD_MAGIC);
         out[4] = format;
         out[5] = flags;
+        wr16(&mut out, 6, self.slot_hwm);
         wr32(&mut out, 8, self.old_version);
         wr32(&mut out, 12, self.new_version);
         wr16(&mut out, 16, self.params.column_blocks);
@@ -651,9 +704,11 @@ impl CompactionRecord {
             return Err(Error::BadFormatVersion(format));
         }
         let flags = b[5];
-        if flags & !RF_LZ4 != 0 || rd16(b, 6) != 0 {
+        if flags & !RF_LZ4 != 0 {
             return corrupt("unknown compaction record flags");
         }
+        // Zero in every record before bulk inserts appended rows.
+        let slot_hwm = rd16(b, 6);
         let body_len = rd32(b, 24) as usize;
         let stored_len = rd32(b, 28) as usize;
         if RECORD_HDR + stored_len != b.len() {
@@ -676,6 +731,8 @@ impl CompactionRecord {
         let (old_version, new_version) = (rd32(b, 8), rd32(b, 12));
         let mut r = Reader { b: &body, pos: 0 };
         let out = match format {
+            // Appended rows have no source in the old page.
+            RECORD_FORMAT_BY_REFERENCE if slot_hwm != 0 => return corrupt("compaction record by reference raises the slot high-water mark"),
             RECORD_FORMAT_BY_REFERENCE => DecodedRecord::ByReference(take_reference_body(&mut r, params, old_version, new_version)?),
             _ => {
                 let parts = match format {
@@ -692,6 +749,7 @@ impl CompactionRecord {
                     dead: parts.dead,
                     unused: parts.unused,
                     redirects: parts.redirects,
+                    slot_hwm,
                 })
             }
         };
@@ -783,6 +841,7 @@ impl ReferenceRecord {
             dead: self.dead.clone(),
             unused: self.unused.clone(),
             redirects: self.redirects.clone(),
+            slot_hwm: 0,
         })
     }
 }

@@ -5,7 +5,7 @@
 //! registers in the operation's WAL record (README "Locking and WAL").
 
 use super::column::{set_row_mvcc, ColumnPart};
-use super::compact::{apply, plan_with_sources, CompactionOutput, CompactionRecord, Oracle, Planned};
+use super::compact::{apply, plan_appending, plan_with_sources, AppendedRow, CompactionOutput, CompactionRecord, Oracle, Planned};
 use super::delta::{self, DeltaView};
 use super::header::{self, init_directory_block, DirEntry, ExtentHeader};
 use super::layout::{BlockKind, BlockTrailer, Geometry, BLCKSZ};
@@ -153,6 +153,32 @@ impl Extent {
         let page = self.open(schema)?;
         let planned = plan_with_sources(page, schema, oracle)?;
         self.apply(&planned.record)?;
+        Ok(planned)
+    }
+
+    /// A bulk insert's batch: a compaction that also takes `rows` (MVCC
+    /// fields and values) into fresh slots from the high-water mark up,
+    /// each version's ctid its own TID in the extent starting at block
+    /// `first`. Nothing changes when the column part would turn any of
+    /// them back (`Planned::turned_back` > 0): the caller tries fewer.
+    /// Touches what `compact` touches; the record carries the new rows
+    /// whole and the new high-water mark.
+    pub fn append_planned(&mut self, schema: &Schema, oracle: &mut dyn Oracle, first: u32, rows: &[(Mvcc, Row)]) -> Result<Planned> {
+        let g = self.geometry;
+        let page = self.open(schema)?;
+        let hwm = page.header().slot_hwm;
+        let mut appended = Vec::with_capacity(rows.len());
+        for (j, (m, row)) in rows.iter().enumerate() {
+            let slot = u16::try_from(hwm as usize + j).map_err(|_| Error::BadInput("slot beyond max_slots"))?;
+            let mvcc = Mvcc { ctid: g.tid(first, slot)?, ..*m };
+            let header = RowHeader { slot, natts: row.values.len() as u16, mvcc };
+            let item = delta::encode_item(&header, &encode_payload(schema, row)?)?;
+            appended.push(AppendedRow { header, item });
+        }
+        let planned = plan_appending(page, schema, oracle, appended)?;
+        if planned.turned_back == 0 {
+            self.apply(&planned.record)?;
+        }
         Ok(planned)
     }
 

@@ -288,6 +288,8 @@ enum Op {
     HotUpdate(u64),
     Delete(u64),
     Compact(u64),
+    /// A bulk insert's batch of 1 to 8 new rows appended by a compaction.
+    Bulk(u64),
     Vacuum,
 }
 
@@ -298,6 +300,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => any::<u64>().prop_map(Op::HotUpdate),
         2 => any::<u64>().prop_map(Op::Delete),
         1 => any::<u64>().prop_map(Op::Compact),
+        1 => any::<u64>().prop_map(Op::Bulk),
         1 => Just(Op::Vacuum),
     ]
 }
@@ -345,6 +348,8 @@ struct Stats {
     /// full (format 3), both compressed and not.
     by_reference_bytes: usize,
     full_bytes: usize,
+    /// Rows bulk batches appended.
+    bulk_rows: usize,
 }
 
 struct Run {
@@ -453,18 +458,69 @@ impl Run {
                 self.ext.set_mvcc(old, &stamp).map_err(|e| TestCaseError::fail(format!("stamp: {e}")))?;
                 self.model.versions.get_mut(&old).unwrap().0 = stamp;
             }
-            Op::Compact(seed) => self.compact(seed)?,
+            Op::Compact(seed) => self.compact(seed, Vec::new())?,
+            Op::Bulk(seed) => {
+                let mut rng = Rng::new(seed);
+                let n = 1 + rng.below(8) as usize;
+                self.xid += 1;
+                let m = Mvcc { xmin: self.xid, ..Mvcc::default() };
+                let rows: Vec<(Mvcc, Row)> = (0..n).map(|_| (m, random_row(&mut rng, self.wide))).collect();
+                self.compact(seed, rows)?
+            }
             Op::Vacuum => self.vacuum()?,
         }
         check(&self.ext, &self.model, &self.s)
     }
 
-    fn compact(&mut self, seed: u64) -> TestResult {
-        let s = &self.s;
+    /// A compaction; with `rows`, a bulk insert's (`Extent::append_planned`):
+    /// as many of them as the column part takes go in, in fresh slots.
+    fn compact(&mut self, seed: u64, mut rows: Vec<(Mvcc, Row)>) -> TestResult {
         let before = self.ext.clone();
-        let mut oracle = TestOracle::new(self.g, |slot, m: &mut Mvcc| decide(seed, slot, m));
-        let planned = self.ext.compact_planned(s, &mut oracle).map_err(|e| TestCaseError::fail(format!("compact: {e}")))?;
+        let hwm = before.header().unwrap().slot_hwm;
+        // The glue's oracle places a bulk insert's own rows in the column part.
+        let bulk_decide = move |slot: u16, m: &mut Mvcc| if slot >= hwm { Placement::Column } else { decide(seed, slot, m) };
+        let bulk = !rows.is_empty();
+        if bulk {
+            // Fresh slots only, and fewer rows until none is turned back.
+            rows.truncate(self.g.max_slots().saturating_sub(hwm as usize));
+            loop {
+                if rows.is_empty() {
+                    self.st.no_space += 1;
+                    return Ok(());
+                }
+                let planned = compact::plan_appending(before.open(&self.s).unwrap(), &self.s, &mut bulk_decide.clone(), appended_rows(&self.g, hwm, &self.s, &rows))
+                    .map_err(|e| TestCaseError::fail(format!("plan_appending: {e}")))?;
+                if planned.turned_back == 0 {
+                    break;
+                }
+                let keep = rows.len() - planned.turned_back;
+                rows.truncate(keep);
+            }
+            for (j, (m, row)) in rows.iter().enumerate() {
+                let slot = hwm + j as u16;
+                let m = Mvcc { ctid: self.g.tid(EXTENT_START, slot).unwrap(), ..*m };
+                self.model.versions.insert(slot, (m, row.clone()));
+                self.model.chains.insert(slot, vec![slot]);
+                self.ever_used = self.ever_used.max(slot as usize + 1);
+            }
+            self.st.bulk_rows += rows.len();
+        }
+        let s = &self.s;
+        let mut oracle = TestOracle::new(self.g, bulk_decide);
+        let planned = match bulk {
+            true => self.ext.append_planned(s, &mut oracle, EXTENT_START, &rows),
+            false => self.ext.compact_planned(s, &mut oracle),
+        }
+        .map_err(|e| TestCaseError::fail(format!("compact: {e}")))?;
+        prop_assert_eq!(planned.turned_back, 0);
         let rec = planned.record.clone();
+        prop_assert_eq!(rec.slot_hwm, if bulk { hwm + rows.len() as u16 } else { 0 });
+        prop_assert_eq!(self.ext.header().unwrap().slot_hwm, hwm + rows.len() as u16);
+        for (j, _) in rows.iter().enumerate() {
+            // Offered to the column part and not turned back.
+            let in_column = matches!(self.ext.open(s).unwrap().entry(hwm + j as u16), DirEntry::Column { .. });
+            prop_assert!(in_column, "appended row {} not in the column part", j);
+        }
         prop_assert!(oracle.protocol_errors.is_empty(), "{:?}", oracle.protocol_errors);
         prop_assert!(oracle.pending.is_none(), "decide without link at the end");
         let mut linked = oracle.linked.clone();
@@ -482,7 +538,7 @@ impl Run {
                 .iter()
                 .map(|m| {
                     let mut mv = model.versions[m].0;
-                    let p = decide(seed, *m, &mut mv);
+                    let p = if *m >= hwm { Placement::Column } else { decide(seed, *m, &mut mv) };
                     (mv, p)
                 })
                 .collect();
@@ -543,7 +599,7 @@ impl Run {
             .iter()
             .filter(|it| {
                 let slot = u16::from_le_bytes([it[2], it[3]]);
-                decide(seed, slot, &mut old_mvcc[&slot].clone()) == Placement::Column
+                slot < hwm && decide(seed, slot, &mut old_mvcc[&slot].clone()) == Placement::Column
             })
             .count();
         prop_assert_eq!(self.ext.header().unwrap().version, before.header().unwrap().version + 1);
@@ -560,6 +616,12 @@ impl Run {
             // format 3) decodes to the same record.
             let old = CompactionRecord::decode(&rec.encode_format_2(compress).unwrap()).unwrap();
             prop_assert_eq!(&old, &rec);
+            if bulk {
+                // Appended rows have no source in the old page.
+                prop_assert!(rec.encode_by_reference(&planned.sources, s, compress).is_err());
+                self.st.full_bytes += bytes.len();
+                continue;
+            }
             // By reference (format 4): the values come from the old page.
             let by_ref = rec.encode_by_reference(&planned.sources, s, compress).unwrap();
             prop_assert!(matches!(CompactionRecord::decode(&by_ref), Err(Error::BadInput(_))));
@@ -614,6 +676,18 @@ impl Run {
         self.model.dead.clear();
         Ok(())
     }
+}
+
+/// A bulk insert's rows as `plan_appending` takes them.
+fn appended_rows(g: &Geometry, hwm: u16, s: &Schema, rows: &[(Mvcc, Row)]) -> Vec<compact::AppendedRow> {
+    rows.iter()
+        .enumerate()
+        .map(|(j, (m, row))| {
+            let slot = hwm + j as u16;
+            let header = RowHeader { slot, natts: row.values.len() as u16, mvcc: Mvcc { ctid: g.tid(EXTENT_START, slot).unwrap(), ..*m } };
+            compact::AppendedRow { header, item: delta::encode_item(&header, &row::encode_payload(s, row).unwrap()).unwrap() }
+        })
+        .collect()
 }
 
 fn run(params: Params, wide: usize, ops: &[Op]) -> std::result::Result<Stats, TestCaseError> {
@@ -671,6 +745,30 @@ fn assert_hot_reached(st: &Stats) {
             && st.vacuum_refusals > 0,
         "{st:?}"
     );
+}
+
+/// Bulk batches fill extents through compactions that append (the glue's
+/// COPY path), between HOT updates and deletes whose versions the same
+/// compactions move, keep or remove; redo of each record rebuilds the
+/// primary's bytes (`Run::compact`).
+#[test]
+fn bulk_batches_append_into_the_column_part() {
+    for (params, wide) in [(Params::default(), 40), (Params { column_blocks: 4, delta_blocks: 3, compact_trigger: 2, max_slots: 300 }, 900)] {
+        let mut rng = Rng::new(7);
+        let mut ops: Vec<Op> = (0..400)
+            .map(|i| match i % 6 {
+                0..=2 => Op::Bulk(rng.next()),
+                3 => Op::HotUpdate(rng.next()),
+                4 => Op::Delete(rng.next()),
+                _ => Op::Insert(rng.next()),
+            })
+            .collect();
+        ops.push(Op::Vacuum);
+        let st = run(params, wide, &ops).unwrap();
+        assert!(st.bulk_rows > 100 && st.hot_updates > 10, "{st:?}");
+        // The tiny extent fills: batches are cut to what fits, then refused.
+        assert!(params.max_slots > 300 || st.no_space > 0, "{st:?}");
+    }
 }
 
 #[test]
@@ -1341,6 +1439,7 @@ fn random_record(seed: u64, s: &Schema) -> CompactionRecord {
         dead: random_slot_list(&mut rng),
         unused: random_slot_list(&mut rng),
         redirects,
+        slot_hwm: if rng.below(3) == 0 { 1 + rng.below(4070) as u16 } else { 0 },
     }
     .with_next_version()
 }
@@ -1391,6 +1490,7 @@ fn record_format_3_edge_cases() {
         dead: vec![],
         unused: vec![],
         redirects: vec![],
+        slot_hwm: 0,
     };
     let row = |slot: u16, values: Vec<Option<Vec<u8>>>| ColumnRow {
         header: RowHeader { slot, natts: values.len() as u16, mvcc: Mvcc { xmin: u32::MAX - slot as u32, ..Mvcc::default() } },
@@ -1499,6 +1599,7 @@ fn accounts_record(nrows: usize, nitems: usize, fixed_filler: bool) -> Compactio
         dead: vec![],
         unused: gaps,
         redirects: vec![],
+        slot_hwm: 0,
     }
 }
 
