@@ -94,7 +94,31 @@ pub unsafe fn read_meta(rel: pg_sys::Relation) -> Option<Meta> {
         return None;
     }
     let buf = Buf::read(rel, META_BLOCK, Lock::Share);
-    Some(parse_meta(rel, buf.page()))
+    if !pg_sys::PageIsNew(buf.page()) {
+        return Some(parse_meta(rel, buf.page()));
+    }
+    // A zero block 0: the first insert's backend has extended the file
+    // and not yet locked the new block to write the metapage (PostgreSQL
+    // makes a new block visible before its extender locks it; four pgbench
+    // clients starting on an empty pgbench_history met it), or a crash
+    // came between the extension and the metapage's WAL record. The
+    // extender holds the extension lock until the metapage is written:
+    // wait for it and look again. Still zero: the relation has no
+    // metapage yet (nor extents, which come after it), and the next
+    // insert writes it (`ensure_meta`).
+    drop(buf);
+    wait_for_extender(rel);
+    let buf = Buf::read(rel, META_BLOCK, Lock::Share);
+    (!pg_sys::PageIsNew(buf.page())).then(|| parse_meta(rel, buf.page()))
+}
+
+/// Waits until no backend extends `rel` (a temporary table has no
+/// concurrent extender).
+unsafe fn wait_for_extender(rel: pg_sys::Relation) {
+    if !crate::storage::buffer::relation_is_local(rel) {
+        pg_sys::LockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
+        pg_sys::UnlockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
+    }
 }
 
 unsafe fn parse_meta(rel: pg_sys::Relation, page: pg_sys::Page) -> Meta {
@@ -206,10 +230,15 @@ pub unsafe fn ensure_meta(rel: pg_sys::Relation) -> Meta {
     if !local {
         pg_sys::LockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
     }
-    if nblocks(rel) == 0 {
+    // Block 0 may exist as a zero page after a crash (see `read_meta`).
+    let meta_block = match nblocks(rel) {
+        0 => None,
+        _ => Some(Buf::read(rel, META_BLOCK, Lock::Exclusive)).filter(|b| pg_sys::PageIsNew(b.page())),
+    };
+    if nblocks(rel) == 0 || meta_block.is_some() {
         // Before the block exists: bad reloptions raise an ERROR here.
         let geometry = super::options::geometry_for_new_file(rel);
-        let buf = Buf::extend(rel);
+        let buf = meta_block.unwrap_or_else(|| Buf::extend(rel));
         let mut rec = WalRecord::start(rel);
         let page = rec.register_new(&buf);
         init_page(page, M_END);
