@@ -508,53 +508,53 @@ unsafe fn compact_appending(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &B
     // the rows that fit, at most once more (fewer rows never need more
     // room).
     let (planned, verdicts) = loop {
-    let mut v = Verdicts { latest_removed: pg_sys::InvalidTransactionId, frozen: 0, visible_to_all: vec![false; g.max_slots()], newest_visible_xmin: pg_sys::InvalidTransactionId };
-    let Verdicts { latest_removed, frozen, visible_to_all, newest_visible_xmin } = &mut v;
-    let mut oracle = |slot: u16, m: &mut Mvcc| -> Placement {
-        let tid = g.tid(first, slot).unwrap_or_default();
-        let (r, hint, mut ht) = vacuum_state(m, tid, relid, horizon, hbuf.buffer());
-        if let Some(im) = hint {
-            m.infomask = im;
-        }
-        use pg_sys::HTSV_Result::*;
-        if r == HEAPTUPLE_LIVE && xmin_visible_to_all(m, horizon) {
-            if let Some(v) = visible_to_all.get_mut(slot as usize) {
-                *v = true;
+        let mut v = Verdicts { latest_removed: pg_sys::InvalidTransactionId, frozen: 0, visible_to_all: vec![false; g.max_slots()], newest_visible_xmin: pg_sys::InvalidTransactionId };
+        let Verdicts { latest_removed, frozen, visible_to_all, newest_visible_xmin } = &mut v;
+        let mut oracle = |slot: u16, m: &mut Mvcc| -> Placement {
+            let tid = g.tid(first, slot).unwrap_or_default();
+            let (r, hint, mut ht) = vacuum_state(m, tid, relid, horizon, hbuf.buffer());
+            if let Some(im) = hint {
+                m.infomask = im;
             }
-            note_visible_xmin(newest_visible_xmin, m);
-        }
-        let committed = matches!(r, HEAPTUPLE_LIVE | HEAPTUPLE_RECENTLY_DEAD | HEAPTUPLE_DELETE_IN_PROGRESS);
-        if let Some(f) = &freeze {
-            if committed && freeze_version(m, f) {
-                *frozen += 1;
+            use pg_sys::HTSV_Result::*;
+            if r == HEAPTUPLE_LIVE && xmin_visible_to_all(m, horizon) {
+                if let Some(v) = visible_to_all.get_mut(slot as usize) {
+                    *v = true;
+                }
+                note_visible_xmin(newest_visible_xmin, m);
             }
-        }
-        match r {
-            HEAPTUPLE_DEAD => {
-                HeapTupleHeaderAdvanceLatestRemovedXid(ht.header(), latest_removed);
-                Placement::Remove
+            let committed = matches!(r, HEAPTUPLE_LIVE | HEAPTUPLE_RECENTLY_DEAD | HEAPTUPLE_DELETE_IN_PROGRESS);
+            if let Some(f) = &freeze {
+                if committed && freeze_version(m, f) {
+                    *frozen += 1;
+                }
             }
-            _ if committed && xmin_visible_to_all(m, horizon) => Placement::Column,
-            // This transaction's own new rows (a bulk load: COPY, INSERT ...
-            // SELECT, and every load into a file it made, such as CREATE
-            // TABLE AS, ALTER TABLE rewrites, CLUSTER) need not wait in the
-            // delta part: column rows carry the same MVCC header, every
-            // reader checks it, and an abort leaves them dead for the next
-            // compaction. Left in the delta part, a load would fill each
-            // extent's delta blocks only and leave its column part empty.
-            HEAPTUPLE_INSERT_IN_PROGRESS if m.xmax == 0 && pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmin)) => Placement::Column,
-            _ => Placement::Stay,
+            match r {
+                HEAPTUPLE_DEAD => {
+                    HeapTupleHeaderAdvanceLatestRemovedXid(ht.header(), latest_removed);
+                    Placement::Remove
+                }
+                _ if committed && xmin_visible_to_all(m, horizon) => Placement::Column,
+                // This transaction's own new rows (a bulk load: COPY, INSERT ...
+                // SELECT, and every load into a file it made, such as CREATE
+                // TABLE AS, ALTER TABLE rewrites, CLUSTER) need not wait in the
+                // delta part: column rows carry the same MVCC header, every
+                // reader checks it, and an abort leaves them dead for the next
+                // compaction. Left in the delta part, a load would fill each
+                // extent's delta blocks only and leave its column part empty.
+                HEAPTUPLE_INSERT_IN_PROGRESS if m.xmax == 0 && pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(m.xmin)) => Placement::Column,
+                _ => Placement::Stay,
+            }
+        };
+        let mut rules = HeapRules { decide: &mut oracle, g: &g, first };
+        let planned = compact::plan_appending(open_page(), &schema, &mut rules, appended.clone()).unwrap_or_else(|e| super::format_error(rel, first, e));
+        if planned.turned_back == 0 {
+            break (planned, v);
         }
-    };
-    let mut rules = HeapRules { decide: &mut oracle, g: &g, first };
-    let planned = compact::plan_appending(open_page(), &schema, &mut rules, appended.clone()).unwrap_or_else(|e| super::format_error(rel, first, e));
-    if planned.turned_back == 0 {
-        break (planned, v);
-    }
-    appended.truncate(appended.len() - planned.turned_back);
-    if appended.is_empty() {
-        return None;
-    }
+        appended.truncate(appended.len() - planned.turned_back);
+        if appended.is_empty() {
+            return None;
+        }
     };
     let Verdicts { latest_removed, frozen, visible_to_all, newest_visible_xmin } = verdicts;
     let rec = &planned.record;
