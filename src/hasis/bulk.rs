@@ -76,18 +76,11 @@ pub unsafe fn admit(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentH
     // read back: under two COPYs into one extent that would mean reading
     // the extent at every row. The tally then misses them, and compaction
     // turns back what does not fit.
-    let known = FILL.with(|f| f.borrow_mut().take()).filter(|f| f.key == key);
-    let (schema, mut tally) = match known {
+    let (schema, mut tally) = match fill_of(rel, g, first, h) {
         Some(f) => (f.schema, f.tally),
-        None => {
-            let schema = super::tuple::schema(rel);
-            match tally_extent(rel, g, first, h, &schema) {
-                Some(t) => (schema, t),
-                // Unreadable as a tally (the insert path reports real
-                // damage): no opinion.
-                None => return Admit::Yes(Pending(None)),
-            }
-        }
+        // Unreadable as a tally (the insert path reports real damage): no
+        // opinion.
+        None => return Admit::Yes(Pending(None)),
     };
     if tally.rows() == 0 {
         // An empty extent takes any row: a row too wide for any column
@@ -116,19 +109,10 @@ pub struct Fitting {
 }
 
 pub unsafe fn fitting(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, rows: &[(u16, &[u8])]) -> Fitting {
-    let key = FillKey { file: RelFile::of(rel), first, version: h.version };
-    let known = FILL.with(|f| f.borrow_mut().take()).filter(|f| f.key == key);
-    let base = match known {
-        Some(f) => f,
-        None => {
-            let schema = super::tuple::schema(rel);
-            match tally_extent(rel, g, first, h, &schema) {
-                Some(tally) => Fill { key, schema, tally },
-                // Unreadable as a tally: one row, so that the compaction
-                // that appends it reads the extent and reports the damage.
-                None => return Fitting { rows: rows.len().min(1), empty: false, base: None },
-            }
-        }
+    let Some(base) = fill_of(rel, g, first, h) else {
+        // Unreadable as a tally: one row, so that the compaction that
+        // appends it reads the extent and reports the damage.
+        return Fitting { rows: rows.len().min(1), empty: false, base: None };
     };
     let mut tally = base.tally.clone();
     let mut n = 0;
@@ -162,6 +146,20 @@ pub fn keep(p: Pending) {
     if let Some(fill) = p.0 {
         FILL.with(|f| *f.borrow_mut() = Some(fill));
     }
+}
+
+/// The tally of extent `first` (header `h`, held exclusively by the
+/// caller): the one this backend kept, if it is for this file, extent and
+/// page version, else one read from the pages (None if they do not parse).
+/// Taken out of the keeper: the caller keeps it again once its rows are in.
+unsafe fn fill_of(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader) -> Option<Fill> {
+    let key = FillKey { file: RelFile::of(rel), first, version: h.version };
+    if let Some(f) = FILL.with(|f| f.borrow_mut().take()).filter(|f| f.key == key) {
+        return Some(f);
+    }
+    let schema = super::tuple::schema(rel);
+    let tally = tally_extent(rel, g, first, h, &schema)?;
+    Some(Fill { key, schema, tally })
 }
 
 /// The tally of extent `first` from its pages: the column part's meta and

@@ -755,6 +755,13 @@ unsafe fn lowest_unused_slot(rel: pg_sys::Relation, g: &Geometry, first: u32, hb
     (h.free_hint..end).find(|&s| dir.entry(s) == DirEntry::Unused)
 }
 
+/// The extent an insert tries first: the one this backend inserted into
+/// last (the relation's target block is its header), else the last one.
+unsafe fn start_extent(rel: pg_sys::Relation, meta: &Meta) -> u32 {
+    let target = (*crate::storage::buffer::smgr(rel)).smgr_targblock;
+    meta.extent_of(target).filter(|&k| meta.extent_first(k) == target).unwrap_or(meta.nextents.saturating_sub(1))
+}
+
 /// Inserts a row version somewhere in the relation and returns its TID:
 /// the extent this backend inserted into last, else one the free space
 /// map offers, else the last extent, else a new one.
@@ -762,8 +769,7 @@ unsafe fn lowest_unused_slot(rel: pg_sys::Relation, g: &Geometry, first: u32, hb
 pub unsafe fn insert(rel: pg_sys::Relation, natts: u16, mvcc: Mvcc, payload: &[u8], bulk: bool) -> Tid {
     let mut meta = ensure_meta(rel);
     let header_of = |m: &Meta, blk: u32| m.extent_of(blk).filter(|&k| m.extent_first(k) == blk);
-    let target = (*crate::storage::buffer::smgr(rel)).smgr_targblock;
-    let mut k = header_of(&meta, target).unwrap_or(meta.nextents.saturating_sub(1));
+    let mut k = start_extent(rel, &meta);
     let mut tried: Vec<u32> = Vec::new();
     let needed = ITEM_HDR + payload.len();
     loop {
@@ -809,9 +815,7 @@ pub unsafe fn insert_batch(rel: pg_sys::Relation, mvcc: Mvcc, rows: &[(u16, &[u8
     use pg_hybrid_core::hasis::compact::AppendedRow;
     let mut tids = Vec::with_capacity(rows.len());
     let mut meta = ensure_meta(rel);
-    let header_of = |m: &Meta, blk: u32| m.extent_of(blk).filter(|&k| m.extent_first(k) == blk);
-    let target = (*crate::storage::buffer::smgr(rel)).smgr_targblock;
-    let mut k = header_of(&meta, target).unwrap_or(meta.nextents.saturating_sub(1));
+    let mut k = start_extent(rel, &meta);
     let mut next = 0usize;
     while next < rows.len() {
         if k >= meta.nextents {

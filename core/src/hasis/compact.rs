@@ -301,7 +301,8 @@ pub fn plan_appending(page: HybridPage, schema: &Schema, oracle: &mut dyn Oracle
         slot_hwm,
     };
     let column_full = (!offered.is_empty()).then_some(hi > 0);
-    let turned_back = record.item_headers()?.iter().filter(|h| h.slot >= old_hwm).count();
+    // Appended rows are the only versions in slots at or above the old mark.
+    let turned_back = if record.slot_hwm == 0 { 0 } else { record.delta_items.iter().filter(|it| rd16(it, 2) >= old_hwm).count() };
     Ok(Planned { record, sources, column_full, reclaimed: resolution.reclaimed, turned_back })
 }
 
