@@ -124,11 +124,13 @@ pub unsafe fn from_clause(clause: *mut pg_sys::Node, relid: u32, desc: pg_sys::T
         return None;
     }
     let coltype = (*var).vartype;
-    let opclass = pg_sys::GetDefaultOpClass(coltype, pg_sys::BTREE_AM_OID);
-    if opclass == pg_sys::InvalidOid {
+    // The type cache keeps the default btree family: GetDefaultOpClass
+    // scans pg_opclass on every call, which cost a point query's planning
+    // more than the rest of this hook.
+    let family = (*pg_sys::lookup_type_cache(coltype, pg_sys::TYPECACHE_BTREE_OPFAMILY as i32)).btree_opf;
+    if family == pg_sys::InvalidOid {
         return None;
     }
-    let family = pg_sys::get_opclass_family(opclass);
     let strategy = pg_sys::get_op_opfamily_strategy(opno, family);
     let valtype = pg_sys::exprType(value);
     let member_fn = |s: i32| {
