@@ -409,6 +409,8 @@ def main():
     ap.add_argument("--sf", type=float)
     ap.add_argument("--reloptions", default="")
     ap.add_argument("--table-options", default="", help="WITH (...) for the table AM side's tables (tpch)")
+    ap.add_argument("--protocol", default="prepared", choices=["simple", "extended", "prepared"],
+                    help="pgbench -M for the pgbench suite (simple and extended plan every statement)")
     ap.add_argument("--cgroup", help="memory cgroup of the cluster (run.sh --cache-cap)")
     ap.add_argument("--cap-bytes", type=int, help="the limit a suite sets on --cgroup while it measures")
     ap.add_argument("--tablespace", help="tablespace for the suite's relations (run.sh --csd)")

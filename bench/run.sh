@@ -54,6 +54,8 @@
 #   --reloptions "k = v"  WITH (...) for the AM's indexes
 #   --table-options "k = v"  WITH (...) for the table AM side's tables (tpch with --table-am), e.g.
 #                         "hasis_column_blocks = 28, hasis_delta_blocks = 2"
+#   --protocol M          pgbench: pgbench -M simple, extended or prepared (default prepared; the
+#                         first two plan every statement, as unprepared clients do)
 #   --csd SIZE            put the suite's tables and indexes (tpch, htap with --table-am) on an emulated
 #                         computational-storage drive: a zram device of SIZE (LZ4 per 4 KB, free zero
 #                         blocks; scripts/csd.sh, design.md §6) as tablespace "csd"; the device's own
@@ -107,7 +109,7 @@ while (($#)); do
         --csd) need_arg "$@"; shift; csd=$1 ;;
         --no-plot) plot=0 ;;
         --production-wal) production_wal=1 ;;
-        --clients | --threads | --seconds | --rows | --scale | --warehouses | --sf | --reloptions | --table-options)
+        --clients | --threads | --seconds | --rows | --scale | --warehouses | --sf | --reloptions | --table-options | --protocol)
             need_arg "$@"; pyargs+=("$1" "$2"); shift ;;
         -h | --help) ph_usage "$0"; exit 0 ;;
         -*) ph_die "bench/run.sh: unknown option $1 (see --help)" ;;

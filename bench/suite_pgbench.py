@@ -12,7 +12,8 @@ database:
                time and its steps, pg_table_size of the four tables (sum and
                per table), index bytes.
   tpcb         VACUUM ANALYZE, CHECKPOINT, pg_prewarm of tables and indexes,
-               then pgbench's built-in TPC-B-like script (`-n -M prepared`):
+               then pgbench's built-in TPC-B-like script (`-n -M prepared`;
+               `--protocol simple|extended` plans every statement instead):
                TPS, average latency, WAL bytes per transaction
                (pg_current_wal_insert_lsn() before/after / transactions
                processed); then table and index bytes after the run.
@@ -168,7 +169,7 @@ def run(a, cl, res):
             if why:
                 res.note("%s: pg_prewarm not used (%s)" % (who, why))
             wal0 = c.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
-        out = cl.pgbench(["-n", "-M", "prepared"] + bench, db=DB, timeout=3 * seconds + 600)
+        out = cl.pgbench(["-n", "-M", a.protocol] + bench, db=DB, timeout=3 * seconds + 600)
         r = parse_run(out, "TPC-B")
         with cl.connect(DB) as c:
             wal = int(c.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)", (wal0,)).fetchone()[0])
@@ -187,7 +188,7 @@ def run(a, cl, res):
                 res.note("%s rep %d: pg_hybrid.table_stats(pgbench_accounts) after TPC-B: %s"
                          % (who, rep + 1, hasis_stats(c, "pgbench_accounts")))
         tpcb_rows = r["processed"]
-        out = cl.pgbench(["-n", "-S", "-M", "prepared"] + bench, db=DB, timeout=3 * seconds + 600)
+        out = cl.pgbench(["-n", "-S", "-M", a.protocol] + bench, db=DB, timeout=3 * seconds + 600)
         r = parse_run(out, "-S")
         add("select_only", "tps", "tps", "higher", side, rep, r["tps"])
         add("select_only", "latency_avg_ms", "ms", "lower", side, rep, r["lat"])
@@ -249,7 +250,7 @@ def report(a, cl, res, vals, broken, scale, seconds):
         "sides": "%s: heap tables, %s indexes; %s: %s tables, %s indexes"
                  % (base, a.sides[0][0], am, a.sides[1][1], a.sides[1][0]),
         "per side and repetition": "fresh database; pgbench -i -I dtgvp (PGOPTIONS default_table_access_method); "
-                                   "VACUUM ANALYZE; CHECKPOINT; pg_prewarm; TPC-B -n -M prepared; -S -n -M prepared",
+                                   "VACUUM ANALYZE; CHECKPOINT; pg_prewarm; TPC-B -n -M %s; -S -n -M %s" % (a.protocol, a.protocol),
         "WAL per transaction": "pg_current_wal_insert_lsn() after - before the TPC-B run / transactions processed",
     })
     try:
