@@ -676,8 +676,7 @@ unsafe fn walk_from(
             if vistest.is_null() {
                 vistest = pg_sys::GlobalVisTestFor(ext.rel());
             }
-            let mut ht = HeaderTuple::new(&m, loc.tid, (*ext.rel()).rd_id);
-            if !pg_sys::HeapTupleIsSurelyDead(ht.ptr(), vistest) {
+            if !dead_to_all(&m, vistest) {
                 dead_run = false;
                 first_alive = Some((slot, m.xmin));
             }
