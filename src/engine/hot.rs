@@ -93,6 +93,15 @@ pub fn settle(st: &mut DualStageState, desc: &IndexDesc, cutoff: u64, pruned: &m
     hot_tier::settle_after_merge(&mut st.tree, &mut ArenaPool, &mut |m, k| same_key(desc, m, k), cutoff, pruned);
 }
 
+/// The entry of an insert whose delta record a merge took into the cold
+/// tier before the insert reached the tree (`hot_tier::adopt_merged`): a
+/// record of its key takes it as a clean copy. Caller holds the slot lock
+/// exclusively.
+pub fn adopt_merged(st: &mut DualStageState, desc: &IndexDesc, key: &[u8], tid: Tid) {
+    let mut cmp = |a: &[u8], b: &[u8]| desc.compare(a, b);
+    hot_tier::adopt_merged(&mut st.tree, &mut ArenaPool, &mut cmp, &mut |m, k| same_key(desc, m, k), desc.keycols(key), key, tid);
+}
+
 /// Runs sweep steps until the hot tier's live bytes are under 90% of the
 /// bound, or two full turns of the hand did not get there (the rest is
 /// dirty entries, which only a merge moves down). Takes the slot lock

@@ -13,7 +13,7 @@ use super::ams;
 use super::base::{Dir, ScanRange};
 use super::build::{item_to_tid, tid_to_item};
 use super::meta::BaseInfo;
-use super::state::{self, ensure_synced, SlotState};
+use super::state::{self, ensure_synced, DualStageState, SlotState};
 use super::{delta, merge, predlock};
 use crate::keys::{index_desc, IndexDesc};
 use crate::shmem::{self, LwGuard, SlotRef};
@@ -61,6 +61,7 @@ pub unsafe extern "C-unwind" fn aminsert(
             }
             // A partial check (speculative insertion, deferred constraints)
             // inserts and reports the possible conflict instead of raising it.
+            Conflict::Moved => continue,
             Conflict::Wait { .. } | Conflict::Live if check == pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL => {
                 insert_after_check(index, &desc, slot, &key, tid, &DeadVersions::default(), guard);
                 return false;
@@ -85,17 +86,27 @@ pub unsafe extern "C-unwind" fn aminsert(
     }
 }
 
+/// The index's vacuum epoch, which every bulk delete moves on.
+fn vacuum_epoch(slot: SlotRef) -> u64 {
+    let _g = slot.shared();
+    slot.state().base.vacuum_epoch
+}
+
 enum Conflict {
     /// No live or in-progress holder of the key.
     None(DeadVersions),
+    /// A holder was found, but a VACUUM ran since the key's entries were
+    /// read: the check starts again.
+    Moved,
     Wait { xid: pg_sys::TransactionId, spec_token: u32, other: Tid },
     Live,
 }
 
 /// Every TID stored under the key columns of `key`, from both stages.
-pub unsafe fn tids_for_key(index: pg_sys::Relation, desc: &Rc<IndexDesc>, slot: SlotRef, key: &[u8]) -> Vec<Tid> {
+pub unsafe fn tids_for_key(index: pg_sys::Relation, desc: &Rc<IndexDesc>, slot: SlotRef, key: &[u8]) -> KeyTids {
     let keycols = desc.keycols(key).to_vec();
     let snap = state::snapshot(index, desc, slot, &keycols, Some(&keycols), desc.key_hash(key), &mut |_| true);
+    let epoch = snap.base.vacuum_epoch;
     let mut out: Vec<Tid> = snap.items.iter().map(|(_, t)| *t).collect();
     if snap.static_may_contain {
         let fetches = base_tids_of_key(index, desc, &snap.base, &keycols, usize::MAX, &mut out);
@@ -106,7 +117,16 @@ pub unsafe fn tids_for_key(index: pg_sys::Relation, desc: &Rc<IndexDesc>, slot: 
     // versions can number thousands between VACUUMs.
     out.sort_unstable();
     out.dedup();
-    out
+    KeyTids { tids: out, epoch }
+}
+
+/// The TIDs of a key (`tids_for_key`), and the vacuum epoch that was
+/// current when they were read: the dynamic stage's under the slot lock
+/// with the epoch, the base structure's after it.
+pub struct KeyTids {
+    /// Sorted.
+    pub tids: Vec<Tid>,
+    pub epoch: u64,
 }
 
 /// Appends the TIDs the base structure of generation `base` holds under
@@ -151,19 +171,26 @@ unsafe fn find_conflict(
     key: &[u8],
     own: Tid,
 ) -> Conflict {
-    let tids = tids_for_key(index, desc, slot, key);
+    let found = tids_for_key(index, desc, slot, key);
     // Dead-to-all hints (killed.rs) spare heap visits, as nbtree skips
     // LP_DEAD items: a key whose row was updated without HOT again and
-    // again (a hot key) has one entry per version until VACUUM. The epoch
-    // is read after the entries: an entry of a TID that VACUUM freed and an
-    // insert reused was added after the epoch moved, so an older hint
-    // never matches it.
-    let epoch = {
-        let _g = slot.shared();
-        slot.state().base.vacuum_epoch
-    };
+    // again (a hot key) has one entry per version until VACUUM.
+    //
+    // Skipping uses the epoch read after the entries: an entry of a TID
+    // that VACUUM freed and an insert reused was added after the epoch
+    // moved, so an older hint never matches it.
+    //
+    // Hinting needs the entries read within one epoch. An entry read
+    // before a VACUUM's bulk delete may point at a tuple that VACUUM then
+    // freed: the heap reports its unused line pointer as "all dead", and
+    // a hint tagged with the new epoch would outlive the slot's reuse
+    // (a scan skipping a live row; a merge handing the heap a TID of an
+    // unused line pointer as known deletable, which it rejects as index
+    // corruption). When the epoch moved, the check only skips and visits.
+    let epoch = vacuum_epoch(slot);
+    let may_hint = found.epoch == epoch;
     let mut dead = DeadVersions { tids: Vec::new(), epoch };
-    for other in tids {
+    for other in found.tids {
         if other == own || super::killed::is_marked(slot, other, epoch) {
             continue;
         }
@@ -172,13 +199,19 @@ unsafe fn find_conflict(
         let mut item = tid_to_item(other);
         let mut all_dead = false;
         if pg_sys::table_index_fetch_tuple_check(heap, &mut item, &mut snap, &mut all_dead) {
+            if vacuum_epoch(slot) != found.epoch {
+                // A VACUUM may have freed the TID after the entries were
+                // read, and an insert of another key reused it: this tuple
+                // need not hold our key. Read the entries again.
+                return Conflict::Moved;
+            }
             let xid = if snap.xmin != pg_sys::InvalidTransactionId { snap.xmin } else { snap.xmax };
             if xid != pg_sys::InvalidTransactionId {
                 return Conflict::Wait { xid, spec_token: snap.speculativeToken, other };
             }
             return Conflict::Live;
         }
-        if all_dead {
+        if all_dead && may_hint {
             // nbtree marks the item LP_DEAD here; later checks and MVCC
             // scans of every backend skip it.
             super::killed::mark(slot, other, epoch);
@@ -247,6 +280,22 @@ unsafe fn merge_if_overrun(index: pg_sys::Relation, merge_now: bool) {
     }
 }
 
+/// Puts the entry of delta-log position `pos` into the dynamic stage;
+/// false when the arena has no room. The caller holds the slot lock
+/// exclusively. A whole merge may have run between the append and here:
+/// the entry is in the base structure then, and a tiered index's record of
+/// the key (`hot`) must have it too, since the merge's settle ran before
+/// the entry was in the tree.
+fn place_entry(st: &mut DualStageState, desc: &IndexDesc, key: &[u8], tid: Tid, pos: u64, hot: bool) -> bool {
+    if pos >= st.base.merged_upto {
+        return st.insert(desc, key, tid, pos);
+    }
+    if hot {
+        super::hot::adopt_merged(st, desc, key, tid);
+    }
+    true
+}
+
 /// Appends to the delta log and adds the entry to the dynamic stage,
 /// dropping the key's versions that are hinted dead or that the unique
 /// check just found dead (`dead`: the hint table is a bounded cache, and a
@@ -254,21 +303,21 @@ unsafe fn merge_if_overrun(index: pg_sys::Relation, merge_now: bool) {
 /// Returns true when the caller must merge itself (back-pressure) once it
 /// has released its locks.
 unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8], tid: Tid, dead: &DeadVersions) -> bool {
+    let base = ams::base(index);
+    let hot = base.hot_tier(index);
     let pos = delta::append(index, key, tid, &slot.state().tail_hint);
-    let (mut fits, want_merge, others_should_merge, overrun, sweep_due, hot) = {
+    let (mut fits, want_merge, others_should_merge, overrun, sweep_due) = {
         let _g = slot.exclusive();
         let st = &mut slot.state();
         if pos >= st.base.merged_upto {
             let dead = if dead.epoch == st.base.vacuum_epoch { &dead.tids[..] } else { &[] };
             st.prune_dead_versions(desc, key, super::killed::owner_of(slot.key), dead);
         }
-        let fits = pos < st.base.merged_upto || st.insert(desc, key, tid, pos);
+        let fits = place_entry(st, desc, key, tid, pos, hot.is_some());
         // Merges follow the delta log's growth, not the tree's: pruned
         // versions leave the tree but stay in the log until a merge. A
         // tiered index's tree also holds clean copies, which no merge
         // moves: only the log counts there.
-        let base = ams::base(index);
-        let hot = base.hot_tier(index);
         let unmerged = (pos + 1).saturating_sub(st.base.merged_upto);
         let logged = if hot.is_some() { unmerged } else { unmerged.max(st.tree.nentries) };
         let sweep_due = hot.as_ref().is_some_and(|h| super::hot::over_bound(st, h));
@@ -292,7 +341,7 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         // any): a bulk load then runs at the speed of its merges and the
         // file stays within the bound.
         let overrun = capped && logged >= threshold.saturating_mul(2);
-        (fits, want || overrun, short && !share, overrun, sweep_due, hot)
+        (fits, want || overrun, short && !share, overrun, sweep_due)
     };
     if let (true, Some(h)) = (sweep_due || !fits, hot.as_ref()) {
         // The hot tier is past its bound (or the arena is full): evict
@@ -306,7 +355,7 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         // Evicting may have made room.
         let _g = slot.exclusive();
         let st = &mut slot.state();
-        fits = pos < st.base.merged_upto || st.insert(desc, key, tid, pos);
+        fits = place_entry(st, desc, key, tid, pos, true);
     }
     if !fits {
         // The arena is full: the entry is durable in the log, so merging
@@ -320,7 +369,7 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         merge::merge_index(index, merge::Reason::ArenaFull);
         let _g = slot.exclusive();
         let st = &mut slot.state();
-        if pos >= st.base.merged_upto && !st.insert(desc, key, tid, pos) {
+        if !place_entry(st, desc, key, tid, pos, hot.is_some()) {
             st.valid = false;
             drop(_g);
             crate::raise(PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY, "pg_hybrid.shared_memory is exhausted even after a merge", "Raise pg_hybrid.shared_memory and restart the server.");

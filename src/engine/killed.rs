@@ -32,8 +32,12 @@
 //! exclusion checks, SnapshotAny) do not use the hints. Unique checks
 //! (insert.rs) do, as nbtree's skip LP_DEAD items, and add hints for the
 //! TIDs the heap reports dead to all (nbtree marks those items LP_DEAD
-//! there): they read the epoch after the key's entries, so an entry of a
-//! reused TID, added after the epoch moved, never meets an older hint. Nothing here is
+//! there): they skip with the epoch read after the key's entries, so an
+//! entry of a reused TID, added after the epoch moved, never meets an
+//! older hint, and they hint only when that epoch is also the one the
+//! entries were read in (an entry read before a bulk delete can point at a
+//! line pointer VACUUM has freed since, which the heap reports "all
+//! dead"; insert.rs, `find_conflict`). Nothing here is
 //! persisted or WAL-logged; a standby never sets `kill_prior_tuple` and its
 //! scans do not skip (`ignore_killed_tuples` is off in recovery).
 //!
