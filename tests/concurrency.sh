@@ -5,13 +5,14 @@
 # UNIQUE index and a non-unique index of the AM ($PH_AM), running a weighted
 # mix: inserts of random keys with ON CONFLICT DO NOTHING, plain inserts of
 # 50 hot keys that catch unique_violation (contended unique checks), upserts,
-# deletes, non-key updates, key moves (DELETE ... RETURNING -> INSERT), point
+# deletes, non-key updates, key moves (DELETE ... RETURNING -> INSERT),
+# delete-and-reinsert of the 50 hot keys in one transaction (TID reuse), point
 # reads, range reads, secondary-key reads, and inserts into a ledger table.
 # If the AM refuses ON CONFLICT (PostgreSQL 15 does speculative insertion only
 # through btree), inserts/upserts/moves go through plpgsql functions that
 # catch unique_violation instead.
 # Meanwhile one more client runs pg_hybrid.merge() on every index every 2 s
-# (and VACUUM every 4th time), and a DDL
+# (and VACUUM every 2nd time), and a DDL
 # client keeps sending relcache invalidations for kv and its indexes while
 # the ON CONFLICT clients open them: CREATE / DROP INDEX CONCURRENTLY of a
 # btree and of an AM index, ALTER TABLE ... SET STATISTICS, ANALYZE (and once CREATE INDEX CONCURRENTLY
@@ -126,6 +127,16 @@ cat >"$W/hot.sql" <<'EOF'
 SELECT kv_insert(:k, 'hot');
 EOF
 printf '%s\n%s\n' '\set k random(1, 400)' "$ups" >"$W/upsert.sql"
+# Churn on the 50 hot keys: delete the row and insert it again in one
+# transaction, so VACUUM keeps freeing the key's old TIDs while unique
+# checks, merges and (tiered) promotions read its entries, and new rows
+# reuse them.
+if ((onconflict)); then
+    churn_ins="INSERT INTO kv VALUES (:k, :k % 1000, 'churn') ON CONFLICT (k) DO NOTHING;"
+else
+    churn_ins="SELECT kv_insert(:k, 'churn');"
+fi
+printf '%s\n%s\n%s\n%s\n%s\n' '\set k random(1, 50)' 'BEGIN;' 'DELETE FROM kv WHERE k = :k;' "$churn_ins" 'COMMIT;' >"$W/churn.sql"
 cat >"$W/delete.sql" <<'EOF'
 \set k random(1, 200000)
 DELETE FROM kv WHERE k = :k;
@@ -169,7 +180,7 @@ merger() {
         i=$((i + 1))
         local stmts=("SELECT pg_hybrid.merge('kv_k'::regclass)" "SELECT pg_hybrid.merge('kv_v'::regclass)"
                      "SELECT pg_hybrid.merge('ledger_id'::regclass)" "SELECT pg_hybrid.merge('counter_k'::regclass)")
-        ((i % 4 == 0)) && stmts+=("VACUUM kv")
+        ((i % 2 == 0)) && stmts+=("VACUUM kv")
         if ! err=$(cluster_sql "$DIR" "$DB" "${stmts[@]}" 2>&1 >/dev/null); then
             [[ -e $STOP ]] && break
             echo "merge error: $err"
@@ -222,7 +233,7 @@ ph_as_user env PGOPTIONS="-c enable_seqscan=off" "$PH_PGBIN/pgbench" -n -h "$DIR
     -c "$clients" -j 2 -T "$seconds" -M prepared --max-tries=20 --failures-detailed -P 10 \
     -f "$W/insert.sql@25" -f "$W/hot.sql@10" -f "$W/upsert.sql@5" -f "$W/delete.sql@12" \
     -f "$W/update.sql@10" -f "$W/move.sql@5" -f "$W/point.sql@15" -f "$W/range.sql@10" \
-    -f "$W/vread.sql@3" -f "$W/ledger.sql@5" -f "$W/counter.sql@5" "$DB" >"$DIR/pgbench.out" 2>"$DIR/pgbench.err"
+    -f "$W/vread.sql@3" -f "$W/ledger.sql@5" -f "$W/counter.sql@5" -f "$W/churn.sql@5" "$DB" >"$DIR/pgbench.out" 2>"$DIR/pgbench.err"
 rc=$?
 set -e
 touch "$STOP"
