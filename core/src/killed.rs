@@ -87,6 +87,17 @@ impl KilledTable {
         let v = cell_value(tid, epoch);
         let t = tag(epoch);
         let h = home(tid);
+        // Present anywhere in the neighbourhood already: a free cell before
+        // it (forgotten, or another epoch's) must not take a second copy,
+        // which `forget` would leave behind. Nothing lies past an empty
+        // cell: inserts fill the first free one, and only `clear` empties.
+        for i in 0..PROBES {
+            match self.cells[(h + i) % KILLED_CELLS].load(Ordering::Relaxed) {
+                cur if cur == v => return,
+                0 => break,
+                _ => {}
+            }
+        }
         for i in 0..PROBES {
             let c = &self.cells[(h + i) % KILLED_CELLS];
             let cur = c.load(Ordering::Relaxed);
@@ -140,7 +151,9 @@ impl KilledTable {
 
     /// Takes back the hint of `tid` (its index entry is gone, so the cell
     /// is better spent on another): the cell stays non-empty for the
-    /// probes of `contains` and is free for the next insert.
+    /// probes of `contains` and is free for the next insert. Every copy
+    /// goes: two backends inserting the same hint at once can both place
+    /// it.
     pub fn forget(&self, owner: u64, tid: Tid, epoch: u64) {
         if owner == 0 || self.owner.load(Ordering::Relaxed) != owner {
             return;
@@ -153,7 +166,6 @@ impl KilledTable {
                 0 => return,
                 cur if cur == v => {
                     let _ = c.compare_exchange(v, FORGOTTEN, Ordering::Relaxed, Ordering::Relaxed);
-                    return;
                 }
                 _ => {}
             }
@@ -254,6 +266,14 @@ mod tests {
         // The freed cell takes the next hint of its neighbourhood.
         t.insert(1, a, 3);
         assert!(t.contains(1, a, 3) && t.contains(1, b, 3));
+        // A hint made again while a free cell lies before it is not
+        // copied there: forgetting it once takes it back.
+        t.forget(1, a, 3);
+        t.insert(1, b, 3);
+        t.forget(1, b, 3);
+        assert!(!t.contains(1, b, 3), "no second copy of b in a's freed cell");
+        t.insert(1, a, 3);
+        t.insert(1, b, 3);
         // Forgetting what is not there changes nothing.
         t.forget(1, tid(9, 9), 3);
         t.forget(2, b, 3);
