@@ -488,7 +488,11 @@ impl Run {
                     self.st.no_space += 1;
                     return Ok(());
                 }
-                let planned = compact::plan_appending(before.open(&self.s).unwrap(), &self.s, &mut bulk_decide.clone(), appended_rows(&self.g, hwm, &self.s, &rows))
+                // The same oracle as the append below, HOT links included:
+                // chains decide what moves, so a plan without them can fit
+                // rows that the real one turns back.
+                let mut trial = TestOracle::new(self.g, bulk_decide);
+                let planned = compact::plan_appending(before.open(&self.s).unwrap(), &self.s, &mut trial, appended_rows(&self.g, hwm, &self.s, &rows))
                     .map_err(|e| TestCaseError::fail(format!("plan_appending: {e}")))?;
                 if planned.turned_back == 0 {
                     break;
