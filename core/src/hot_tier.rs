@@ -452,9 +452,14 @@ mod tests {
             v
         }
 
+        /// The TID the next insert takes (not yet taken).
+        fn next_tid(&self) -> Tid {
+            Tid::new(self.next_tid / 100 + 1, (self.next_tid % 100 + 1) as u16)
+        }
+
         fn insert(&mut self, key: u16, incl: u8) -> bool {
             let k = stored(key, incl);
-            let tid = Tid::new(self.next_tid / 100 + 1, (self.next_tid % 100 + 1) as u16);
+            let tid = self.next_tid();
             if self.tree.insert(&mut self.pool, &mut cmp, &k, tid, self.next_pos).is_err() {
                 // The engine merges and retries; the model simply skips.
                 return false;
@@ -476,7 +481,7 @@ mod tests {
         /// are two steps).
         fn insert_overtaken(&mut self, key: u16, incl: u8) -> Adopted {
             let k = stored(key, incl);
-            let tid = Tid::new(self.next_tid / 100 + 1, (self.next_tid % 100 + 1) as u16);
+            let tid = self.next_tid();
             self.next_tid += 1;
             self.delta.push((k.clone(), tid, self.next_pos));
             self.next_pos += 1;

@@ -87,25 +87,29 @@ impl KilledTable {
         let v = cell_value(tid, epoch);
         let t = tag(epoch);
         let h = home(tid);
-        // Present anywhere in the neighbourhood already: a free cell before
-        // it (forgotten, or another epoch's) must not take a second copy,
-        // which `forget` would leave behind. Nothing lies past an empty
+        // One pass over the neighbourhood: the hint may sit past a free cell
+        // (forgotten, or another epoch's), which must not take a second
+        // copy that `forget` would leave behind. Nothing lies past an empty
         // cell: inserts fill the first free one, and only `clear` empties.
-        for i in 0..PROBES {
-            match self.cells[(h + i) % KILLED_CELLS].load(Ordering::Relaxed) {
-                cur if cur == v => return,
-                0 => break,
-                _ => {}
+        // A lost race for the free cell looks again.
+        for _ in 0..2 {
+            let mut free: Option<(usize, u64)> = None;
+            for i in 0..PROBES {
+                let at = (h + i) % KILLED_CELLS;
+                let cur = self.cells[at].load(Ordering::Relaxed);
+                if cur == v {
+                    return;
+                }
+                // An empty cell, or a hint of another epoch (dead weight).
+                if free.is_none() && (cur == 0 || cur >> TAG_SHIFT != t) {
+                    free = Some((at, cur));
+                }
+                if cur == 0 {
+                    break;
+                }
             }
-        }
-        for i in 0..PROBES {
-            let c = &self.cells[(h + i) % KILLED_CELLS];
-            let cur = c.load(Ordering::Relaxed);
-            if cur == v {
-                return;
-            }
-            // An empty cell, or a hint of another epoch (dead weight).
-            if (cur == 0 || cur >> TAG_SHIFT != t) && c.compare_exchange(cur, v, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            let Some((at, cur)) = free else { break };
+            if self.cells[at].compare_exchange(cur, v, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
                 return;
             }
         }

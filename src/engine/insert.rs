@@ -355,7 +355,7 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         // Evicting may have made room.
         let _g = slot.exclusive();
         let st = &mut slot.state();
-        fits = place_entry(st, desc, key, tid, pos, true);
+        fits = place_entry(st, desc, key, tid, pos, hot.is_some());
     }
     if !fits {
         // The arena is full: the entry is durable in the log, so merging
