@@ -75,6 +75,10 @@ CREATE UNIQUE INDEX gb_c ON gb (c);
 INSERT INTO gt SELECT g % 500, 'b' || (g % 7), g, 'q' FROM generate_series(20001, 25000) g;
 INSERT INTO gb SELECT g % 500, 'b' || (g % 7), g, 'q' FROM generate_series(20001, 25000) g;
 SELECT dynamic_entries, hash_entries, static_entries FROM pg_hybrid.index_stats('gt_c');
+-- the sync lag: the unsynced entries, the oldest waiting at least as long
+-- as the sleep since the insert (the figure is an upper bound)
+SELECT pg_sleep(0.2);
+SELECT unmerged_entries, lag_ms >= 200 AS waited_since_insert FROM pg_hybrid.sync_lag('gt_c');
 ANALYZE gt;
 ANALYZE gb;
 -- every query below runs on both tables through the index; 'same' compares
@@ -141,6 +145,7 @@ SELECT c, pad FROM gt WHERE c IN (7, 22222, 30000) ORDER BY c;
 -- ------------------------------------------------- sync, VACUUM, verify --
 SELECT pg_hybrid.merge('gt_c') > 0 AS synced;
 SELECT pg_hybrid.merge('gt_ab') > 0 AS synced;
+SELECT * FROM pg_hybrid.sync_lag('gt_c');
 -- The sync may drop the dead versions the updates above left (when no
 -- snapshot can see them any more), from both paths alike.
 SELECT dynamic_entries, hash_entries = static_entries AS paths_agree, hash_entries >= (SELECT count(*) FROM gt) AS live_hashed FROM pg_hybrid.index_stats('gt_c');
@@ -185,10 +190,12 @@ SELECT hash_entries = static_entries AS paths_agree FROM pg_hybrid.index_stats('
 TRUNCATE gt;
 SELECT hash_entries, static_entries, hash_buckets FROM pg_hybrid.index_stats('gt_c');
 INSERT INTO gt VALUES (1, 'a', 1, 'x');
+SELECT unmerged_entries FROM pg_hybrid.sync_lag('gt_c');
 SET enable_seqscan = off;
 SELECT c FROM gt WHERE c = 1;
 RESET enable_seqscan;
 SELECT pg_hybrid.verify('gb_c');
+SELECT * FROM pg_hybrid.sync_lag('gb_c');
 DROP TABLE gt, gb;
 DROP FUNCTION gq(text);
 DROP FUNCTION gplans(text);

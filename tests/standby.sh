@@ -120,6 +120,13 @@ compare() {   # STAGE
     ph_index_vs_seq "$S" "$DB" st st_id "id >= -100" || fail "$stage: standby st_id disagrees with seqscan"
     ph_index_vs_seq "$S" "$DB" st st_k "k >= 0" || fail "$stage: standby st_k disagrees with seqscan"
     standby_verify "$stage"
+    # The sync lag: the primary knows when its unmerged entries came, a
+    # standby (which replays them) does not and says NULL.
+    local lag
+    lag=$(cluster_sql "$P" "$DB" "SELECT lag_ms >= 0 FROM pg_hybrid.sync_lag('st_k'::regclass)" 2>&1)
+    [[ $lag == t ]] || fail "$stage: sync_lag on the primary: $lag"
+    lag=$(cluster_sql "$S" "$DB" "SELECT coalesce(lag_ms::text, 'NULL') FROM pg_hybrid.sync_lag('st_k'::regclass)" 2>&1)
+    [[ $lag == NULL ]] || fail "$stage: sync_lag on the standby should be NULL: $lag"
     if [[ $AM == elastic_btree ]]; then
         # the leaf forms and the elasticity state live in pages: replay must
         # reproduce them exactly

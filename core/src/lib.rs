@@ -19,5 +19,6 @@ pub mod fast_hash;
 pub mod hasis;
 pub mod hash_path;
 pub mod csd_meter;
+pub mod append_clock;
 #[cfg(test)]
 mod test_rng;

@@ -296,6 +296,10 @@ fn place_entry(st: &mut DualStageState, desc: &IndexDesc, key: &[u8], tid: Tid, 
     true
 }
 
+/// How far apart the append times kept for the sync lag are, at least
+/// (a burst of inserts keeps one).
+const SYNC_LAG_RESOLUTION_US: i64 = 10_000;
+
 /// Appends to the delta log and adds the entry to the dynamic stage,
 /// dropping the key's versions that are hinted dead or that the unique
 /// check just found dead (`dead`: the hint table is a bounded cache, and a
@@ -305,10 +309,14 @@ fn place_entry(st: &mut DualStageState, desc: &IndexDesc, key: &[u8], tid: Tid, 
 unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, key: &[u8], tid: Tid, dead: &DeadVersions) -> bool {
     let base = ams::base(index);
     let hot = base.hot_tier(index);
+    // Read before the append: the entry came no earlier (append_clock.rs).
+    let appended_after = pg_sys::GetCurrentTimestamp();
     let pos = delta::append(index, key, tid, &slot.state().tail_hint);
     let (mut fits, want_merge, others_should_merge, overrun, sweep_due) = {
         let _g = slot.exclusive();
         let st = &mut slot.state();
+        let merged_upto = st.base.merged_upto;
+        st.clock.note(pos, appended_after, merged_upto, SYNC_LAG_RESOLUTION_US);
         if pos >= st.base.merged_upto {
             let dead = if dead.epoch == st.base.vacuum_epoch { &dead.tids[..] } else { &[] };
             st.prune_dead_versions(desc, key, super::killed::owner_of(slot.key), dead);

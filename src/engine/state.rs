@@ -5,6 +5,7 @@
 use std::cmp::Ordering;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
+use pg_hybrid_core::append_clock::AppendClock;
 use pg_hybrid_core::bloom;
 use pg_hybrid_core::hot_tier;
 use pg_hybrid_core::dynamic::{BlockPool, DynTree, DYN_BLOCK_SIZE};
@@ -235,6 +236,9 @@ pub struct DualStageState {
     pub hints: super::killed::HintBlocks,
     /// A tiered index's hot tier: counters and the CLOCK hand (hot.rs).
     pub hot: super::hot::HotState,
+    /// When the unmerged entries were appended, sampled (primary only):
+    /// the sync lag of `pg_hybrid.sync_lag`.
+    pub clock: AppendClock,
 }
 
 impl DualStageState {
@@ -252,6 +256,7 @@ impl DualStageState {
         self.readers.clear();
         self.hints.init();
         self.hot.clear();
+        self.clock = AppendClock::default();
     }
 
     /// Frees everything and marks the state as needing a rebuild.
@@ -276,6 +281,7 @@ impl DualStageState {
         // The hint block stays with the slot (killed.rs), emptied.
         self.hints.clear(0);
         self.hot.clear();
+        self.clock.clear();
     }
 
     /// Switches to another static stage; readers of the one left behind
@@ -441,6 +447,11 @@ unsafe fn rebuild_primary(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef
     // Entries at or past `end` were added by inserters after our read.
     st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= end && p >= merged);
     st.set_base(m.base);
+    // The log does not say when its entries came: those read here are
+    // dated from now (README "Sync lag").
+    if let Some(first) = recs.first() {
+        st.clock.note(first.pos, unsafe { pg_sys::GetCurrentTimestamp() }, merged, 0);
+    }
     for r in &recs {
         if !st.insert(desc, &r.key, r.tid, r.pos) {
             st.tree.clear(&mut ArenaPool);

@@ -142,6 +142,40 @@ fn index_stats(
     }
 }
 
+#[pg_extern(sql = "
+CREATE FUNCTION pg_hybrid.sync_lag(index regclass) RETURNS TABLE (unmerged_entries bigint, lag_ms double precision)
+    LANGUAGE c STRICT VOLATILE AS 'MODULE_PATHNAME', 'sync_lag_wrapper';
+COMMENT ON FUNCTION pg_hybrid.sync_lag(regclass) IS 'entries of an index of pg_hybrid not yet merged into its base structure (griffin: synced into the tree and buckets), and how long the oldest of them has waited, in ms (0 when none waits; an upper bound, within about 10 ms or 1/32 of the lag; NULL on a standby)';
+")]
+fn sync_lag(index: pg_sys::Oid) -> TableIterator<'static, (name!(unmerged_entries, i64), name!(lag_ms, Option<f64>))> {
+    unsafe {
+        let rel = ams::open_index(index, pg_sys::AccessShareLock as i32);
+        let desc = index_desc(rel);
+        let slot = shmem::slot_for(rel);
+        ensure_synced(rel, &desc, slot);
+        // A tiered index's tree holds its hot records beside the unmerged
+        // entries (as in index_stats).
+        let hot = ams::base(rel).hot_tier(rel).map(|_| super::hot::figures(slot, &desc).dirty);
+        let (entries, oldest) = {
+            let _g = slot.shared();
+            let st = slot.state();
+            (hot.unwrap_or(st.tree.nentries as i64), st.clock.oldest_unmerged(st.base.merged_upto))
+        };
+        pg_sys::relation_close(rel, pg_sys::AccessShareLock as i32);
+        // The standby replays entries and merges without their append
+        // times: it does not know the lag.
+        let lag = if pg_sys::RecoveryInProgress() {
+            None
+        } else {
+            Some(match oldest {
+                Some(at) if entries > 0 => ((pg_sys::GetCurrentTimestamp() - at).max(0)) as f64 / 1000.0,
+                _ => 0.0,
+            })
+        };
+        TableIterator::once((entries, lag))
+    }
+}
+
 /// Runs a structural check of an index until it passes. On a hot standby
 /// nothing stops replay from changing the pages while the check reads them
 /// one at a time (the primary's maintenance lock does not exist there), so a
