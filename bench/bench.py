@@ -23,6 +23,10 @@ Per case and AM:
   size_after_random_inserts_bytes, probe_grown_ns (probes on that grown index),
   size_after_random_merge_bytes  (after pg_hybrid.merge(); btree: unchanged)
   insert_asc_rows_per_s, insert_asc_index_us_per_row, size_after_asc_inserts_bytes
+  sync_lag_median_ms, sync_lag_max_ms, unmerged_max_entries
+                                 (pg_hybrid AMs only) pg_hybrid.sync_lag sampled once a second
+                                 during the random inserts: how long the oldest entry not yet
+                                 merged (griffin: synced) had waited, and how many waited
 pgbench case: pgbench -S -M prepared TPS with pgbench_accounts' primary key replaced
 by a UNIQUE index of the AM on aid (and its size).
 Writes <out>/<am>-<date>[-smoke].csv and .md (+ facts .json for plot.py).
@@ -39,6 +43,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 P_MOD = 4294967311  # prime > 2^32: g -> g * 2654435761 mod P is a bijection on 1..P-1
@@ -49,6 +54,35 @@ SPREAD = 1000003    # spreads keys over ~2^52
 
 # PostgreSQL's own index AMs a run may compare with (no pg_hybrid functions)
 BUILTIN = ("btree", "hash")
+
+class SyncLagWatch:
+    """Samples pg_hybrid.sync_lag(idx) once a second in a thread until
+    stop(), which returns [(unmerged entries, lag ms)]. One short query a
+    second: the load it measures is not slowed by it."""
+
+    def __init__(self, pg, idx):
+        self.pg, self.idx = pg, idx
+        self.samples = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def loop(self):
+        while not self.done.wait(1.0):
+            try:
+                v = self.pg.val("SELECT unmerged_entries || ' ' || coalesce(lag_ms, -1) "
+                                "FROM pg_hybrid.sync_lag('%s'::regclass)" % self.idx)
+                n, lag = v.split()
+                if float(lag) >= 0:
+                    self.samples.append((int(n), float(lag)))
+            except Exception:
+                pass   # a sample lost (e.g. the index is being dropped) is not an error
+
+    def stop(self):
+        self.done.set()
+        self.thread.join(timeout=30)
+        return self.samples
+
 
 class PG:
     def __init__(self, a):
@@ -113,6 +147,15 @@ class Bench:
                 "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
                 "WHERE n.nspname = 'pg_hybrid' AND p.proname = 'index_stats'") != "0"
         return self.hybrid_like[am]
+
+    def has_sync_lag(self, am):
+        if not self.has_stats(am):
+            return False
+        if not hasattr(self, "sync_lag_fn"):
+            self.sync_lag_fn = self.pg.val(
+                "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE n.nspname = 'pg_hybrid' AND p.proname = 'sync_lag'") != "0"
+        return self.sync_lag_fn
 
     def index_bytes(self, idx, am):
         rel = int(self.pg.val("SELECT pg_relation_size('%s'::regclass)" % idx))
@@ -246,7 +289,11 @@ class Bench:
             else:                   # ascending keys, 10 rows per key
                 stmts.append("INSERT INTO %s SELECT (g / 10) * %d, g FROM generate_series(%d::int8, %d) g"
                              % (table, SPREAD, lo, hi))
-        ms = self.pg.timed(stmts)
+        watch = SyncLagWatch(self.pg, idx) if with_index and self.has_sync_lag(am) else None
+        try:
+            ms = self.pg.timed(stmts)
+        finally:
+            self.sync_lag = watch.stop() if watch else None
         return ms, idx
 
     def inserts(self, case, am, noindex_ms):
@@ -258,6 +305,15 @@ class Bench:
             self.add(case, "insert_%s_index_us_per_row" % order, "us/row", "lower", am,
                      max(0.0, ms - noindex_ms[order]) * 1e3 / n)
             self.add(case, "size_after_%s_inserts_bytes" % order, "bytes", "lower", am, self.index_bytes(idx, am))
+            if order == "random" and self.sync_lag:
+                lags = [lag for _, lag in self.sync_lag]
+                self.add(case, "sync_lag_median_ms", "ms", "lower", am, statistics.median(lags))
+                self.add(case, "sync_lag_max_ms", "ms", "lower", am, max(lags))
+                self.add(case, "unmerged_max_entries", "entries", "lower", am, max(n for n, _ in self.sync_lag))
+                self.notes.append("%s/%s: sync lag during the random inserts, %d samples a second apart: "
+                                  "median %.0f ms, max %.0f ms, up to %d entries waiting"
+                                  % (case, am, len(lags), statistics.median(lags), max(lags),
+                                     max(n for n, _ in self.sync_lag)))
             if order == "random":
                 if self.has_stats(am):
                     st = self.pg.val("SELECT row_to_json(s) FROM pg_hybrid.index_stats('%s'::regclass) s" % idx)
