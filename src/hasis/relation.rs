@@ -222,33 +222,57 @@ pub unsafe fn meta_covering(rel: pg_sys::Relation, tid: Tid) -> Option<Meta> {
 }
 
 /// The metapage, written first if the relation is empty.
+///
+/// Lock order: `add_extent` holds the metapage's buffer exclusively while
+/// it waits for the relation extension lock, so this function, which
+/// takes the extension lock to write the metapage, never waits for that
+/// buffer while holding it: it only tries to lock it, and if somebody holds
+/// it (the metapage exists then), lets go and reads it as any reader does.
+/// Waiting for it deadlocked eight pgbench clients that started on the
+/// `pgbench_history` pgbench had just truncated: one backend wrote the
+/// metapage, a second began an extent, a third, which had found the file
+/// empty, took the extension lock and waited for the metapage.
 pub unsafe fn ensure_meta(rel: pg_sys::Relation) -> Meta {
-    if let Some(m) = cached_meta(rel) {
-        return m;
-    }
     let local = crate::storage::buffer::relation_is_local(rel);
-    if !local {
-        pg_sys::LockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
+    loop {
+        if let Some(m) = cached_meta(rel) {
+            return m;
+        }
+        if !local {
+            pg_sys::LockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
+        }
+        // Block 0 may exist as a zero page after a crash (see `read_meta`).
+        let target = match nblocks(rel) {
+            0 => Some(None),
+            _ if local => Some(Some(Buf::read(rel, META_BLOCK, Lock::Exclusive)).filter(|b| pg_sys::PageIsNew(b.page()))),
+            _ => match Buf::try_read_exclusive(rel, META_BLOCK) {
+                Some(b) => Some(Some(b).filter(|b| pg_sys::PageIsNew(b.page()))),
+                // Held: a metapage is there; read it below, unlocked.
+                None => None,
+            },
+        };
+        let written = match target {
+            Some(meta_block) if nblocks(rel) == 0 || meta_block.is_some() => {
+                // Before the block exists: bad reloptions raise an ERROR here.
+                let geometry = super::options::geometry_for_new_file(rel);
+                let buf = meta_block.unwrap_or_else(|| Buf::extend(rel));
+                let mut rec = WalRecord::start(rel);
+                let page = rec.register_new(&buf);
+                init_page(page, M_END);
+                write_meta(page, &Meta { geometry, nextents: 0 });
+                rec.finish();
+                true
+            }
+            Some(_) => true,
+            None => false,
+        };
+        if !local {
+            pg_sys::UnlockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
+        }
+        if written {
+            return refresh_meta(rel).expect("metapage just written");
+        }
     }
-    // Block 0 may exist as a zero page after a crash (see `read_meta`).
-    let meta_block = match nblocks(rel) {
-        0 => None,
-        _ => Some(Buf::read(rel, META_BLOCK, Lock::Exclusive)).filter(|b| pg_sys::PageIsNew(b.page())),
-    };
-    if nblocks(rel) == 0 || meta_block.is_some() {
-        // Before the block exists: bad reloptions raise an ERROR here.
-        let geometry = super::options::geometry_for_new_file(rel);
-        let buf = meta_block.unwrap_or_else(|| Buf::extend(rel));
-        let mut rec = WalRecord::start(rel);
-        let page = rec.register_new(&buf);
-        init_page(page, M_END);
-        write_meta(page, &Meta { geometry, nextents: 0 });
-        rec.finish();
-    }
-    if !local {
-        pg_sys::UnlockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
-    }
-    refresh_meta(rel).expect("metapage just written")
 }
 
 /// A block of the relation for initialization: read if it exists, else

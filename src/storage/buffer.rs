@@ -30,6 +30,25 @@ impl Buf {
         Self::lock_new(buf, lock)
     }
 
+    /// `read`, exclusively locked, only if no other backend holds the
+    /// buffer's content lock (ConditionalLockBuffer): for a caller that
+    /// holds a heavyweight lock whose waiters may hold this buffer locked.
+    pub unsafe fn try_read_exclusive(rel: pg_sys::Relation, blkno: u32) -> Option<Buf> {
+        let buf = pg_sys::ReadBufferExtended(
+            rel,
+            pg_sys::ForkNumber::MAIN_FORKNUM,
+            blkno,
+            pg_sys::ReadBufferMode::RBM_NORMAL,
+            std::ptr::null_mut(),
+        );
+        if pg_sys::ConditionalLockBuffer(buf) {
+            Some(Buf { buf, locked: true })
+        } else {
+            pg_sys::ReleaseBuffer(buf);
+            None
+        }
+    }
+
     /// `read` through a buffer access strategy (a ring for large scans).
     pub unsafe fn read_with(rel: pg_sys::Relation, blkno: u32, lock: Lock, strategy: pg_sys::BufferAccessStrategy) -> Buf {
         let buf = pg_sys::ReadBufferExtended(rel, pg_sys::ForkNumber::MAIN_FORKNUM, blkno, pg_sys::ReadBufferMode::RBM_NORMAL, strategy);
