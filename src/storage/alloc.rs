@@ -18,15 +18,9 @@ pub unsafe fn alloc_page(rel: pg_sys::Relation) -> Buf {
         if blk == pg_sys::InvalidBlockNumber {
             break;
         }
-        let buf = pg_sys::ReadBufferExtended(
-            rel,
-            pg_sys::ForkNumber::MAIN_FORKNUM,
-            blk,
-            pg_sys::ReadBufferMode::RBM_NORMAL,
-            std::ptr::null_mut(),
-        );
-        if pg_sys::ConditionalLockBuffer(buf) {
-            let p = pg_sys::BufferGetPage(buf);
+        // Conditional: a page somebody holds is not free.
+        if let Some(b) = Buf::try_read_exclusive(rel, blk) {
+            let p = b.page();
             let reusable = pg_sys::PageIsNew(p) || {
                 let hdr = p as *const pg_sys::PageHeaderData;
                 (*hdr).pd_special as usize == page::BLCKSZ - page::SPECIAL_SIZE
@@ -34,11 +28,9 @@ pub unsafe fn alloc_page(rel: pg_sys::Relation) -> Buf {
                     && page::opaque(p).kind == PageKind::Free as u8
             };
             if reusable {
-                return Buf::adopt_locked(buf);
+                return b;
             }
-            pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_UNLOCK as i32);
         }
-        pg_sys::ReleaseBuffer(buf);
     }
     Buf::extend(rel)
 }

@@ -11,6 +11,11 @@ pub enum Lock {
     Cleanup,
 }
 
+/// Pins block `blkno` of the main fork (no content lock).
+unsafe fn pin(rel: pg_sys::Relation, blkno: u32, strategy: pg_sys::BufferAccessStrategy) -> pg_sys::Buffer {
+    pg_sys::ReadBufferExtended(rel, pg_sys::ForkNumber::MAIN_FORKNUM, blkno, pg_sys::ReadBufferMode::RBM_NORMAL, strategy)
+}
+
 /// A pinned and locked buffer; unlocked and unpinned on drop (also during
 /// error unwinding, before PostgreSQL's own resource cleanup would do it).
 pub struct Buf {
@@ -20,27 +25,14 @@ pub struct Buf {
 
 impl Buf {
     pub unsafe fn read(rel: pg_sys::Relation, blkno: u32, lock: Lock) -> Buf {
-        let buf = pg_sys::ReadBufferExtended(
-            rel,
-            pg_sys::ForkNumber::MAIN_FORKNUM,
-            blkno,
-            pg_sys::ReadBufferMode::RBM_NORMAL,
-            std::ptr::null_mut(),
-        );
-        Self::lock_new(buf, lock)
+        Self::lock_new(pin(rel, blkno, std::ptr::null_mut()), lock)
     }
 
     /// `read`, exclusively locked, only if no other backend holds the
     /// buffer's content lock (ConditionalLockBuffer): for a caller that
     /// holds a heavyweight lock whose waiters may hold this buffer locked.
     pub unsafe fn try_read_exclusive(rel: pg_sys::Relation, blkno: u32) -> Option<Buf> {
-        let buf = pg_sys::ReadBufferExtended(
-            rel,
-            pg_sys::ForkNumber::MAIN_FORKNUM,
-            blkno,
-            pg_sys::ReadBufferMode::RBM_NORMAL,
-            std::ptr::null_mut(),
-        );
+        let buf = pin(rel, blkno, std::ptr::null_mut());
         if pg_sys::ConditionalLockBuffer(buf) {
             Some(Buf { buf, locked: true })
         } else {
@@ -51,8 +43,7 @@ impl Buf {
 
     /// `read` through a buffer access strategy (a ring for large scans).
     pub unsafe fn read_with(rel: pg_sys::Relation, blkno: u32, lock: Lock, strategy: pg_sys::BufferAccessStrategy) -> Buf {
-        let buf = pg_sys::ReadBufferExtended(rel, pg_sys::ForkNumber::MAIN_FORKNUM, blkno, pg_sys::ReadBufferMode::RBM_NORMAL, strategy);
-        Self::lock_new(buf, lock)
+        Self::lock_new(pin(rel, blkno, strategy), lock)
     }
 
     pub unsafe fn lock_new(buf: pg_sys::Buffer, lock: Lock) -> Buf {
