@@ -315,8 +315,7 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
     let (mut fits, want_merge, others_should_merge, overrun, sweep_due) = {
         let _g = slot.exclusive();
         let st = &mut slot.state();
-        let merged_upto = st.base.merged_upto;
-        st.clock.note(pos, appended_after, merged_upto, SYNC_LAG_RESOLUTION_US);
+        st.clock.note(pos, appended_after, st.base.merged_upto, SYNC_LAG_RESOLUTION_US);
         if pos >= st.base.merged_upto {
             let dead = if dead.epoch == st.base.vacuum_epoch { &dead.tids[..] } else { &[] };
             st.prune_dead_versions(desc, key, super::killed::owner_of(slot.key), dead);

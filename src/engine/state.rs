@@ -450,7 +450,7 @@ unsafe fn rebuild_primary(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef
     // The log does not say when its entries came: those read here are
     // dated from now (README "Sync lag").
     if let Some(first) = recs.first() {
-        st.clock.note(first.pos, unsafe { pg_sys::GetCurrentTimestamp() }, merged, 0);
+        st.clock.note(first.pos, pg_sys::GetCurrentTimestamp(), merged, 0);
     }
     for r in &recs {
         if !st.insert(desc, &r.key, r.tid, r.pos) {

@@ -97,10 +97,8 @@ fn index_stats(
         };
         // Key fetches are counted for structures that read keys from the heap.
         let key_fetches = base_stats.fetches_keys.then_some(fetches as i64);
-        // A tiered index's tree holds its hot records beside the unmerged
-        // entries: dynamic_entries counts the latter only.
         let hot = ams::base(rel).hot_tier(rel).map(|_| super::hot::figures(slot, &desc));
-        let dyn_entries = hot.as_ref().map(|h| h.dirty as u64).unwrap_or(dyn_entries);
+        let dyn_entries = unmerged_entries(dyn_entries, hot.as_ref());
         let rel_bytes = nblocks(rel) as u64 * BLCKSZ as u64;
         let entries = m.base.entries + dyn_entries;
         let bpe = if entries == 0 { 0.0 } else { (rel_bytes + dyn_bytes) as f64 / entries as f64 };
@@ -142,6 +140,13 @@ fn index_stats(
     }
 }
 
+/// The dynamic stage's entries not yet merged: every entry of its tree;
+/// in a tiered index, whose tree also holds its hot records (clean copies
+/// and markers), the hot tier's count of dirty entries.
+fn unmerged_entries(tree_entries: u64, hot: Option<&super::hot::HotFigures>) -> u64 {
+    hot.map_or(tree_entries, |h| h.dirty as u64)
+}
+
 #[pg_extern(sql = "
 CREATE FUNCTION pg_hybrid.sync_lag(index regclass) RETURNS TABLE (unmerged_entries bigint, lag_ms double precision)
     LANGUAGE c STRICT VOLATILE AS 'MODULE_PATHNAME', 'sync_lag_wrapper';
@@ -153,14 +158,13 @@ fn sync_lag(index: pg_sys::Oid) -> TableIterator<'static, (name!(unmerged_entrie
         let desc = index_desc(rel);
         let slot = shmem::slot_for(rel);
         ensure_synced(rel, &desc, slot);
-        // A tiered index's tree holds its hot records beside the unmerged
-        // entries (as in index_stats).
-        let hot = ams::base(rel).hot_tier(rel).map(|_| super::hot::figures(slot, &desc).dirty);
-        let (entries, oldest) = {
+        let hot = ams::base(rel).hot_tier(rel).map(|_| super::hot::figures(slot, &desc));
+        let (tree_entries, oldest) = {
             let _g = slot.shared();
             let st = slot.state();
-            (hot.unwrap_or(st.tree.nentries as i64), st.clock.oldest_unmerged(st.base.merged_upto))
+            (st.tree.nentries, st.clock.oldest_unmerged(st.base.merged_upto))
         };
+        let entries = unmerged_entries(tree_entries, hot.as_ref()) as i64;
         pg_sys::relation_close(rel, pg_sys::AccessShareLock as i32);
         // The standby replays entries and merges without their append
         // times: it does not know the lag.

@@ -242,37 +242,51 @@ pub unsafe fn ensure_meta(rel: pg_sys::Relation) -> Meta {
             pg_sys::LockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
         }
         // Block 0 may exist as a zero page after a crash (see `read_meta`).
-        let target = match nblocks(rel) {
-            0 => Some(None),
-            _ if local => Some(Some(Buf::read(rel, META_BLOCK, Lock::Exclusive)).filter(|b| pg_sys::PageIsNew(b.page()))),
-            _ => match Buf::try_read_exclusive(rel, META_BLOCK) {
-                Some(b) => Some(Some(b).filter(|b| pg_sys::PageIsNew(b.page()))),
-                // Held: a metapage is there; read it below, unlocked.
-                None => None,
-            },
-        };
-        let written = match target {
-            Some(meta_block) if nblocks(rel) == 0 || meta_block.is_some() => {
-                // Before the block exists: bad reloptions raise an ERROR here.
-                let geometry = super::options::geometry_for_new_file(rel);
-                let buf = meta_block.unwrap_or_else(|| Buf::extend(rel));
-                let mut rec = WalRecord::start(rel);
-                let page = rec.register_new(&buf);
-                init_page(page, M_END);
-                write_meta(page, &Meta { geometry, nextents: 0 });
-                rec.finish();
-                true
+        let block0 = if nblocks(rel) == 0 {
+            Block0::Absent
+        } else {
+            let b = if local { Some(Buf::read(rel, META_BLOCK, Lock::Exclusive)) } else { Buf::try_read_exclusive(rel, META_BLOCK) };
+            match b {
+                Some(b) if pg_sys::PageIsNew(b.page()) => Block0::Zero(b),
+                Some(_) => Block0::Written,
+                None => Block0::Busy,
             }
-            Some(_) => true,
-            None => false,
         };
+        let busy = matches!(block0, Block0::Busy);
+        if let Block0::Absent | Block0::Zero(_) = block0 {
+            // Before the block exists: bad reloptions raise an ERROR here.
+            let geometry = super::options::geometry_for_new_file(rel);
+            let buf = match block0 {
+                Block0::Zero(b) => b,
+                _ => Buf::extend(rel),
+            };
+            let mut rec = WalRecord::start(rel);
+            let page = rec.register_new(&buf);
+            init_page(page, M_END);
+            write_meta(page, &Meta { geometry, nextents: 0 });
+            rec.finish();
+        }
         if !local {
             pg_sys::UnlockRelationForExtension(rel, pg_sys::ExclusiveLock as i32);
         }
-        if written {
+        if !busy {
             return refresh_meta(rel).expect("metapage just written");
         }
     }
+}
+
+/// Block 0 as the first insert finds it under the extension lock.
+enum Block0 {
+    /// The file has no block: the metapage goes into a new one.
+    Absent,
+    /// A zero page (a crash between the extension and the metapage's
+    /// record), locked: the metapage goes into it.
+    Zero(Buf),
+    /// A metapage.
+    Written,
+    /// Somebody holds its buffer, so a metapage is there: read it without
+    /// the extension lock.
+    Busy,
 }
 
 /// A block of the relation for initialization: read if it exists, else
