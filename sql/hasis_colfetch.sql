@@ -172,6 +172,42 @@ SELECT * FROM cf_twin_diff('SELECT p.n, i.c7, i.c12 FROM cf_probe p JOIN cf_@ i 
 RESET ALL;
 SELECT count(*) AS probes, count(*) FILTER (WHERE p.x <> x.x) AS xmin_differs FROM cf_probed p JOIN cf_xmin x USING (k);
 DROP TABLE cf_xmin, cf_probed;
+-- 8c. The same for a row HOT-updated before a VACUUM moved its new
+-- version into the column part: its index entry names a redirect, whose
+-- target is an all-visible column row. The fetch returns that row with the
+-- target's TID (the sequential scan's), and UPDATE and DELETE through the
+-- index find it there.
+CREATE TABLE cf_rh (k int8 PRIMARY KEY, v int4, pad text) USING hasis;
+CREATE TABLE cf_rx (LIKE cf_rh INCLUDING INDEXES) USING heap;
+INSERT INTO cf_rh SELECT g, g, repeat('p', g % 30) FROM generate_series(1, 3000) g;
+INSERT INTO cf_rx SELECT * FROM cf_rh;
+UPDATE cf_rh SET v = v + 1000000 WHERE k % 3 = 0;
+UPDATE cf_rx SET v = v + 1000000 WHERE k % 3 = 0;
+VACUUM cf_rh; VACUUM cf_rx;
+SELECT redirect_slots > 0 AS redirects, delta_versions = 0 AS no_delta FROM pg_hybrid.table_stats('cf_rh');
+SET enable_seqscan = off; SET enable_bitmapscan = off;
+SELECT cf_nodes('SELECT v FROM cf_rh WHERE k = 300') AS plan;
+SELECT * FROM cf_twin_diff('SELECT k, v FROM cf_r@ WHERE k IN (3, 4, 300, 301, 2999, 3000)');
+SELECT cf_buffers('SELECT v FROM cf_rh WHERE k = 300') AS redirect_no_xmin \gset
+SELECT cf_buffers('SELECT v, xmin FROM cf_rh WHERE k = 300') AS redirect_with_xmin \gset
+SELECT :redirect_no_xmin < :redirect_with_xmin AS fewer_blocks_without_xmin;
+CREATE TEMP TABLE cf_rctid AS SELECT k, ctid AS c FROM cf_rh WHERE k BETWEEN 290 AND 310;
+RESET enable_seqscan; SET enable_indexscan = off;
+CREATE TEMP TABLE cf_rseq AS SELECT k, ctid AS c FROM cf_rh WHERE k BETWEEN 290 AND 310;
+RESET enable_indexscan;
+SELECT count(*) AS rows, count(*) FILTER (WHERE i.c <> s.c) AS ctid_differs FROM cf_rctid i JOIN cf_rseq s USING (k);
+SET enable_seqscan = off; SET enable_indexscan = off; SET pg_hybrid.enable_hasis_column_scan = off;
+SELECT cf_nodes('SELECT v FROM cf_rh WHERE k IN (300, 303)') AS plan;
+SELECT * FROM cf_twin_diff('SELECT k, v FROM cf_r@ WHERE k IN (3, 4, 300, 301, 2999, 3000)');
+RESET ALL;
+SET enable_seqscan = off; SET enable_bitmapscan = off;
+UPDATE cf_rh SET v = -v WHERE k = 300; UPDATE cf_rx SET v = -v WHERE k = 300;
+DELETE FROM cf_rh WHERE k = 303; DELETE FROM cf_rx WHERE k = 303;
+SELECT * FROM cf_twin_diff('SELECT k, v FROM cf_r@ WHERE k BETWEEN 290 AND 310');
+RESET ALL;
+SELECT * FROM cf_twin_diff('SELECT k, v, pad FROM cf_r@');
+SELECT pg_hybrid.verify_table('cf_rh');
+DROP TABLE cf_rh, cf_rx, cf_rctid, cf_rseq;
 -- 9. Fetch costing (cost.rs): an index scan of the hasis table by an
 -- uncorrelated column costs more with fetch costing on than off, and more
 -- the more columns it reads; by its correlated key (rows in index order

@@ -741,6 +741,7 @@ unsafe fn hot_search(
     if first_call && !mvcc_needed && ext.h.all_visible && is_mvcc_snapshot(snapshot) {
         if let Some(p) = frozen_column_row(rel, ext, start, *tid, wanted, snapshot) {
             tuple::store_columns(rel, slot, slot_schema, p.natts, &p.payload, &p.mvcc, p.tid, wanted);
+            *tid = p.tid;
             *all_dead = false;
             return true;
         }
@@ -773,16 +774,28 @@ unsafe fn hot_search(
 }
 
 /// The version at chain root `root` (TID `tid`) of an all-visible part
-/// (`ext.h.all_visible`) when it is a column row: named by an index entry,
-/// it is the visible member of its chain for every MVCC snapshot, since it
-/// is neither updated nor deleted (so it ends its chain) and an index entry
-/// never names a heap-only version (entries of a freed slot are gone
-/// before it is reused). Its row header, a block of its own, is not read:
-/// the version gets a frozen header, which is what every snapshot makes
-/// of it, so only for plans that read no MVCC column. None for any other
-/// kind of slot (walk its chain instead).
+/// (`ext.h.all_visible`) when it is a column row, or when the root is a
+/// redirect to one (a row HOT-updated before the compaction that moved its
+/// live version into the column part): named by an index entry, it is the
+/// visible member of its chain for every MVCC snapshot, since it is neither
+/// updated nor deleted (so it ends its chain) and an index entry never
+/// names a heap-only version (entries of a freed slot are gone before it
+/// is reused); a redirect leads to the chain's next member. Its row
+/// header, a block of its own, is not read: the version gets a frozen
+/// header, which is what every snapshot makes of it, so only for plans
+/// that read no MVCC column. Its TID is the column row's own (the
+/// redirect's target, as heap's HOT search returns the member it found).
+/// None for any other kind of slot (walk its chain instead).
 unsafe fn frozen_column_row(rel: pg_sys::Relation, ext: &relation::ExtentRead, root: u16, tid: Tid, wanted: Option<&[bool]>, snapshot: pg_sys::Snapshot) -> Option<Pending> {
-    let pg_hybrid_core::hasis::header::DirEntry::Column { row } = ext.entry(root) else { return None };
+    use pg_hybrid_core::hasis::header::DirEntry;
+    let (tid, row) = match ext.entry(root) {
+        DirEntry::Column { row } => (tid, row),
+        DirEntry::Redirect { slot } => match ext.entry(slot) {
+            DirEntry::Column { row } => (ext.tid(slot), row),
+            _ => return None,
+        },
+        _ => return None,
+    };
     let (natts, payload) = ext.all_visible_values(row, wanted);
     let mut ip = to_item_pointer(tid);
     // Not this transaction's write (committed before every snapshot).
