@@ -96,6 +96,8 @@ class Cluster:
         """env: extra environment variables (e.g. PGOPTIONS) for this pgbench run."""
         cmd = [os.path.join(self.a.pgbin, "pgbench"), "-h", self.a.host, "-p", str(self.a.port),
                "-U", self.a.user] + args + [db or self.a.db]
+        if self.a.client_cpus:
+            cmd = ["taskset", "-c", self.a.client_cpus] + cmd
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
                            env=dict(os.environ, **env) if env else None)
         out = p.stdout.decode() + p.stderr.decode()
@@ -299,6 +301,7 @@ def machine_facts(cl):
             "fsync": g("fsync"), "synchronous_commit": g("synchronous_commit"), "full_page_writes": g("full_page_writes"),
             "work_mem": g("work_mem"), "max_parallel_workers_per_gather": g("max_parallel_workers_per_gather"),
             "git_commit": commit, "pg_hybrid.so": so,
+            "cpu pinning": ("cluster on CPU 0, pgbench on CPUs %s" % cl.a.client_cpus) if cl.a.client_cpus else "none",
         }
 
 
@@ -412,6 +415,7 @@ def main():
     ap.add_argument("--protocol", default="prepared", choices=["simple", "extended", "prepared"],
                     help="pgbench -M for the pgbench suite (simple and extended plan every statement)")
     ap.add_argument("--cgroup", help="memory cgroup of the cluster (run.sh --cache-cap)")
+    ap.add_argument("--client-cpus", help="taskset CPU list for pgbench (run.sh --pin-cpus; the cluster is on CPU 0)")
     ap.add_argument("--cap-bytes", type=int, help="the limit a suite sets on --cgroup while it measures")
     ap.add_argument("--tablespace", help="tablespace for the suite's relations (run.sh --csd)")
     ap.add_argument("--csd-device", help="the zram device (zramN) under --tablespace (run.sh --csd)")

@@ -60,6 +60,11 @@
 #                         computational-storage drive: a zram device of SIZE (LZ4 per 4 KB, free zero
 #                         blocks; scripts/csd.sh, design.md §6) as tablespace "csd"; the device's own
 #                         compressed bytes per side are reported beside pg_hybrid.storage_stats' meter
+#   --pin-cpus            pin the cluster (postmaster, its processes and every backend it forks)
+#                         to CPU 0 and the pgbench clients to the other CPUs (needs 2 or more):
+#                         ratios of server CPU per transaction, without the run-to-run swings of
+#                         scheduling 4 backends and 2 client threads freely over 2 vCPUs (pgbench
+#                         suite; other clients are not pinned)
 #   --no-plot             skip the PNG
 #   --production-wal      PostgreSQL's default WAL settings instead of the bench's: full_page_writes
 #                         on, checkpoint_timeout 5min, max_wal_size 1GB (WAL bytes then include the
@@ -92,6 +97,7 @@ shm=256MB
 cache_cap=
 csd=
 plot=1
+pin_cpus=0
 production_wal=0
 pyargs=()
 need_arg() { [[ $# -ge 2 && -n $2 ]] || ph_die "bench/run.sh: $1 needs a value (see --help)"; }
@@ -108,6 +114,7 @@ while (($#)); do
         --cache-cap) need_arg "$@"; shift; cache_cap=$1 ;;
         --csd) need_arg "$@"; shift; csd=$1 ;;
         --no-plot) plot=0 ;;
+        --pin-cpus) pin_cpus=1 ;;
         --production-wal) production_wal=1 ;;
         --clients | --threads | --seconds | --rows | --scale | --warehouses | --sf | --reloptions | --table-options | --protocol)
             need_arg "$@"; pyargs+=("$1" "$2"); shift ;;
@@ -235,6 +242,16 @@ conf=("fsync = off" "synchronous_commit = off" "${wal_conf[@]}"
 [[ " ${run_suites[*]} " == *" tpcc "* || " ${run_suites[*]} " == *" htap "* ]] && conf+=("listen_addresses = '127.0.0.1'")
 PH_ALLOW_FSYNC_OFF=1 cluster_init "$DIR" "$PH_BENCH_PORT" "${conf[@]}"
 cluster_start "$DIR"
+pin_args=()
+if ((pin_cpus)); then
+    ncpu=$(nproc)
+    ((ncpu >= 2)) || ph_die "bench/run.sh: --pin-cpus needs 2 or more CPUs (this machine has $ncpu)"
+    # Backends fork from the postmaster and inherit its affinity.
+    pm=$(head -n 1 "$DIR/data/postmaster.pid")
+    for p in $pm $(pgrep -P "$pm"); do taskset -p -c 0 "$p" >/dev/null; done
+    pin_args=(--client-cpus "1-$((ncpu - 1))")
+    ph_log "cluster pinned to CPU 0, pgbench clients to CPUs 1-$((ncpu - 1))"
+fi
 cap_args=()
 if [[ -n $cache_cap && $cache_cap != 0 ]]; then
     # The suite sets the limit around its measurements only: loading and
@@ -260,6 +277,7 @@ args=(--index-am "$index_am" --table-am "$table_am" --baseline "$baseline" --rep
       --gotpc "$venv/bin/go-tpc" --work "$DIR/work")
 ((smoke)) && args+=(--smoke)
 ((${#cap_args[@]})) && args+=("${cap_args[@]}")
+((${#pin_args[@]})) && args+=("${pin_args[@]}")
 ((${#csd_args[@]})) && args+=("${csd_args[@]}")
 ((plot)) || args+=(--no-plot)
 ((PH_STANDIN)) && args+=(--standin)
