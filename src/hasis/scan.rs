@@ -352,7 +352,7 @@ pub unsafe fn bitmap_next_block(scan: pg_sys::TableScanDesc, tbmres: *mut pg_sys
             continue;
         }
         if headers_free {
-            if let Some(p) = frozen_column_row(rel, &ext, root, Tid::new(blk, off), wanted, snapshot) {
+            if let Some(p) = frozen_column_row(rel, &ext, root, wanted, snapshot) {
                 pending.push(p);
                 continue;
             }
@@ -739,7 +739,7 @@ unsafe fn hot_search(
     *all_dead = first_call;
     let Some(start) = ext.slot(*tid) else { return false };
     if first_call && !mvcc_needed && ext.h.all_visible && is_mvcc_snapshot(snapshot) {
-        if let Some(p) = frozen_column_row(rel, ext, start, *tid, wanted, snapshot) {
+        if let Some(p) = frozen_column_row(rel, ext, start, wanted, snapshot) {
             tuple::store_columns(rel, slot, slot_schema, p.natts, &p.payload, &p.mvcc, p.tid, wanted);
             *tid = p.tid;
             *all_dead = false;
@@ -773,7 +773,7 @@ unsafe fn hot_search(
     }
 }
 
-/// The version at chain root `root` (TID `tid`) of an all-visible part
+/// The version at chain root `root` of an all-visible part
 /// (`ext.h.all_visible`) when it is a column row, or when the root is a
 /// redirect to one (a row HOT-updated before the compaction that moved its
 /// live version into the column part): named by an index entry, it is the
@@ -786,16 +786,17 @@ unsafe fn hot_search(
 /// that read no MVCC column. Its TID is the column row's own (the
 /// redirect's target, as heap's HOT search returns the member it found).
 /// None for any other kind of slot (walk its chain instead).
-unsafe fn frozen_column_row(rel: pg_sys::Relation, ext: &relation::ExtentRead, root: u16, tid: Tid, wanted: Option<&[bool]>, snapshot: pg_sys::Snapshot) -> Option<Pending> {
+unsafe fn frozen_column_row(rel: pg_sys::Relation, ext: &relation::ExtentRead, root: u16, wanted: Option<&[bool]>, snapshot: pg_sys::Snapshot) -> Option<Pending> {
     use pg_hybrid_core::hasis::header::DirEntry;
-    let (tid, row) = match ext.entry(root) {
-        DirEntry::Column { row } => (tid, row),
+    let (at, row) = match ext.entry(root) {
+        DirEntry::Column { row } => (root, row),
         DirEntry::Redirect { slot } => match ext.entry(slot) {
-            DirEntry::Column { row } => (ext.tid(slot), row),
+            DirEntry::Column { row } => (slot, row),
             _ => return None,
         },
         _ => return None,
     };
+    let tid = ext.tid(at);
     let (natts, payload) = ext.all_visible_values(row, wanted);
     let mut ip = to_item_pointer(tid);
     // Not this transaction's write (committed before every snapshot).
