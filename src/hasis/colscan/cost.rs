@@ -142,7 +142,7 @@ pub unsafe fn recost_fetches(root: *mut pg_sys::PlannerInfo, rel: *mut pg_sys::R
     let lists: [(*mut *mut pg_sys::List, unsafe fn(*mut pg_sys::RelOptInfo, *mut pg_sys::Path)); 2] =
         [(&raw mut (*rel).pathlist, pg_sys::add_path), (&raw mut (*rel).partial_pathlist, pg_sys::add_partial_path)];
     for (list, add) in lists {
-        let paths = super::path::list_nodes(*list).into_iter().map(|n| n as *mut pg_sys::Path).collect::<Vec<_>>();
+        let paths = super::list_nodes(*list).into_iter().map(|n| n as *mut pg_sys::Path).collect::<Vec<_>>();
         if paths.iter().any(|&p| index_share(p).is_some()) {
             scale(&paths);
             *list = std::ptr::null_mut();

@@ -95,9 +95,7 @@ unsafe extern "C-unwind" fn executor_start(qd: *mut pg_sys::QueryDesc, eflags: i
     pg_sys::MemoryContextSwitchTo(old);
 }
 
-unsafe fn list_nodes(list: *mut pg_sys::List) -> Vec<*mut pg_sys::Node> {
-    (0..pg_sys::list_length(list)).map(|i| pg_sys::list_nth(list, i) as *mut pg_sys::Node).collect()
-}
+use super::list_nodes;
 
 /// The expressions of `plan`'s target entries that `used` names.
 unsafe fn used_targets(plan: *mut pg_sys::Plan, used: &Used) -> Vec<*mut pg_sys::Node> {
@@ -111,23 +109,42 @@ unsafe fn used_targets(plan: *mut pg_sys::Plan, used: &Used) -> Vec<*mut pg_sys:
         .collect()
 }
 
-/// Attribute numbers of the Vars of `varno` in `nodes` (system columns
-/// left out: `reads_mvcc_columns` looks at those); `None` for a whole-row Var.
-unsafe fn attnos(nodes: &[*mut pg_sys::Node], varno: i32) -> Used {
-    let mut set: *mut pg_sys::Bitmapset = std::ptr::null_mut();
+/// Adds the Vars of `varno` in `nodes` to `set`, as `pull_varattnos`
+/// numbers them (attribute number - FirstLowInvalidHeapAttributeNumber).
+unsafe fn pull_attnos(nodes: &[*mut pg_sys::Node], varno: i32, set: &mut *mut pg_sys::Bitmapset) {
     for &n in nodes {
         // pull_varattnos compares as an unsigned Index, as Var.varno is
         // compared with it in C: the negative executor varnos match.
-        pg_sys::pull_varattnos(n, varno as pg_sys::Index, &mut set);
+        pg_sys::pull_varattnos(n, varno as pg_sys::Index, set);
     }
-    let mut out = BTreeSet::new();
-    let mut x = -1;
-    loop {
-        x = pg_sys::bms_next_member(set, x);
-        if x < 0 {
-            return Some(out);
+}
+
+/// The attribute numbers in a set `pull_attnos` made, read from its words
+/// in place (a `bms_next_member` call through the FFI guard per member
+/// cost more than the walk's other work).
+unsafe fn attnos_in(set: *const pg_sys::Bitmapset) -> Vec<i32> {
+    let mut out = Vec::new();
+    if set.is_null() {
+        return out;
+    }
+    let words = std::slice::from_raw_parts((*set).words.as_ptr(), (*set).nwords.max(0) as usize);
+    for (w, &word) in words.iter().enumerate() {
+        let mut bits = word;
+        while bits != 0 {
+            let b = bits.trailing_zeros() as i32;
+            out.push(w as i32 * 64 + b + FIRST_LOW_INVALID);
+            bits &= bits - 1;
         }
-        match x + FIRST_LOW_INVALID {
+    }
+    out
+}
+
+/// The user columns among `attnos` (system columns left out:
+/// `reads_mvcc_columns` looks at those); `None` for a whole-row Var.
+fn user_columns(attnos: &[i32]) -> Used {
+    let mut out = BTreeSet::new();
+    for &a in attnos {
+        match a {
             0 => return None,
             a if a > 0 => {
                 out.insert(a);
@@ -135,6 +152,15 @@ unsafe fn attnos(nodes: &[*mut pg_sys::Node], varno: i32) -> Used {
             _ => {}
         }
     }
+    Some(out)
+}
+
+/// Attribute numbers of the Vars of `varno` in `nodes` (system columns
+/// left out); `None` for a whole-row Var.
+unsafe fn attnos(nodes: &[*mut pg_sys::Node], varno: i32) -> Used {
+    let mut set: *mut pg_sys::Bitmapset = std::ptr::null_mut();
+    pull_attnos(nodes, varno, &mut set);
+    user_columns(&attnos_in(set))
 }
 
 /// Adds column numbers of the child (`AttrNumber` arrays: sort, group,
@@ -152,9 +178,13 @@ unsafe fn with_columns(used: Used, cols: *const pg_sys::AttrNumber, n: i32) -> U
 /// listed: everything.
 unsafe fn children_used(plan: *mut pg_sys::Plan, used: &Used) -> (Used, Used) {
     use pg_sys::NodeTag::*;
+    let tag = (*plan).type_;
+    let listed = matches!(tag, T_NestLoop | T_HashJoin | T_MergeJoin | T_Hash | T_Memoize | T_Material | T_Result | T_Sort | T_IncrementalSort | T_Unique | T_Limit | T_Agg);
+    if !listed || ((*plan).lefttree.is_null() && (*plan).righttree.is_null()) {
+        return (None, None);
+    }
     let mut exprs = used_targets(plan, used);
     exprs.extend(list_nodes((*plan).qual));
-    let tag = (*plan).type_;
     let mut cols: Option<(*const pg_sys::AttrNumber, i32)> = None;
     match tag {
         T_NestLoop => {
@@ -269,27 +299,37 @@ unsafe fn scan_columns(ps: *mut pg_sys::ScanState, used: &Used, rechecks: &[*mut
     let plan = (*ps).ps.plan;
     let scanrelid = (*(plan as *mut pg_sys::Scan)).scanrelid as i32;
     let natts = (*(*rel).rd_att).natts as usize;
-    let columns = |exprs: &[*mut pg_sys::Node]| {
-        attnos(exprs, scanrelid).map(|cols| (1..=natts as i32).map(|a| cols.contains(&a)).collect::<Vec<bool>>()).filter(|w| !w.iter().all(|&x| x))
+    // The table's columns named in `attnos`: None for a whole-row Var or
+    // when that is every column.
+    let columns = |attnos: &[i32]| {
+        let mut wanted = vec![false; natts];
+        for &a in attnos {
+            match a {
+                0 => return None,
+                a if a > 0 && a as usize <= natts => wanted[a as usize - 1] = true,
+                _ => {}
+            }
+        }
+        Some(wanted).filter(|w| !w.iter().all(|&x| x))
     };
+    // One pass over the expressions: the targets and quals first, then
+    // the rechecks added to the same set.
+    let mut set: *mut pg_sys::Bitmapset = std::ptr::null_mut();
     let mut exprs = used_targets(plan, used);
     exprs.extend(list_nodes((*plan).qual));
-    let wanted = columns(&exprs);
-    for &l in rechecks {
-        exprs.extend(list_nodes(l));
-    }
-    let wanted_recheck = columns(&exprs);
-    let mvcc_needed = reads_mvcc_columns(&exprs, scanrelid);
+    pull_attnos(&exprs, scanrelid, &mut set);
+    let wanted = columns(&attnos_in(set));
+    let rechecks: Vec<*mut pg_sys::Node> = rechecks.iter().flat_map(|&l| list_nodes(l)).collect();
+    pull_attnos(&rechecks, scanrelid, &mut set);
+    let all = attnos_in(set);
+    let wanted_recheck = columns(&all);
+    let mvcc_needed = reads_mvcc_columns(&all);
     Some(FetchColumns { wanted, wanted_recheck, mvcc_needed })
 }
 
-/// Whether `nodes` read xmin, xmax, cmin or cmax of `varno` (ctid and
-/// tableoid come from the TID and the relation).
-unsafe fn reads_mvcc_columns(nodes: &[*mut pg_sys::Node], varno: i32) -> bool {
-    let mut set: *mut pg_sys::Bitmapset = std::ptr::null_mut();
-    for &n in nodes {
-        pg_sys::pull_varattnos(n, varno as pg_sys::Index, &mut set);
-    }
+/// Whether `attnos` name xmin, xmax, cmin or cmax (ctid and tableoid come
+/// from the TID and the relation).
+fn reads_mvcc_columns(attnos: &[i32]) -> bool {
     [
         pg_sys::MinTransactionIdAttributeNumber,
         pg_sys::MinCommandIdAttributeNumber,
@@ -297,7 +337,7 @@ unsafe fn reads_mvcc_columns(nodes: &[*mut pg_sys::Node], varno: i32) -> bool {
         pg_sys::MaxCommandIdAttributeNumber,
     ]
     .iter()
-    .any(|&a| pg_sys::bms_is_member(a - FIRST_LOW_INVALID, set))
+    .any(|&a| attnos.contains(&(a as i32)))
 }
 
 unsafe fn index_scan(node: *mut pg_sys::IndexScanState, used: &Used, estate: *mut pg_sys::EState) {

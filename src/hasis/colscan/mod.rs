@@ -36,7 +36,20 @@ pub mod fetch;
 pub mod minmax;
 pub mod path;
 
+use pgrx::pg_sys;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+
+/// The pointer elements of a PostgreSQL `List` (NIL: none), read from the
+/// list's array in place: the executor hook (`fetch.rs`) runs for every
+/// SELECT of a hasis table, and `list_length`/`list_nth` through the FFI
+/// guard cost more than the rest of its walk of a one-table plan.
+pub(crate) unsafe fn list_nodes(list: *mut pg_sys::List) -> Vec<*mut pg_sys::Node> {
+    if list.is_null() {
+        return Vec::new();
+    }
+    let cells = std::slice::from_raw_parts((*list).elements, (*list).length.max(0) as usize);
+    cells.iter().map(|c| c.ptr_value as *mut pg_sys::Node).collect()
+}
 
 pub static ENABLE: GucSetting<bool> = GucSetting::<bool>::new(true);
 

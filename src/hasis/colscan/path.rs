@@ -60,13 +60,10 @@ unsafe fn needed_columns(nodes: &[*mut pg_sys::Node], rti: u32, natts: i32) -> O
     Some(cols)
 }
 
-pub(super) unsafe fn list_nodes(list: *mut pg_sys::List) -> Vec<*mut pg_sys::Node> {
-    (0..pg_sys::list_length(list)).map(|i| pg_sys::list_nth(list, i) as *mut pg_sys::Node).collect()
-}
 
 /// The restriction clauses of a RestrictInfo list, pseudoconstants aside.
 unsafe fn clauses_of(rinfos: *mut pg_sys::List) -> Vec<*mut pg_sys::Node> {
-    list_nodes(rinfos)
+    super::list_nodes(rinfos)
         .into_iter()
         .filter_map(|n| {
             let ri = n as *mut pg_sys::RestrictInfo;
@@ -78,7 +75,7 @@ unsafe fn clauses_of(rinfos: *mut pg_sys::List) -> Vec<*mut pg_sys::Node> {
 /// Whether `rti` is locked by a row mark (FOR UPDATE/SHARE, or the copy
 /// marks of an UPDATE's other relations).
 unsafe fn has_row_mark(root: *mut pg_sys::PlannerInfo, rti: u32) -> bool {
-    list_nodes((*root).rowMarks).into_iter().any(|n| (*(n as *mut pg_sys::PlanRowMark)).rti == rti)
+    super::list_nodes((*root).rowMarks).into_iter().any(|n| (*(n as *mut pg_sys::PlanRowMark)).rti == rti)
 }
 
 /// Bytes per row of the columns `cols`, from ANALYZE's widths (the type's
@@ -129,7 +126,7 @@ unsafe extern "C-unwind" fn set_rel_pathlist(root: *mut pg_sys::PlannerInfo, rel
         pg_sys::RelationClose(relation);
         return;
     }
-    let mut nodes = list_nodes((*(*rel).reltarget).exprs);
+    let mut nodes = super::list_nodes((*(*rel).reltarget).exprs);
     let quals = clauses_of((*rel).baserestrictinfo);
     nodes.extend(quals.iter().copied());
     let Some(cols) = needed_columns(&nodes, rti, natts) else {
@@ -238,7 +235,7 @@ unsafe extern "C-unwind" fn plan_path(
     let relid = (**(*root).simple_rte_array.add(rti as usize)).relid;
     let relation = pg_sys::RelationIdGetRelation(relid);
     let desc = (*relation).rd_att;
-    let mut nodes = list_nodes(tlist);
+    let mut nodes = super::list_nodes(tlist);
     nodes.extend(quals.iter().copied());
     let cols = needed_columns(&nodes, rti, (*desc).natts).unwrap_or_else(|| (1..=(*desc).natts as i16).collect());
     let mut minmax_ints = Vec::new();
