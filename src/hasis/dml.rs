@@ -488,26 +488,9 @@ unsafe fn removed_mvcc(rel: pg_sys::Relation, m: &Mvcc, tid: Tid, cid: pg_sys::C
 /// was, byte for byte (heap_update's HOT test: the same datum, TOAST
 /// pointers included). Whole-row and system-column references in index
 /// expressions or predicates count as changed.
-unsafe fn indexed_columns_unchanged(rel: pg_sys::Relation, old: &pg_hybrid_core::hasis::row::Row, new: &pg_hybrid_core::hasis::row::Row) -> bool {
+unsafe fn indexed_columns_unchanged(rel: pg_sys::Relation, old: pg_sys::HeapTuple, new: pg_sys::HeapTuple) -> bool {
     let attrs = pg_sys::RelationGetIndexAttrBitmap(rel, pg_sys::IndexAttrBitmapKind::INDEX_ATTR_BITMAP_ALL);
-    let mut x = -1;
-    let mut same = true;
-    loop {
-        x = pg_sys::bms_next_member(attrs, x);
-        if x < 0 {
-            break;
-        }
-        let attno = x + pg_sys::FirstLowInvalidHeapAttributeNumber;
-        if attno <= 0 {
-            same = false;
-            break;
-        }
-        let i = attno as usize - 1;
-        if old.values.get(i) != new.values.get(i) {
-            same = false;
-            break;
-        }
-    }
+    let same = !tuple::columns_differ(rel, attrs, old, new);
     pg_sys::bms_free(attrs);
     same
 }
@@ -540,12 +523,10 @@ pub unsafe fn delete(
     let mut ip = to_item_pointer(tid);
     CheckForSerializableConflictIn(rel, &mut ip, tid.block);
     let schema = tuple::schema(rel);
-    let old_row = tuple::decode(rel, &schema, loc.header.natts, loc.payload(), tid.block);
-    let old_mvcc = loc.header.mvcc;
+    let old_tuple = tuple::form_payload(rel, &schema, loc.header.natts, loc.payload(), &loc.header.mvcc, tid, tid.block);
     let m = stamp_removed(rel, &loc, cid, tid, &Removal::delete());
     loc.stamp(rel, &m);
     drop(loc);
-    let old_tuple = tuple::form(rel, &old_row, &old_mvcc, tid);
     // Before its TOAST values go: REPLICA IDENTITY FULL logs them inline.
     super::logical::log_delete(rel, old_tuple);
     tuple::toast_delete(rel, old_tuple, false);
@@ -591,7 +572,8 @@ pub unsafe fn update(
     // as a key update, which waits for them.
     let mut mode = pg_sys::LockTupleMode::LockTupleNoKeyExclusive;
     let mut tlock = TupleLock::new(rel, otid, heavy_mode(mode));
-    let (loc, own_lock, keep, old_row, old_mvcc, old_tuple) = loop {
+    let schema = tuple::schema(rel);
+    let (loc, own_lock, keep, old_mvcc, old_tuple) = loop {
         let Modifiable { loc, own_lock, share_with } = match to_modify(rel, &meta, otid, cid, mode, policy, &mut tlock, crosscheck, tmfd, pg_sys::XLTW_Oper::XLTW_Update) {
             Ok(v) => v,
             Err(Refused::Gone) => invisible("update"),
@@ -601,10 +583,8 @@ pub unsafe fn update(
                 return r;
             }
         };
-        let schema = tuple::schema(rel);
-        let old_row = tuple::decode(rel, &schema, loc.header.natts, loc.payload(), otid.block);
         let old_mvcc = loc.header.mvcc;
-        let old_tuple = tuple::form(rel, &old_row, &old_mvcc, otid);
+        let old_tuple = tuple::form_payload(rel, &schema, loc.header.natts, loc.payload(), &old_mvcc, otid, otid.block);
         if mode != pg_sys::LockTupleMode::LockTupleExclusive && key_columns_changed(rel, old_tuple, slot) {
             mode = pg_sys::LockTupleMode::LockTupleExclusive;
             tlock = TupleLock::new(rel, otid, heavy_mode(mode));
@@ -615,13 +595,12 @@ pub unsafe fn update(
                 continue;
             }
         }
-        break (loc, own_lock, share_with, old_row, old_mvcc, old_tuple);
+        break (loc, own_lock, share_with, old_mvcc, old_tuple);
     };
     *lockmode = mode;
     let mut how = Removal { mode, keep };
     let mut ip = to_item_pointer(otid);
     CheckForSerializableConflictIn(rel, &mut ip, otid.block);
-    let schema = tuple::schema(rel);
     let xid = pg_sys::GetCurrentTransactionId().into_inner();
     // The new version's place is not known until it is inserted, and the
     // insert may need this extent's header block exclusively, so the old
@@ -652,7 +631,7 @@ pub unsafe fn update(
     // HOT (heap-only) when no indexed column changes and the old version's
     // extent has room: the new version gets no index entries, and index
     // entries of the chain's root lead to it (scan.rs walk_chain).
-    let hot_candidate = indexed_columns_unchanged(rel, &old_row, &tuple::decode(rel, &schema, new.natts, &new.payload, otid.block));
+    let hot_candidate = indexed_columns_unchanged(rel, old_tuple, new.tuple);
     // HOT: the new version goes into the old one's extent and the old one
     // is stamped in the same critical section and WAL record, if it is
     // still as checked above (else, or without room there, the update

@@ -15,7 +15,7 @@
 
 use pgrx::pg_sys;
 
-use pg_hybrid_core::hasis::row::{decode_payload, encode_payload, payload_values, ColumnDesc, MinMaxOrder, Mvcc, Row, Schema};
+use pg_hybrid_core::hasis::row::{decode_payload, payload_values, ColumnDesc, MinMaxOrder, Mvcc, PayloadWriter, Row, Schema};
 use pg_hybrid_core::tid::Tid;
 
 use super::visibility::{to_item_pointer, write_header, HEAP_HASEXTERNAL};
@@ -141,37 +141,37 @@ pub unsafe fn prepare_tuple(rel: pg_sys::Relation, mut tup: pg_sys::HeapTuple, o
     } else if has_external {
         tup = toast_flatten_tuple(tup, desc);
     }
-    let row = deform(desc, tup);
-    let payload = encode_payload(&schema(rel), &row).unwrap_or_else(|e| super::format_error(rel, 0, e));
-    Prepared { natts: row.values.len() as u16, payload, tuple: tup }
+    let (natts, payload) = encode_tuple(rel, desc, tup);
+    Prepared { natts, payload, tuple: tup }
 }
 
-unsafe fn deform(desc: pg_sys::TupleDesc, tup: pg_sys::HeapTuple) -> Row {
+/// The row-format payload of a heap tuple's values, written from its
+/// deformed datums in place.
+unsafe fn encode_tuple(rel: pg_sys::Relation, desc: pg_sys::TupleDesc, tup: pg_sys::HeapTuple) -> (u16, Vec<u8>) {
     let n = (*desc).natts as usize;
     let mut values = vec![pg_sys::Datum::from(0usize); n];
     let mut nulls = vec![false; n];
     pg_sys::heap_deform_tuple(tup, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
-    let out = attrs(desc)
-        .iter()
-        .enumerate()
-        .map(|(i, a)| (!nulls[i]).then(|| datum_bytes(a, values[i])))
-        .collect();
-    Row::new(out)
-}
-
-unsafe fn datum_bytes(a: &pg_sys::FormData_pg_attribute, d: pg_sys::Datum) -> Vec<u8> {
-    if a.attbyval {
-        let v = d.value() as u64;
-        v.to_le_bytes()[..a.attlen as usize].to_vec()
-    } else {
-        let p = d.cast_mut_ptr::<u8>();
-        let len = match a.attlen {
-            -1 => pgrx::varsize_any(p as *const pg_sys::varlena),
-            -2 => std::ffi::CStr::from_ptr(p as *const std::os::raw::c_char).to_bytes_with_nul().len(),
-            n => n as usize,
-        };
-        std::slice::from_raw_parts(p, len).to_vec()
-    }
+    let schema = schema(rel);
+    let encoded = PayloadWriter::new(&schema, n).and_then(|mut w| {
+        for (i, a) in attrs(desc).iter().enumerate() {
+            if nulls[i] {
+                w.push(None)?;
+            } else if a.attbyval {
+                w.push(Some(&(values[i].value() as u64).to_le_bytes()[..a.attlen as usize]))?;
+            } else {
+                let p = values[i].cast_mut_ptr::<u8>();
+                let len = match a.attlen {
+                    -1 => pgrx::varsize_any(p as *const pg_sys::varlena),
+                    -2 => std::ffi::CStr::from_ptr(p as *const std::os::raw::c_char).to_bytes_with_nul().len(),
+                    n => n as usize,
+                };
+                w.push(Some(std::slice::from_raw_parts(p, len)))?;
+            }
+        }
+        w.finish()
+    });
+    (n as u16, encoded.unwrap_or_else(|e| super::format_error(rel, 0, e)))
 }
 
 pub(crate) unsafe fn bytes_datum(a: &pg_sys::FormData_pg_attribute, b: &[u8]) -> pg_sys::Datum {
@@ -205,28 +205,51 @@ pub unsafe fn decode(rel: pg_sys::Relation, schema: &Schema, natts: u16, payload
 /// version's MVCC fields and TID.
 pub unsafe fn form(rel: pg_sys::Relation, row: &Row, m: &Mvcc, tid: Tid) -> pg_sys::HeapTuple {
     let desc = (*rel).rd_att;
-    let relid = (*rel).rd_id;
     let n = (*desc).natts as usize;
     let mut values = vec![pg_sys::Datum::from(0usize); n];
     let mut nulls = vec![true; n];
-    for (i, a) in attrs(desc).iter().enumerate() {
-        match row.values.get(i) {
-            Some(Some(b)) => {
-                values[i] = bytes_datum(a, b);
-                nulls[i] = false;
-            }
-            Some(None) => {}
-            None => {
-                let mut isnull = true;
-                values[i] = pg_sys::getmissingattr(desc, i as i32 + 1, &mut isnull);
-                nulls[i] = isnull;
-            }
+    for ((i, a), v) in attrs(desc).iter().enumerate().zip(&row.values) {
+        if let Some(b) = v {
+            values[i] = bytes_datum(a, b);
+            nulls[i] = false;
         }
+    }
+    form_datums(rel, &mut values, &mut nulls, row.values.len(), m, tid)
+}
+
+/// `form` of a stored payload (`natts` values), read in place: no `Row`
+/// of copied values in between. `blk` names the block in a format error.
+pub unsafe fn form_payload(rel: pg_sys::Relation, schema: &Schema, natts: u16, payload: &[u8], m: &Mvcc, tid: Tid, blk: u32) -> pg_sys::HeapTuple {
+    let desc = (*rel).rd_att;
+    let n = (*desc).natts as usize;
+    let atts = attrs(desc);
+    let mut values = vec![pg_sys::Datum::from(0usize); n];
+    let mut nulls = vec![true; n];
+    let decoded = payload_values(schema, natts as usize, payload, |i, v| {
+        if let Some(b) = v {
+            values[i] = bytes_datum(&atts[i], b);
+            nulls[i] = false;
+        }
+    });
+    if let Err(e) = decoded {
+        super::format_error(rel, blk, e);
+    }
+    form_datums(rel, &mut values, &mut nulls, natts as usize, m, tid)
+}
+
+/// The heap tuple of the first `stored` columns' datums, the later columns
+/// (added after the row was written) taking their missing values.
+unsafe fn form_datums(rel: pg_sys::Relation, values: &mut [pg_sys::Datum], nulls: &mut [bool], stored: usize, m: &Mvcc, tid: Tid) -> pg_sys::HeapTuple {
+    let desc = (*rel).rd_att;
+    for i in stored..values.len() {
+        let mut isnull = true;
+        values[i] = pg_sys::getmissingattr(desc, i as i32 + 1, &mut isnull);
+        nulls[i] = isnull;
     }
     let tup = pg_sys::heap_form_tuple(desc, values.as_mut_ptr(), nulls.as_mut_ptr());
     write_header((*tup).t_data as *mut u8, m);
     (*tup).t_self = to_item_pointer(tid);
-    (*tup).t_tableOid = relid;
+    (*tup).t_tableOid = (*rel).rd_id;
     tup
 }
 

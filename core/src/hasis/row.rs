@@ -307,32 +307,66 @@ impl Row {
 /// column order: fixed ones as their `len` bytes, varlena ones as a u16
 /// length and the bytes.
 pub fn encode_payload(schema: &Schema, row: &Row) -> Result<Vec<u8>> {
-    let natts = row.values.len();
-    if natts > schema.len() {
-        return Err(Error::BadInput("row has more values than the schema has columns"));
+    let mut w = PayloadWriter::new(schema, row.values.len())?;
+    for v in &row.values {
+        w.push(v.as_deref())?;
     }
-    let mut out = vec![0u8; natts.div_ceil(8)];
-    for (i, (v, d)) in row.values.iter().zip(&schema.columns).enumerate() {
+    w.finish()
+}
+
+/// Writes a payload value by value (`encode_payload` without a `Row` of
+/// owned values: an UPDATE encodes its new version straight from the
+/// tuple's datums).
+pub struct PayloadWriter<'s> {
+    schema: &'s Schema,
+    natts: usize,
+    /// The column the next `push` is for.
+    next: usize,
+    out: Vec<u8>,
+}
+
+impl<'s> PayloadWriter<'s> {
+    pub fn new(schema: &'s Schema, natts: usize) -> Result<PayloadWriter<'s>> {
+        if natts > schema.len() {
+            return Err(Error::BadInput("row has more values than the schema has columns"));
+        }
+        Ok(PayloadWriter { schema, natts, next: 0, out: vec![0u8; natts.div_ceil(8)] })
+    }
+
+    /// The next column's value, `None` for NULL.
+    pub fn push(&mut self, v: Option<&[u8]>) -> Result<()> {
+        let i = self.next;
+        if i >= self.natts {
+            return Err(Error::BadInput("more values than the payload's columns"));
+        }
         match v {
-            None => out[i / 8] |= 1 << (i % 8),
-            Some(bytes) => match d.width {
+            None => self.out[i / 8] |= 1 << (i % 8),
+            Some(bytes) => match self.schema.columns[i].width {
                 Width::Fixed(n) => {
                     if bytes.len() != n as usize {
                         return Err(Error::BadInput("fixed-length value of the wrong length"));
                     }
-                    out.extend_from_slice(bytes);
+                    self.out.extend_from_slice(bytes);
                 }
                 Width::Varlena => {
                     if bytes.len() > super::delta::MAX_PAYLOAD {
                         return Err(Error::RowTooWide { len: bytes.len(), max: super::delta::MAX_PAYLOAD });
                     }
-                    out.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
-                    out.extend_from_slice(bytes);
+                    self.out.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
+                    self.out.extend_from_slice(bytes);
                 }
             },
         }
+        self.next += 1;
+        Ok(())
     }
-    Ok(out)
+
+    pub fn finish(self) -> Result<Vec<u8>> {
+        if self.next != self.natts {
+            return Err(Error::BadInput("fewer values than the payload's columns"));
+        }
+        Ok(self.out)
+    }
 }
 
 /// Decodes a payload of `natts` columns; the bytes must be used exactly.
@@ -442,6 +476,18 @@ mod tests {
         stray[0] |= 0x80;
         assert!(decode_payload(&s, 2, &stray).is_err());
         assert!(decode_payload(&s, 9, &p).is_err());
+    }
+
+    #[test]
+    fn payload_writer_counts_its_values() {
+        let s = schema();
+        let mut w = PayloadWriter::new(&s, 2).unwrap();
+        w.push(Some(&[1; 4])).unwrap();
+        assert!(PayloadWriter::new(&s, 2).unwrap().finish().is_err(), "too few values");
+        w.push(None).unwrap();
+        assert!(w.push(None).is_err(), "a value past natts");
+        assert_eq!(w.finish().unwrap(), encode_payload(&s, &Row::new(vec![Some(vec![1; 4]), None])).unwrap());
+        assert!(PayloadWriter::new(&s, 5).is_err());
     }
 
     #[test]
