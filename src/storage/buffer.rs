@@ -12,8 +12,94 @@ pub enum Lock {
 }
 
 /// Pins block `blkno` of the main fork (no content lock).
+///
+/// A block this backend pinned lately is pinned again through
+/// `ReadRecentBuffer` with the buffer it was in (`RecentBuffers`): that
+/// checks the buffer's tag under its header spinlock and pins it, without
+/// ReadBuffer's buffer-mapping partition lock and hash lookup. One row
+/// operation of a staged index or a hasis table pins the same few blocks
+/// (a header block, a directory block, a delta block) several times: an
+/// UPDATE of a hasis row locates its old version for the index fetch, the
+/// executor's re-fetch, the update and the stamp.
 unsafe fn pin(rel: pg_sys::Relation, blkno: u32, strategy: pg_sys::BufferAccessStrategy) -> pg_sys::Buffer {
-    pg_sys::ReadBufferExtended(rel, pg_sys::ForkNumber::MAIN_FORKNUM, blkno, pg_sys::ReadBufferMode::RBM_NORMAL, strategy)
+    // Temporary relations' local buffers take the usual way.
+    let hinted = !relation_is_local(rel);
+    if hinted {
+        if let Some(buf) = RECENT.lookup(&(*rel).rd_node, blkno) {
+            if pg_sys::ReadRecentBuffer((*rel).rd_node, pg_sys::ForkNumber::MAIN_FORKNUM, blkno, buf) {
+                count_hit(rel);
+                return buf;
+            }
+        }
+    }
+    let buf = pg_sys::ReadBufferExtended(rel, pg_sys::ForkNumber::MAIN_FORKNUM, blkno, pg_sys::ReadBufferMode::RBM_NORMAL, strategy);
+    // A ring's buffers are recycled soon: not worth remembering.
+    if hinted && strategy.is_null() {
+        RECENT.remember(&(*rel).rd_node, blkno, buf);
+    }
+    buf
+}
+
+/// What ReadBufferExtended counts for a hit and `ReadRecentBuffer` does
+/// not: VACUUM's page hits and cost balance, and the relation's block
+/// counters (pg_statio_*_tables/indexes; `pgstat_count_buffer_read` and
+/// `pgstat_count_buffer_hit`, pgstat.h macros). `ReadRecentBuffer` counts
+/// the hit in `pgBufferUsage` (EXPLAIN BUFFERS) itself.
+unsafe fn count_hit(rel: pg_sys::Relation) {
+    pg_sys::VacuumPageHit += 1;
+    if pg_sys::VacuumCostActive {
+        pg_sys::VacuumCostBalance += pg_sys::VacuumCostPageHit;
+    }
+    if (*rel).pgstat_info.is_null() {
+        if !(*rel).pgstat_enabled {
+            return;
+        }
+        pg_sys::pgstat_assoc_relation(rel);
+    }
+    let counts = &mut (*(*rel).pgstat_info).t_counts;
+    counts.t_blocks_fetched += 1;
+    counts.t_blocks_hit += 1;
+}
+
+/// Where this backend last found blocks: a direct-mapped table of
+/// (relation file, block) to buffer. Only a hint: `ReadRecentBuffer`
+/// verifies it, and a buffer that has since been given to another block
+/// just misses. Backend-local (each backend is one process and thread).
+struct RecentBuffers {
+    slots: std::cell::UnsafeCell<[RecentSlot; RECENT_SLOTS]>,
+}
+
+#[derive(Clone, Copy)]
+struct RecentSlot {
+    spc: u32,
+    db: u32,
+    rel: u32,
+    block: u32,
+    buffer: pg_sys::Buffer,
+}
+
+const RECENT_SLOTS: usize = 512;
+const EMPTY_SLOT: RecentSlot = RecentSlot { spc: 0, db: 0, rel: 0, block: 0, buffer: pg_sys::InvalidBuffer as pg_sys::Buffer };
+
+// SAFETY: a backend runs PostgreSQL code on one thread only.
+unsafe impl Sync for RecentBuffers {}
+
+static RECENT: RecentBuffers = RecentBuffers { slots: std::cell::UnsafeCell::new([EMPTY_SLOT; RECENT_SLOTS]) };
+
+impl RecentBuffers {
+    fn index(node: &pg_sys::RelFileNode, block: u32) -> usize {
+        let h = (u32::from(node.relNode) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (block as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+        (h >> 32) as usize % RECENT_SLOTS
+    }
+
+    unsafe fn lookup(&self, node: &pg_sys::RelFileNode, block: u32) -> Option<pg_sys::Buffer> {
+        let s = (*self.slots.get())[Self::index(node, block)];
+        (s.buffer != pg_sys::InvalidBuffer as pg_sys::Buffer && s.block == block && s.rel == u32::from(node.relNode) && s.db == u32::from(node.dbNode) && s.spc == u32::from(node.spcNode)).then_some(s.buffer)
+    }
+
+    unsafe fn remember(&self, node: &pg_sys::RelFileNode, block: u32, buffer: pg_sys::Buffer) {
+        (*self.slots.get())[Self::index(node, block)] = RecentSlot { spc: u32::from(node.spcNode), db: u32::from(node.dbNode), rel: u32::from(node.relNode), block, buffer };
+    }
 }
 
 /// A pinned and locked buffer; unlocked and unpinned on drop (also during
