@@ -25,7 +25,7 @@ unsafe fn pin(rel: pg_sys::Relation, blkno: u32, strategy: pg_sys::BufferAccessS
     // Temporary relations' local buffers take the usual way.
     let hinted = !relation_is_local(rel);
     if hinted {
-        if let Some(buf) = RECENT.lookup(&(*rel).rd_node, blkno) {
+        if let Some(buf) = RECENT.take_hint(&(*rel).rd_node, blkno) {
             if pg_sys::ReadRecentBuffer((*rel).rd_node, pg_sys::ForkNumber::MAIN_FORKNUM, blkno, buf) {
                 count_hit(rel);
                 return buf;
@@ -65,6 +65,12 @@ unsafe fn count_hit(rel: pg_sys::Relation) {
 /// (relation file, block) to buffer. Only a hint: `ReadRecentBuffer`
 /// verifies it, and a buffer that has since been given to another block
 /// just misses. Backend-local (each backend is one process and thread).
+///
+/// `ReadRecentBuffer` pins a buffer this backend does not pin already
+/// without raising its usage count (PinBuffer_Locked), which ReadBuffer
+/// raises on every pin: a block pinned only through hints would age in
+/// the clock sweep as if unused. So every `USAGE_EVERY`th pin of a
+/// remembered block takes ReadBufferExtended anyway.
 struct RecentBuffers {
     slots: std::cell::UnsafeCell<[RecentSlot; RECENT_SLOTS]>,
 }
@@ -76,10 +82,13 @@ struct RecentSlot {
     rel: u32,
     block: u32,
     buffer: pg_sys::Buffer,
+    /// Hints handed out since the block was last pinned the usual way.
+    hinted: u32,
 }
 
 const RECENT_SLOTS: usize = 512;
-const EMPTY_SLOT: RecentSlot = RecentSlot { spc: 0, db: 0, rel: 0, block: 0, buffer: pg_sys::InvalidBuffer as pg_sys::Buffer };
+const USAGE_EVERY: u32 = 4;
+const EMPTY_SLOT: RecentSlot = RecentSlot { spc: 0, db: 0, rel: 0, block: 0, buffer: pg_sys::InvalidBuffer as pg_sys::Buffer, hinted: 0 };
 
 // SAFETY: a backend runs PostgreSQL code on one thread only.
 unsafe impl Sync for RecentBuffers {}
@@ -92,13 +101,20 @@ impl RecentBuffers {
         (h >> 32) as usize % RECENT_SLOTS
     }
 
-    unsafe fn lookup(&self, node: &pg_sys::RelFileNode, block: u32) -> Option<pg_sys::Buffer> {
-        let s = (*self.slots.get())[Self::index(node, block)];
-        (s.buffer != pg_sys::InvalidBuffer as pg_sys::Buffer && s.block == block && s.rel == u32::from(node.relNode) && s.db == u32::from(node.dbNode) && s.spc == u32::from(node.spcNode)).then_some(s.buffer)
+    /// The buffer `block` was last found in, unless none is remembered or
+    /// this pin is one that must raise the usage count.
+    unsafe fn take_hint(&self, node: &pg_sys::RelFileNode, block: u32) -> Option<pg_sys::Buffer> {
+        let s = &mut (*self.slots.get())[Self::index(node, block)];
+        let same = s.buffer != pg_sys::InvalidBuffer as pg_sys::Buffer && s.block == block && s.rel == u32::from(node.relNode) && s.db == u32::from(node.dbNode) && s.spc == u32::from(node.spcNode);
+        if !same || s.hinted + 1 >= USAGE_EVERY {
+            return None;
+        }
+        s.hinted += 1;
+        Some(s.buffer)
     }
 
     unsafe fn remember(&self, node: &pg_sys::RelFileNode, block: u32, buffer: pg_sys::Buffer) {
-        (*self.slots.get())[Self::index(node, block)] = RecentSlot { spc: u32::from(node.spcNode), db: u32::from(node.dbNode), rel: u32::from(node.relNode), block, buffer };
+        (*self.slots.get())[Self::index(node, block)] = RecentSlot { spc: u32::from(node.spcNode), db: u32::from(node.dbNode), rel: u32::from(node.relNode), block, buffer, hinted: 0 };
     }
 }
 
