@@ -513,6 +513,29 @@ pub struct HasisFetch {
     pub mvcc_needed: bool,
 }
 
+/// hasis's column store (`colscan::ColumnStore`): index fetches and bitmap
+/// heap scans read the columns `colscan::fetch` finds the plan uses.
+pub struct HasisColumns;
+
+pub static COLUMN_STORE: HasisColumns = HasisColumns;
+
+impl super::colscan::ColumnStore for HasisColumns {
+    unsafe fn narrow_index_fetch(&self, fetch: *mut pg_sys::IndexFetchTableData, rechecked: pg_sys::IndexScanDesc, cols: super::colscan::FetchColumns) {
+        let f = &mut *(fetch as *mut HasisFetch);
+        f.wanted = cols.wanted;
+        f.wanted_recheck = cols.wanted_recheck;
+        f.index_scan = rechecked;
+        f.mvcc_needed = cols.mvcc_needed;
+    }
+
+    unsafe fn narrow_bitmap_scan(&self, scan: pg_sys::TableScanDesc, cols: super::colscan::FetchColumns) {
+        let st = state(scan);
+        st.wanted = cols.wanted;
+        st.wanted_recheck = cols.wanted_recheck;
+        st.mvcc_needed = cols.mvcc_needed;
+    }
+}
+
 pub unsafe fn fetch_begin(rel: pg_sys::Relation) -> *mut pg_sys::IndexFetchTableData {
     crate::require_preload();
     let f = Box::new(HasisFetch { base: pg_sys::IndexFetchTableData { rel }, meta: relation::cached_meta(rel), slot_schema: Default::default(), wanted: None, wanted_recheck: None, index_scan: std::ptr::null_mut(), mvcc_needed: true });

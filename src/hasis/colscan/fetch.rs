@@ -81,21 +81,20 @@ unsafe extern "C-unwind" fn executor_start(qd: *mut pg_sys::QueryDesc, eflags: i
     // hasis table (es_relations holds the tables the plan's nodes opened).
     let rels = (*estate).es_relations;
     let opened = |i: usize| *rels.add(i);
-    if rels.is_null() || !(0..(*estate).es_range_table_size as usize).any(|i| !opened(i).is_null() && crate::hasis::handler::is_hasis(opened(i))) {
+    if rels.is_null() || !(0..(*estate).es_range_table_size as usize).any(|i| !opened(i).is_null() && super::of(opened(i)).is_some()) {
         return;
     }
     let old = pg_sys::MemoryContextSwitchTo((*estate).es_query_cxt);
     walk((*qd).planstate, None, estate);
     // InitPlans and SubPlans: every output column is used (their parents'
     // expressions are not walked back to them here).
-    let subs = (*estate).es_subplanstates;
-    for i in 0..pg_sys::list_length(subs) {
-        walk(pg_sys::list_nth(subs, i) as *mut pg_sys::PlanState, None, estate);
+    for sub in list_nodes((*estate).es_subplanstates) {
+        walk(sub as *mut pg_sys::PlanState, None, estate);
     }
     pg_sys::MemoryContextSwitchTo(old);
 }
 
-use super::list_nodes;
+use super::{list_nodes, FetchColumns};
 
 /// The expressions of `plan`'s target entries that `used` names.
 unsafe fn used_targets(plan: *mut pg_sys::Plan, used: &Used) -> Vec<*mut pg_sys::Node> {
@@ -274,28 +273,13 @@ unsafe fn walk(ps: *mut pg_sys::PlanState, used: Used, estate: *mut pg_sys::ESta
     }
 }
 
-/// What a fetch of a scan node's plan reads of a version.
-struct FetchColumns {
-    /// The table columns its targets and quals read: `None` for every one
-    /// (nothing to gain).
-    wanted: Option<Vec<bool>>,
-    /// `wanted` and the columns of its recheck quals (the original index
-    /// quals), which the executor evaluates only on rows the index or the
-    /// bitmap marks as needing a recheck: the fetch of such a row reads
-    /// these (`scan::index_fetch_tuple`, `scan::bitmap_next_block`).
-    wanted_recheck: Option<Vec<bool>>,
-    /// Whether its MVCC system columns (xmin, xmax, cmin, cmax) are read.
-    mvcc_needed: bool,
-}
-
-/// The table columns a scan node of a hasis table reads: Vars of its range
-/// table entry in the target entries used above it, in its quals, and in
-/// `rechecks`. None for another table.
-unsafe fn scan_columns(ps: *mut pg_sys::ScanState, used: &Used, rechecks: &[*mut pg_sys::List]) -> Option<FetchColumns> {
+/// The column store of a scan node's table and the table columns the
+/// node reads: Vars of its range table entry in the target entries used
+/// above it, in its quals, and in `rechecks`. None for a table without a
+/// column store.
+unsafe fn scan_columns(ps: *mut pg_sys::ScanState, used: &Used, rechecks: &[*mut pg_sys::List]) -> Option<(&'static dyn super::ColumnStore, FetchColumns)> {
     let rel = (*ps).ss_currentRelation;
-    if rel.is_null() || !crate::hasis::handler::is_hasis(rel) {
-        return None;
-    }
+    let store = if rel.is_null() { None } else { super::of(rel) }?;
     let plan = (*ps).ps.plan;
     let scanrelid = (*(plan as *mut pg_sys::Scan)).scanrelid as i32;
     let natts = (*(*rel).rd_att).natts as usize;
@@ -324,7 +308,7 @@ unsafe fn scan_columns(ps: *mut pg_sys::ScanState, used: &Used, rechecks: &[*mut
     let all = attnos_in(set);
     let wanted_recheck = columns(&all);
     let mvcc_needed = reads_mvcc_columns(&all);
-    Some(FetchColumns { wanted, wanted_recheck, mvcc_needed })
+    Some((store, FetchColumns { wanted, wanted_recheck, mvcc_needed }))
 }
 
 /// Whether `attnos` name xmin, xmax, cmin or cmax (ctid and tableoid come
@@ -346,7 +330,7 @@ unsafe fn index_scan(node: *mut pg_sys::IndexScanState, used: &Used, estate: *mu
         return;
     }
     let is = plan as *mut pg_sys::IndexScan;
-    let Some(cols) = scan_columns(&mut (*node).ss, used, &[(*is).indexqualorig, (*is).indexorderbyorig]) else { return };
+    let Some((store, cols)) = scan_columns(&mut (*node).ss, used, &[(*is).indexqualorig, (*is).indexorderbyorig]) else { return };
     if cols.wanted.is_none() && cols.mvcc_needed {
         return;
     }
@@ -357,11 +341,7 @@ unsafe fn index_scan(node: *mut pg_sys::IndexScanState, used: &Used, estate: *mu
     if (*node).iss_NumRuntimeKeys == 0 || (*node).iss_RuntimeKeysReady {
         pg_sys::index_rescan(scan, (*node).iss_ScanKeys, (*node).iss_NumScanKeys, (*node).iss_OrderByKeys, (*node).iss_NumOrderByKeys);
     }
-    let fetch = (*scan).xs_heapfetch as *mut crate::hasis::scan::HasisFetch;
-    (*fetch).wanted = cols.wanted;
-    (*fetch).wanted_recheck = cols.wanted_recheck;
-    (*fetch).index_scan = scan;
-    (*fetch).mvcc_needed = cols.mvcc_needed;
+    store.narrow_index_fetch((*scan).xs_heapfetch, scan, cols);
 }
 
 /// An index-only scan fetches from the table only to check visibility
@@ -370,9 +350,10 @@ unsafe fn index_scan(node: *mut pg_sys::IndexScanState, used: &Used, estate: *mu
 unsafe fn index_only_scan(node: *mut pg_sys::IndexOnlyScanState, estate: *mut pg_sys::EState) {
     let plan = (*node).ss.ps.plan;
     let rel = (*node).ss.ss_currentRelation;
-    if (*plan).parallel_aware || !(*node).ioss_ScanDesc.is_null() || (*node).ioss_RelationDesc.is_null() || rel.is_null() || !crate::hasis::handler::is_hasis(rel) {
+    if (*plan).parallel_aware || !(*node).ioss_ScanDesc.is_null() || (*node).ioss_RelationDesc.is_null() || rel.is_null() {
         return;
     }
+    let Some(store) = super::of(rel) else { return };
     // What IndexOnlyNext does on its first call (nodeIndexonlyscan.c).
     let scan = pg_sys::index_beginscan(rel, (*node).ioss_RelationDesc, (*estate).es_snapshot, (*node).ioss_NumScanKeys, (*node).ioss_NumOrderByKeys);
     (*node).ioss_ScanDesc = scan;
@@ -382,9 +363,8 @@ unsafe fn index_only_scan(node: *mut pg_sys::IndexOnlyScanState, estate: *mut pg
         pg_sys::index_rescan(scan, (*node).ioss_ScanKeys, (*node).ioss_NumScanKeys, (*node).ioss_OrderByKeys, (*node).ioss_NumOrderByKeys);
     }
     let natts = (*(*rel).rd_att).natts as usize;
-    let fetch = (*scan).xs_heapfetch as *mut crate::hasis::scan::HasisFetch;
-    (*fetch).wanted = Some(vec![false; natts]);
-    (*fetch).mvcc_needed = false;
+    let cols = super::FetchColumns { wanted: Some(vec![false; natts]), wanted_recheck: None, mvcc_needed: false };
+    store.narrow_index_fetch((*scan).xs_heapfetch, std::ptr::null_mut(), cols);
 }
 
 unsafe fn bitmap_heap_scan(node: *mut pg_sys::BitmapHeapScanState, used: &Used) {
@@ -394,9 +374,6 @@ unsafe fn bitmap_heap_scan(node: *mut pg_sys::BitmapHeapScanState, used: &Used) 
         return;
     }
     let bh = plan as *mut pg_sys::BitmapHeapScan;
-    let Some(cols) = scan_columns(&mut (*node).ss, used, &[(*bh).bitmapqualorig]) else { return };
-    let st = crate::hasis::scan::state(desc);
-    st.wanted = cols.wanted;
-    st.wanted_recheck = cols.wanted_recheck;
-    st.mvcc_needed = cols.mvcc_needed;
+    let Some((store, cols)) = scan_columns(&mut (*node).ss, used, &[(*bh).bitmapqualorig]) else { return };
+    store.narrow_bitmap_scan(desc, cols);
 }

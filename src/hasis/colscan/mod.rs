@@ -25,6 +25,9 @@
 //! | `fetch.rs` | column-aware index and bitmap heap fetches: an `ExecutorStart` hook tells them the columns the plan uses |
 //! | `cost.rs` | index and bitmap heap paths recosted for the blocks a fetch touches |
 //!
+//! The hooks find a table's storage through `ColumnStore` (`of`), which
+//! hasis's scan module implements, not by asking which AM the table is.
+//!
 //! `pg_hybrid.enable_hasis_column_scan` (on) turns the path off, as
 //! `enable_seqscan` does for PostgreSQL's; `pg_hybrid.enable_hasis_column_fetch`
 //! (on) makes fetches read every column again; `pg_hybrid.hasis_fetch_costing`
@@ -49,6 +52,44 @@ pub(crate) unsafe fn list_nodes(list: *mut pg_sys::List) -> Vec<*mut pg_sys::Nod
     }
     let cells = std::slice::from_raw_parts((*list).elements, (*list).length.max(0) as usize);
     cells.iter().map(|c| c.ptr_value as *mut pg_sys::Node).collect()
+}
+
+/// What a fetch of a scan node's plan reads of a version (`fetch.rs`
+/// works it out).
+pub struct FetchColumns {
+    /// The table columns its targets and quals read: `None` for every one
+    /// (nothing to gain).
+    pub wanted: Option<Vec<bool>>,
+    /// `wanted` and the columns of its recheck quals (the original index
+    /// quals), which the executor evaluates only on rows the index or the
+    /// bitmap marks as needing a recheck: the fetch of such a row reads
+    /// these (`scan::index_fetch_tuple`, `scan::bitmap_next_block`).
+    pub wanted_recheck: Option<Vec<bool>>,
+    /// Whether its MVCC system columns (xmin, xmax, cmin, cmax) are read.
+    pub mvcc_needed: bool,
+}
+
+/// What a table access method whose fetches can read some columns only
+/// gives the fetch hook (`fetch.rs`) and the column scan's planner hook
+/// (`path.rs`). They do not ask which AM a table is: `of` gives the
+/// table's implementation, or None where its fetches read whole rows.
+pub trait ColumnStore: Sync {
+    /// Narrows the fetch descriptor the AM's `index_fetch_begin` made
+    /// (an index scan's `xs_heapfetch`) to `cols`; `rechecked` is the index
+    /// scan whose `xs_recheck` says when a row needs the recheck columns
+    /// (null: none does).
+    unsafe fn narrow_index_fetch(&self, fetch: *mut pg_sys::IndexFetchTableData, rechecked: pg_sys::IndexScanDesc, cols: FetchColumns);
+    /// Narrows a bitmap heap scan the AM's `scan_begin` made to `cols`.
+    unsafe fn narrow_bitmap_scan(&self, scan: pg_sys::TableScanDesc, cols: FetchColumns);
+}
+
+/// The table access methods with column stores: their routines and
+/// implementations.
+static STORES: [(&pg_sys::TableAmRoutine, &dyn ColumnStore); 1] = [(&super::handler::ROUTINE, &super::scan::COLUMN_STORE)];
+
+/// The column store of `rel`'s table access method, if it has one.
+pub unsafe fn of(rel: pg_sys::Relation) -> Option<&'static dyn ColumnStore> {
+    STORES.iter().find(|(routine, _)| std::ptr::eq((*rel).rd_tableam, *routine)).map(|&(_, store)| store)
 }
 
 pub static ENABLE: GucSetting<bool> = GucSetting::<bool>::new(true);

@@ -60,7 +60,6 @@ unsafe fn needed_columns(nodes: &[*mut pg_sys::Node], rti: u32, natts: i32) -> O
     Some(cols)
 }
 
-
 /// The restriction clauses of a RestrictInfo list, pseudoconstants aside.
 unsafe fn clauses_of(rinfos: *mut pg_sys::List) -> Vec<*mut pg_sys::Node> {
     super::list_nodes(rinfos)
@@ -118,7 +117,7 @@ unsafe extern "C-unwind" fn set_rel_pathlist(root: *mut pg_sys::PlannerInfo, rel
     }
     let desc = (*relation).rd_att;
     let natts = (*desc).natts;
-    let consider = super::super::handler::is_hasis(relation)
+    let consider = super::of(relation).is_some()
         && !pg_sys::bms_is_member(rti as i32, (*root).all_result_relids)
         && (*(*root).parse).resultRelation as u32 != rti
         && !has_row_mark(root, rti);
