@@ -214,13 +214,22 @@ pub unsafe fn form(rel: pg_sys::Relation, row: &Row, m: &Mvcc, tid: Tid) -> pg_s
             nulls[i] = false;
         }
     }
-    form_datums(rel, &mut values, &mut nulls, row.values.len(), m, tid)
+    fill_missing(desc, &mut values, &mut nulls, row.values.len());
+    stamped(rel, pg_sys::heap_form_tuple(desc, values.as_mut_ptr(), nulls.as_mut_ptr()), m, tid)
 }
 
 /// `form` of a stored payload (`natts` values), read in place: no `Row`
 /// of copied values in between. `blk` names the block in a format error.
 pub unsafe fn form_payload(rel: pg_sys::Relation, schema: &Schema, natts: u16, payload: &[u8], m: &Mvcc, tid: Tid, blk: u32) -> pg_sys::HeapTuple {
     let desc = (*rel).rd_att;
+    let (mut values, mut nulls) = payload_datums(rel, desc, schema, natts, payload, blk);
+    stamped(rel, pg_sys::heap_form_tuple(desc, values.as_mut_ptr(), nulls.as_mut_ptr()), m, tid)
+}
+
+/// The datums of a stored payload's `natts` values under `desc` (pointing
+/// into `payload`), the later columns (added after the row was written)
+/// taking their missing values. `blk` names the block in a format error.
+unsafe fn payload_datums(rel: pg_sys::Relation, desc: pg_sys::TupleDesc, schema: &Schema, natts: u16, payload: &[u8], blk: u32) -> (Vec<pg_sys::Datum>, Vec<bool>) {
     let n = (*desc).natts as usize;
     let atts = attrs(desc);
     let mut values = vec![pg_sys::Datum::from(0usize); n];
@@ -234,19 +243,22 @@ pub unsafe fn form_payload(rel: pg_sys::Relation, schema: &Schema, natts: u16, p
     if let Err(e) = decoded {
         super::format_error(rel, blk, e);
     }
-    form_datums(rel, &mut values, &mut nulls, natts as usize, m, tid)
+    fill_missing(desc, &mut values, &mut nulls, natts as usize);
+    (values, nulls)
 }
 
-/// The heap tuple of the first `stored` columns' datums, the later columns
-/// (added after the row was written) taking their missing values.
-unsafe fn form_datums(rel: pg_sys::Relation, values: &mut [pg_sys::Datum], nulls: &mut [bool], stored: usize, m: &Mvcc, tid: Tid) -> pg_sys::HeapTuple {
-    let desc = (*rel).rd_att;
+/// Columns from `stored` on (added after the row was written) take their
+/// missing values (ADD COLUMN ... DEFAULT).
+unsafe fn fill_missing(desc: pg_sys::TupleDesc, values: &mut [pg_sys::Datum], nulls: &mut [bool], stored: usize) {
     for i in stored..values.len() {
         let mut isnull = true;
         values[i] = pg_sys::getmissingattr(desc, i as i32 + 1, &mut isnull);
         nulls[i] = isnull;
     }
-    let tup = pg_sys::heap_form_tuple(desc, values.as_mut_ptr(), nulls.as_mut_ptr());
+}
+
+/// `tup` with the version's MVCC fields, TID and table.
+unsafe fn stamped(rel: pg_sys::Relation, tup: pg_sys::HeapTuple, m: &Mvcc, tid: Tid) -> pg_sys::HeapTuple {
     write_header((*tup).t_data as *mut u8, m);
     (*tup).t_self = to_item_pointer(tid);
     (*tup).t_tableOid = (*rel).rd_id;
@@ -297,22 +309,7 @@ pub unsafe fn store_columns(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTable
     let desc = (*slot).tts_tupleDescriptor;
     let n = (*desc).natts as usize;
     let atts = attrs(desc);
-    let mut values = vec![pg_sys::Datum::from(0usize); n];
-    let mut nulls = vec![true; n];
-    let decoded = payload_values(cache.of(desc), natts as usize, payload, |i, v| {
-        if let Some(b) = v {
-            values[i] = bytes_datum(&atts[i], b);
-            nulls[i] = false;
-        }
-    });
-    if let Err(e) = decoded {
-        super::format_error(rel, tid.block, e);
-    }
-    for (i, null) in nulls.iter_mut().enumerate().skip(natts as usize) {
-        let mut isnull = true;
-        values[i] = pg_sys::getmissingattr(desc, i as i32 + 1, &mut isnull);
-        *null = isnull;
-    }
+    let (mut values, mut nulls) = payload_datums(rel, desc, cache.of(desc), natts, payload, tid.block);
     let mut stand_ins: Vec<Vec<u64>> = Vec::new();
     if let Some(w) = wanted {
         for i in 0..n.min(natts as usize) {
@@ -339,10 +336,7 @@ pub unsafe fn store_columns(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTable
     pg_sys::CurrentMemoryContext = (*slot).tts_mcxt;
     let tup = pg_sys::heap_form_tuple(desc, values.as_mut_ptr(), nulls.as_mut_ptr());
     pg_sys::CurrentMemoryContext = old;
-    write_header((*tup).t_data as *mut u8, m);
-    (*tup).t_self = to_item_pointer(tid);
-    (*tup).t_tableOid = (*rel).rd_id;
-    pg_sys::ExecStoreHeapTuple(tup, slot, true);
+    pg_sys::ExecStoreHeapTuple(stamped(rel, tup, m, tid), slot, true);
     (*slot).tts_tableOid = (*rel).rd_id;
 }
 
