@@ -100,7 +100,6 @@ unsafe extern "C-unwind" fn index_fetch_reset(_s: *mut pg_sys::IndexFetchTableDa
 #[pg_guard]
 unsafe extern "C-unwind" fn index_fetch_end(s: *mut pg_sys::IndexFetchTableData) {
     crate::require_preload();
-    crate::require_preload();
     scan::fetch_end(s)
 }
 

@@ -15,7 +15,7 @@ use pg_hybrid_core::tid::Tid;
 use super::relation::{self, Lookup, Meta, Select};
 use super::tuple;
 use super::visibility::*;
-use crate::storage::buffer::{nblocks, Lock};
+use crate::storage::buffer::{nblocks, KeptPins, Lock};
 
 /// A version a scan will return.
 pub struct Pending {
@@ -66,6 +66,12 @@ pub struct ScanState {
     /// (xmin, xmax, cmin, cmax) of the table; when not, rows of all-visible
     /// parts are fetched without their row headers (`frozen_column_row`).
     pub mvcc_needed: bool,
+    /// Bitmap heap scans: pins kept on blocks of the extent read last
+    /// (`kept_extent`), as index fetches keep them (`HasisFetch::kept`):
+    /// the rows of a bitmap page read the same column blocks, and the
+    /// pages of one extent its header block.
+    kept: KeptPins,
+    kept_extent: Option<u32>,
 }
 
 impl ScanState {
@@ -131,6 +137,8 @@ pub unsafe fn begin(
         wanted_recheck: None,
         page_recheck: false,
         mvcc_needed: true,
+        kept: KeptPins::new(rel, FETCH_KEPT_PINS),
+        kept_extent: None,
     };
     (*scan).state = Box::into_raw(Box::new(st));
     // A sequential scan of a serializable transaction locks the relation
@@ -333,7 +341,26 @@ pub unsafe fn bitmap_next_block(scan: pg_sys::TableScanDesc, tbmres: *mut pg_sys
     st.pos = 0;
     let blk = (*tbmres).blockno;
     let Some(meta) = st.meta else { return false };
-    let Some(ext) = relation::ExtentRead::of(rel, &meta, Tid::new(blk, 1)) else { return false };
+    // Pins are kept for a page of several rows, and for the next page of
+    // the same extent.
+    let extent = meta.extent_of(blk);
+    if extent != st.kept_extent {
+        st.kept.release();
+        st.kept_extent = extent;
+    }
+    if (*tbmres).ntuples == 1 && st.kept.is_empty() {
+        return load_bitmap_block(rel, st, &meta, tbmres, snapshot);
+    }
+    let mut kept = std::mem::replace(&mut st.kept, KeptPins::new(rel, 0));
+    let found = kept.scope(|| load_bitmap_block(rel, st, &meta, tbmres, snapshot));
+    st.kept = kept;
+    found
+}
+
+/// The visible versions of bitmap page `tbmres` into `st.pending`.
+unsafe fn load_bitmap_block(rel: pg_sys::Relation, st: &mut ScanState, meta: &Meta, tbmres: *mut pg_sys::TBMIterateResult, snapshot: pg_sys::Snapshot) -> bool {
+    let blk = (*tbmres).blockno;
+    let Some(ext) = relation::ExtentRead::of(rel, meta, Tid::new(blk, 1)) else { return false };
     let offsets: Vec<u16> = if (*tbmres).ntuples >= 0 {
         (*tbmres).offsets.as_slice((*tbmres).ntuples as usize).to_vec()
     } else {
@@ -511,7 +538,19 @@ pub struct HasisFetch {
     /// Without them, a row of an all-visible column part is fetched under
     /// an MVCC snapshot without reading its row header.
     pub mvcc_needed: bool,
+    /// Pins on blocks of the extent fetched from last (`kept_extent`):
+    /// consecutive index entries often name rows of one extent (a range,
+    /// rows inserted together), whose header and column blocks are then
+    /// pinned again without a buffer mapping lookup. Pins are kept from the
+    /// second fetch in a row from one extent on: for entries in random
+    /// order, keeping them would only cost.
+    kept: KeptPins,
+    kept_extent: Option<u32>,
 }
+
+/// How many of an extent's blocks an index fetch keeps pinned: the header
+/// block, a directory block and the column or delta blocks a row needs.
+const FETCH_KEPT_PINS: usize = 4;
 
 /// hasis's column store (`colscan::ColumnStore`): index fetches and bitmap
 /// heap scans read the columns `colscan::fetch` finds the plan uses.
@@ -538,7 +577,17 @@ impl super::colscan::ColumnStore for HasisColumns {
 
 pub unsafe fn fetch_begin(rel: pg_sys::Relation) -> *mut pg_sys::IndexFetchTableData {
     crate::require_preload();
-    let f = Box::new(HasisFetch { base: pg_sys::IndexFetchTableData { rel }, meta: relation::cached_meta(rel), slot_schema: Default::default(), wanted: None, wanted_recheck: None, index_scan: std::ptr::null_mut(), mvcc_needed: true });
+    let f = Box::new(HasisFetch {
+        base: pg_sys::IndexFetchTableData { rel },
+        meta: relation::cached_meta(rel),
+        slot_schema: Default::default(),
+        wanted: None,
+        wanted_recheck: None,
+        index_scan: std::ptr::null_mut(),
+        mvcc_needed: true,
+        kept: KeptPins::new(rel, FETCH_KEPT_PINS),
+        kept_extent: None,
+    });
     Box::into_raw(f) as *mut pg_sys::IndexFetchTableData
 }
 
@@ -851,8 +900,22 @@ pub unsafe fn index_fetch_tuple(
     let mut dead = true;
     let recheck = !f.index_scan.is_null() && (*f.index_scan).xs_recheck;
     let wanted = if recheck { f.wanted_recheck.as_deref() } else { f.wanted.as_deref() };
-    let found = match meta_covering(rel, &mut f.meta, t).and_then(|m| relation::ExtentRead::of(rel, &m, t)) {
-        Some(ext) => hot_search(rel, &ext, &mut f.slot_schema, wanted, f.mvcc_needed, &mut t, snapshot, slot, first_call, &mut dead),
+    let found = match meta_covering(rel, &mut f.meta, t) {
+        Some(m) => {
+            let extent = m.extent_of(t.block);
+            let (slot_schema, mvcc_needed) = (&mut f.slot_schema, f.mvcc_needed);
+            let mut search = || match relation::ExtentRead::of(rel, &m, t) {
+                Some(ext) => hot_search(rel, &ext, slot_schema, wanted, mvcc_needed, &mut t, snapshot, slot, first_call, &mut dead),
+                None => false,
+            };
+            if extent.is_some() && extent == f.kept_extent {
+                f.kept.scope(search)
+            } else {
+                f.kept.release();
+                f.kept_extent = extent;
+                search()
+            }
+        }
         None => false,
     };
     if found {

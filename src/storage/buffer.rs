@@ -11,9 +11,101 @@ pub enum Lock {
     Cleanup,
 }
 
-/// Pins block `blkno` of the main fork (no content lock).
+/// Pins block `blkno` of the main fork (no content lock): through the
+/// pins a `KeptPins::scope` keeps when it holds one on the block, else from
+/// the buffer manager (and then kept by that scope if it has room).
 unsafe fn pin(rel: pg_sys::Relation, blkno: u32, strategy: pg_sys::BufferAccessStrategy) -> pg_sys::Buffer {
-    pg_sys::ReadBufferExtended(rel, pg_sys::ForkNumber::MAIN_FORKNUM, blkno, pg_sys::ReadBufferMode::RBM_NORMAL, strategy)
+    let kept = KEPT.with(|k| k.get());
+    if let Some(kept) = kept.as_mut() {
+        if let Some(buf) = kept.repin(rel, blkno) {
+            return buf;
+        }
+    }
+    let buf = pg_sys::ReadBufferExtended(rel, pg_sys::ForkNumber::MAIN_FORKNUM, blkno, pg_sys::ReadBufferMode::RBM_NORMAL, strategy);
+    if let Some(kept) = kept.as_mut() {
+        kept.remember(rel, blkno, buf);
+    }
+    buf
+}
+
+thread_local! {
+    /// The `KeptPins` of the scope running now (null: none).
+    static KEPT: std::cell::Cell<*mut KeptPins> = const { std::cell::Cell::new(std::ptr::null_mut()) };
+}
+
+/// Pins a reader keeps between its calls, as heap's index fetch keeps the
+/// buffer of the tuple it returned last (`xs_cbuf`): the next fetch from a
+/// kept block takes another pin on the buffer it already holds
+/// (IncrBufferRefCount, a backend-local count) instead of looking the
+/// block up in the buffer mapping table. Only blocks of one relation,
+/// only a few (`cap`): PostgreSQL tracks a backend's first 8 pinned
+/// buffers in an array and the rest in a slower hash table.
+///
+/// A kept pin is an ordinary pin of the resource owner current when it was
+/// taken; like heap's `xs_cbuf`, it is released when the holder is done
+/// (`release`, or on drop), or by the resource owner at abort (then the
+/// holder is abandoned with the executor state that owns it).
+pub struct KeptPins {
+    rel: pg_sys::Relation,
+    pins: Vec<(u32, pg_sys::Buffer)>,
+    cap: usize,
+}
+
+impl KeptPins {
+    pub fn new(rel: pg_sys::Relation, cap: usize) -> KeptPins {
+        KeptPins { rel, pins: Vec::new(), cap }
+    }
+
+    /// Another pin on `blkno` if this holds one.
+    unsafe fn repin(&self, rel: pg_sys::Relation, blkno: u32) -> Option<pg_sys::Buffer> {
+        if !std::ptr::eq(rel, self.rel) {
+            return None;
+        }
+        let &(_, buf) = self.pins.iter().find(|&&(b, _)| b == blkno)?;
+        pg_sys::IncrBufferRefCount(buf);
+        Some(buf)
+    }
+
+    /// Keeps a pin of its own on `buf` (block `blkno`, just pinned) if there
+    /// is room.
+    unsafe fn remember(&mut self, rel: pg_sys::Relation, blkno: u32, buf: pg_sys::Buffer) {
+        if std::ptr::eq(rel, self.rel) && self.pins.len() < self.cap {
+            pg_sys::IncrBufferRefCount(buf);
+            self.pins.push((blkno, buf));
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pins.is_empty()
+    }
+
+    pub unsafe fn release(&mut self) {
+        for (_, buf) in self.pins.drain(..) {
+            pg_sys::ReleaseBuffer(buf);
+        }
+    }
+
+    /// Runs `f` with this backend's reads of this relation's blocks going
+    /// through these pins (and keeping new ones while there is room).
+    pub unsafe fn scope<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        struct Restore(*mut KeptPins);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                KEPT.with(|k| k.set(self.0));
+            }
+        }
+        let _restore = Restore(KEPT.with(|k| k.replace(self as *mut KeptPins)));
+        f()
+    }
+}
+
+impl Drop for KeptPins {
+    fn drop(&mut self) {
+        // On ERROR the resource owner releases the pins.
+        if !std::thread::panicking() {
+            unsafe { self.release() };
+        }
+    }
 }
 
 /// A pinned and locked buffer; unlocked and unpinned on drop (also during
