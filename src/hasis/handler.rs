@@ -253,7 +253,6 @@ unsafe extern "C-unwind" fn tuple_update(
     update_indexes: *mut bool,
 ) -> pg_sys::TM_Result::Type {
     crate::require_preload();
-    crate::require_preload();
     dml::update(rel, from_item_pointer(&*otid), slot, cid, crosscheck, wait, tmfd, lockmode, update_indexes)
 }
 
@@ -284,7 +283,6 @@ unsafe extern "C-unwind" fn relation_set_new_filenode(
     freeze_xid: *mut pg_sys::TransactionId,
     minmulti: *mut pg_sys::MultiXactId,
 ) {
-    crate::require_preload();
     crate::require_preload();
     ddl::set_new_filenode(rel, newrnode, persistence, freeze_xid, minmulti)
 }

@@ -341,15 +341,12 @@ pub unsafe fn bitmap_next_block(scan: pg_sys::TableScanDesc, tbmres: *mut pg_sys
     st.pos = 0;
     let blk = (*tbmres).blockno;
     let Some(meta) = st.meta else { return false };
-    // Pins are kept for a page of several rows, and for the next page of
-    // the same extent.
+    // Pins are kept for the rows of a page, and for the next page of the
+    // same extent.
     let extent = meta.extent_of(blk);
     if extent != st.kept_extent {
         st.kept.release();
         st.kept_extent = extent;
-    }
-    if (*tbmres).ntuples == 1 && st.kept.is_empty() {
-        return load_bitmap_block(rel, st, &meta, tbmres, snapshot);
     }
     let mut kept = std::mem::replace(&mut st.kept, KeptPins::new(rel, 0));
     let found = kept.scope(|| load_bitmap_block(rel, st, &meta, tbmres, snapshot));
@@ -541,9 +538,7 @@ pub struct HasisFetch {
     /// Pins on blocks of the extent fetched from last (`kept_extent`):
     /// consecutive index entries often name rows of one extent (a range,
     /// rows inserted together), whose header and column blocks are then
-    /// pinned again without a buffer mapping lookup. Pins are kept from the
-    /// second fetch in a row from one extent on: for entries in random
-    /// order, keeping them would only cost.
+    /// pinned again without a buffer mapping lookup.
     kept: KeptPins,
     kept_extent: Option<u32>,
 }
@@ -904,17 +899,15 @@ pub unsafe fn index_fetch_tuple(
         Some(m) => {
             let extent = m.extent_of(t.block);
             let (slot_schema, mvcc_needed) = (&mut f.slot_schema, f.mvcc_needed);
-            let mut search = || match relation::ExtentRead::of(rel, &m, t) {
+            let search = || match relation::ExtentRead::of(rel, &m, t) {
                 Some(ext) => hot_search(rel, &ext, slot_schema, wanted, mvcc_needed, &mut t, snapshot, slot, first_call, &mut dead),
                 None => false,
             };
-            if extent.is_some() && extent == f.kept_extent {
-                f.kept.scope(search)
-            } else {
+            if extent != f.kept_extent {
                 f.kept.release();
                 f.kept_extent = extent;
-                search()
             }
+            f.kept.scope(search)
         }
         None => false,
     };

@@ -11,21 +11,28 @@ pub enum Lock {
     Cleanup,
 }
 
-/// Pins block `blkno` of the main fork (no content lock): through the
-/// pins a `KeptPins::scope` keeps when it holds one on the block, else from
-/// the buffer manager (and then kept by that scope if it has room).
-unsafe fn pin(rel: pg_sys::Relation, blkno: u32, strategy: pg_sys::BufferAccessStrategy) -> pg_sys::Buffer {
+/// A pin just taken, and the `KeptPins` it goes back to when its `Buf` is
+/// done with it (null: none).
+struct Pinned {
+    buf: pg_sys::Buffer,
+    home: *mut KeptPins,
+    blkno: u32,
+}
+
+/// Pins block `blkno` of the main fork (no content lock): one the running
+/// `KeptPins::scope` holds on the block if there is one (moved out of it,
+/// and back when the `Buf` is dropped), else from the buffer manager.
+unsafe fn pin(rel: pg_sys::Relation, blkno: u32, strategy: pg_sys::BufferAccessStrategy) -> Pinned {
     let kept = KEPT.with(|k| k.get());
-    if let Some(kept) = kept.as_mut() {
-        if let Some(buf) = kept.repin(rel, blkno) {
-            return buf;
-        }
+    if let Some(k) = kept.as_mut().filter(|k| k.serves(rel)) {
+        let buf = match k.take(blkno) {
+            Some(buf) => buf,
+            None => pg_sys::ReadBufferExtended(rel, pg_sys::ForkNumber::MAIN_FORKNUM, blkno, pg_sys::ReadBufferMode::RBM_NORMAL, strategy),
+        };
+        return Pinned { buf, home: kept, blkno };
     }
     let buf = pg_sys::ReadBufferExtended(rel, pg_sys::ForkNumber::MAIN_FORKNUM, blkno, pg_sys::ReadBufferMode::RBM_NORMAL, strategy);
-    if let Some(kept) = kept.as_mut() {
-        kept.remember(rel, blkno, buf);
-    }
-    buf
+    Pinned { buf, home: std::ptr::null_mut(), blkno }
 }
 
 thread_local! {
@@ -34,44 +41,57 @@ thread_local! {
 }
 
 /// Pins a reader keeps between its calls, as heap's index fetch keeps the
-/// buffer of the tuple it returned last (`xs_cbuf`): the next fetch from a
-/// kept block takes another pin on the buffer it already holds
-/// (IncrBufferRefCount, a backend-local count) instead of looking the
-/// block up in the buffer mapping table. Only blocks of one relation,
+/// buffer of the tuple it returned last (`xs_cbuf`). Inside `scope`, a
+/// `Buf` of the relation gives its pin back here when dropped instead of
+/// releasing it, and the next read of that block takes it from here
+/// instead of looking the block up in the buffer mapping table: the same
+/// pins and releases as without, only later. Only blocks of one relation,
 /// only a few (`cap`): PostgreSQL tracks a backend's first 8 pinned
 /// buffers in an array and the rest in a slower hash table.
 ///
 /// A kept pin is an ordinary pin of the resource owner current when it was
-/// taken; like heap's `xs_cbuf`, it is released when the holder is done
+/// taken; pins move in and out only while that owner is current (a
+/// subtransaction's owner would release them at its end, or not know them
+/// when they are released). They are released when the holder is done
 /// (`release`, or on drop), or by the resource owner at abort (then the
 /// holder is abandoned with the executor state that owns it).
 pub struct KeptPins {
     rel: pg_sys::Relation,
+    owner: pg_sys::ResourceOwner,
     pins: Vec<(u32, pg_sys::Buffer)>,
     cap: usize,
 }
 
 impl KeptPins {
     pub fn new(rel: pg_sys::Relation, cap: usize) -> KeptPins {
-        KeptPins { rel, pins: Vec::new(), cap }
+        KeptPins { rel, owner: std::ptr::null_mut(), pins: Vec::new(), cap }
     }
 
-    /// Another pin on `blkno` if this holds one.
-    unsafe fn repin(&self, rel: pg_sys::Relation, blkno: u32) -> Option<pg_sys::Buffer> {
-        if !std::ptr::eq(rel, self.rel) {
-            return None;
+    pub fn rel(&self) -> pg_sys::Relation {
+        self.rel
+    }
+
+    /// Whether reads of `rel` go through these pins now.
+    unsafe fn serves(&self, rel: pg_sys::Relation) -> bool {
+        std::ptr::eq(rel, self.rel) && (self.pins.is_empty() || self.owner == pg_sys::CurrentResourceOwner)
+    }
+
+    /// The pin on `blkno`, if this holds one (it leaves this).
+    fn take(&mut self, blkno: u32) -> Option<pg_sys::Buffer> {
+        let i = self.pins.iter().position(|&(b, _)| b == blkno)?;
+        Some(self.pins.swap_remove(i).1)
+    }
+
+    /// Takes back the pin on `buf` (block `blkno`) if there is room and it
+    /// holds none on the block yet; releases it otherwise.
+    unsafe fn give_back(&mut self, blkno: u32, buf: pg_sys::Buffer) {
+        if self.pins.is_empty() {
+            self.owner = pg_sys::CurrentResourceOwner;
         }
-        let &(_, buf) = self.pins.iter().find(|&&(b, _)| b == blkno)?;
-        pg_sys::IncrBufferRefCount(buf);
-        Some(buf)
-    }
-
-    /// Keeps a pin of its own on `buf` (block `blkno`, just pinned) if there
-    /// is room.
-    unsafe fn remember(&mut self, rel: pg_sys::Relation, blkno: u32, buf: pg_sys::Buffer) {
-        if std::ptr::eq(rel, self.rel) && self.pins.len() < self.cap {
-            pg_sys::IncrBufferRefCount(buf);
+        if self.pins.len() < self.cap && self.owner == pg_sys::CurrentResourceOwner && !self.pins.iter().any(|&(b, _)| b == blkno) {
             self.pins.push((blkno, buf));
+        } else {
+            pg_sys::ReleaseBuffer(buf);
         }
     }
 
@@ -88,6 +108,9 @@ impl KeptPins {
     /// Runs `f` with this backend's reads of this relation's blocks going
     /// through these pins (and keeping new ones while there is room).
     pub unsafe fn scope<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        if KEPT.with(|k| k.get()) == self as *mut KeptPins {
+            return f();
+        }
         struct Restore(*mut KeptPins);
         impl Drop for Restore {
             fn drop(&mut self) {
@@ -113,29 +136,40 @@ impl Drop for KeptPins {
 pub struct Buf {
     buf: pg_sys::Buffer,
     locked: bool,
+    /// Where the pin goes on drop: the `KeptPins` it came from or was
+    /// read for (if its scope still runs), else released.
+    home: *mut KeptPins,
+    blkno: u32,
 }
 
 impl Buf {
     pub unsafe fn read(rel: pg_sys::Relation, blkno: u32, lock: Lock) -> Buf {
-        Self::lock_new(pin(rel, blkno, std::ptr::null_mut()), lock)
+        Self::lock_pinned(pin(rel, blkno, std::ptr::null_mut()), lock)
     }
 
     /// `read`, exclusively locked, only if no other backend holds the
     /// buffer's content lock (ConditionalLockBuffer): for a caller that
     /// holds a heavyweight lock whose waiters may hold this buffer locked.
     pub unsafe fn try_read_exclusive(rel: pg_sys::Relation, blkno: u32) -> Option<Buf> {
-        let buf = pin(rel, blkno, std::ptr::null_mut());
-        if pg_sys::ConditionalLockBuffer(buf) {
-            Some(Buf { buf, locked: true })
+        let p = pin(rel, blkno, std::ptr::null_mut());
+        if pg_sys::ConditionalLockBuffer(p.buf) {
+            Some(Buf { buf: p.buf, locked: true, home: p.home, blkno })
         } else {
-            pg_sys::ReleaseBuffer(buf);
+            pg_sys::ReleaseBuffer(p.buf);
             None
         }
     }
 
     /// `read` through a buffer access strategy (a ring for large scans).
     pub unsafe fn read_with(rel: pg_sys::Relation, blkno: u32, lock: Lock, strategy: pg_sys::BufferAccessStrategy) -> Buf {
-        Self::lock_new(pin(rel, blkno, strategy), lock)
+        Self::lock_pinned(pin(rel, blkno, strategy), lock)
+    }
+
+    unsafe fn lock_pinned(p: Pinned, lock: Lock) -> Buf {
+        let mut b = Self::lock_new(p.buf, lock);
+        b.home = p.home;
+        b.blkno = p.blkno;
+        b
     }
 
     pub unsafe fn lock_new(buf: pg_sys::Buffer, lock: Lock) -> Buf {
@@ -144,7 +178,7 @@ impl Buf {
             Lock::Exclusive => pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_EXCLUSIVE as i32),
             Lock::Cleanup => pg_sys::LockBufferForCleanup(buf),
         }
-        Buf { buf, locked: true }
+        Buf { buf, locked: true, home: std::ptr::null_mut(), blkno: 0 }
     }
 
     /// Releases the content lock but keeps the pin.
@@ -187,7 +221,7 @@ impl Buf {
 
     /// Wraps a buffer the caller pinned and exclusively locked.
     pub unsafe fn adopt_locked(buf: pg_sys::Buffer) -> Buf {
-        Buf { buf, locked: true }
+        Buf { buf, locked: true, home: std::ptr::null_mut(), blkno: 0 }
     }
 
     pub fn buffer(&self) -> pg_sys::Buffer {
@@ -215,7 +249,11 @@ impl Drop for Buf {
             if self.locked {
                 pg_sys::LockBuffer(self.buf, pg_sys::BUFFER_LOCK_UNLOCK as i32);
             }
-            pg_sys::ReleaseBuffer(self.buf);
+            if !self.home.is_null() && KEPT.with(|k| k.get()) == self.home {
+                (*self.home).give_back(self.blkno, self.buf);
+            } else {
+                pg_sys::ReleaseBuffer(self.buf);
+            }
         }
     }
 }
