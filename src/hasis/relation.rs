@@ -1460,8 +1460,17 @@ pub unsafe fn set_map_visible(rel: pg_sys::Relation, g: &Geometry, first: u32, h
 /// all-visible part's rows are scanned without their row headers.
 pub unsafe fn column_slots(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &ExtentHeader, hpage: pg_sys::Page, strategy: pg_sys::BufferAccessStrategy) -> Vec<u16> {
     let mut slots = vec![u16::MAX; h.column_rows as usize];
+    let mut found = 0;
     let mut dir: Option<(usize, Buf)> = None;
+    // Column rows are in slot order, so the last one's entry ends the
+    // search: the slots above it (the rest of the high-water mark that
+    // HOT updates raised) hold no column row. A part of 100 rows updated
+    // under TPC-B had 4000 slots below its mark, and a column scan spent
+    // most of its time reading their entries.
     for slot in 0..h.slot_hwm {
+        if found == slots.len() {
+            break;
+        }
         let (bi, _) = g.directory_entry(slot);
         let entry = if bi == 0 {
             check(rel, first, header::read_entry(bytes(hpage), g, slot))
@@ -1475,7 +1484,10 @@ pub unsafe fn column_slots(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &
         };
         if let DirEntry::Column { row } = entry {
             match slots.get_mut(row as usize) {
-                Some(s) if *s == u16::MAX => *s = slot,
+                Some(s) if *s == u16::MAX => {
+                    *s = slot;
+                    found += 1;
+                }
                 _ => format_error(rel, first, FormatError::Corrupt("directory names a column row twice or beyond the part")),
             }
         }
