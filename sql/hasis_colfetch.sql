@@ -154,7 +154,11 @@ SELECT * FROM cf_twin_diff('SELECT p.n, i.c7, i.c12 FROM cf_probe p JOIN cf_@ i 
 SELECT * FROM cf_twin_diff('SELECT k, c11 FROM cf_@ WHERE g = 7 OR k < 40');
 RESET pg_hybrid.enable_hasis_column_fetch;
 SELECT cf_buffers('SELECT p.n, i.c7, i.c12 FROM cf_probe p JOIN cf_h i ON i.k = p.k') AS used_columns \gset
-SELECT :used_columns < :all_columns / 2 AS fewer_blocks;
+-- Against fetches of no column (the index descents, extent headers and
+-- row headers all three share): fetches keep an extent's blocks pinned
+-- from one probe to the next, so totals alone mostly count the index.
+SELECT cf_buffers('SELECT p.n FROM cf_probe p JOIN cf_h i ON i.k = p.k') AS no_columns \gset
+SELECT :used_columns - :no_columns < (:all_columns - :no_columns) / 2 AS fewer_blocks;
 RESET ALL;
 -- 8b. A fetch of a row in an all-visible column part reads no row header
 -- unless the plan reads xmin (or xmax, cmin, cmax); then it gets the real

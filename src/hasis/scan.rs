@@ -544,8 +544,11 @@ pub struct HasisFetch {
 }
 
 /// How many of an extent's blocks an index fetch keeps pinned: the header
-/// block, a directory block and the column or delta blocks a row needs.
-const FETCH_KEPT_PINS: usize = 4;
+/// block, a directory block and the column or delta blocks a row needs,
+/// up to a block per mini-page for a row of many columns (a fetch holds
+/// them all at once while it decodes the row anyway, so keeping them adds
+/// no pins to what PostgreSQL's per-backend pin array must track).
+const FETCH_KEPT_PINS: usize = crate::storage::buffer::KEPT_PINS_MAX;
 
 /// hasis's column store (`colscan::ColumnStore`): index fetches and bitmap
 /// heap scans read the columns `colscan::fetch` finds the plan uses.

@@ -58,13 +58,23 @@ thread_local! {
 pub struct KeptPins {
     rel: pg_sys::Relation,
     owner: pg_sys::ResourceOwner,
-    pins: Vec<(u32, pg_sys::Buffer)>,
+    /// pins[..len]: (block, buffer). Inline: a reader that fetches once
+    /// per statement should not pay an allocation for it.
+    pins: [(u32, pg_sys::Buffer); KEPT_PINS_MAX],
+    len: usize,
     cap: usize,
 }
 
+/// The most pins a `KeptPins` keeps.
+pub const KEPT_PINS_MAX: usize = 32;
+
 impl KeptPins {
     pub fn new(rel: pg_sys::Relation, cap: usize) -> KeptPins {
-        KeptPins { rel, owner: std::ptr::null_mut(), pins: Vec::new(), cap }
+        KeptPins { rel, owner: std::ptr::null_mut(), pins: [(0, 0); KEPT_PINS_MAX], len: 0, cap: cap.min(KEPT_PINS_MAX) }
+    }
+
+    fn kept(&self) -> &[(u32, pg_sys::Buffer)] {
+        &self.pins[..self.len]
     }
 
     pub fn rel(&self) -> pg_sys::Relation {
@@ -73,36 +83,41 @@ impl KeptPins {
 
     /// Whether reads of `rel` go through these pins now.
     unsafe fn serves(&self, rel: pg_sys::Relation) -> bool {
-        std::ptr::eq(rel, self.rel) && (self.pins.is_empty() || self.owner == pg_sys::CurrentResourceOwner)
+        std::ptr::eq(rel, self.rel) && (self.len == 0 || self.owner == pg_sys::CurrentResourceOwner)
     }
 
     /// The pin on `blkno`, if this holds one (it leaves this).
     fn take(&mut self, blkno: u32) -> Option<pg_sys::Buffer> {
-        let i = self.pins.iter().position(|&(b, _)| b == blkno)?;
-        Some(self.pins.swap_remove(i).1)
+        let i = self.kept().iter().position(|&(b, _)| b == blkno)?;
+        let buf = self.pins[i].1;
+        self.len -= 1;
+        self.pins[i] = self.pins[self.len];
+        Some(buf)
     }
 
     /// Takes back the pin on `buf` (block `blkno`) if there is room and it
     /// holds none on the block yet; releases it otherwise.
     unsafe fn give_back(&mut self, blkno: u32, buf: pg_sys::Buffer) {
-        if self.pins.is_empty() {
+        if self.len == 0 {
             self.owner = pg_sys::CurrentResourceOwner;
         }
-        if self.pins.len() < self.cap && self.owner == pg_sys::CurrentResourceOwner && !self.pins.iter().any(|&(b, _)| b == blkno) {
-            self.pins.push((blkno, buf));
+        if self.len < self.cap && self.owner == pg_sys::CurrentResourceOwner && !self.kept().iter().any(|&(b, _)| b == blkno) {
+            self.pins[self.len] = (blkno, buf);
+            self.len += 1;
         } else {
             pg_sys::ReleaseBuffer(buf);
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.pins.is_empty()
+        self.len == 0
     }
 
     pub unsafe fn release(&mut self) {
-        for (_, buf) in self.pins.drain(..) {
+        for &(_, buf) in self.kept() {
             pg_sys::ReleaseBuffer(buf);
         }
+        self.len = 0;
     }
 
     /// Runs `f` with this backend's reads of this relation's blocks going
