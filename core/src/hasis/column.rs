@@ -45,6 +45,9 @@ const F_DECIMAL: u8 = 0x20;
 /// Most distinct values a dictionary mini-page holds (its codes are one
 /// byte each).
 pub const DICT_MAX: usize = 255;
+/// Rows of up to this many columns have their value spans found before
+/// `values_payload_of` writes them (on the stack), to size its output once.
+const PRESIZED_COLUMNS: usize = 64;
 
 /// A row headed for the column part.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1187,15 +1190,32 @@ impl<'a> ColumnPart<'a> {
         if r >= self.nrows || natts > self.ncols() {
             return Err(Error::BadInput("column row or column count out of range"));
         }
+        let skipped = |c: usize| wanted.is_some_and(|w| !w.get(c).copied().unwrap_or(true));
+        // The spans first, where there are few columns, so that `out` grows
+        // once: a row of ten 100-byte values reallocated it at every column.
+        let mut spans = [None; PRESIZED_COLUMNS];
+        let presized = natts <= PRESIZED_COLUMNS;
+        if presized {
+            let mut need = natts.div_ceil(8);
+            for c in (0..natts).filter(|&c| !skipped(c)) {
+                spans[c] = self.value_span(r, c)?;
+                if let Some((_, len)) = spans[c] {
+                    let m = &self.layout.columns[c];
+                    need += 2 + len + if m.decimal.is_some() { decimal::MAX_LEN } else { 0 } + if let Width::Fixed(n) = m.desc.width { n as usize } else { 0 };
+                }
+            }
+            out.reserve(need);
+        }
         let bitmap_at = out.len();
         out.resize(bitmap_at + natts.div_ceil(8), 0);
         for c in 0..natts {
             let m = &self.layout.columns[c];
-            if wanted.is_some_and(|w| !w.get(c).copied().unwrap_or(true)) {
+            if skipped(c) {
                 out[bitmap_at + c / 8] |= 1 << (c % 8);
                 continue;
             }
-            let Some((pos, len)) = self.value_span(r, c)? else {
+            let span = if presized { spans[c] } else { self.value_span(r, c)? };
+            let Some((pos, len)) = span else {
                 out[bitmap_at + c / 8] |= 1 << (c % 8);
                 continue;
             };
