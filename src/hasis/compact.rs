@@ -498,7 +498,7 @@ unsafe fn compact_appending(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &B
         blocks.extend(dirs.iter().map(|b| &*bytes(b.page())));
         blocks.extend(cols.iter().map(|b| &*bytes(b.page())));
         blocks.extend(deltas.iter().map(|b| &*bytes(b.page())));
-        HybridPage::open(&g, &schema, &blocks).unwrap_or_else(|e| super::format_error(rel, first, e))
+        HybridPage::open_at(&g, &schema, &blocks, Some(first)).unwrap_or_else(|e| super::format_error(rel, first, e))
     };
 
     let horizon = pg_sys::GetOldestNonRemovableTransactionId(rel);
@@ -578,7 +578,7 @@ unsafe fn compact_appending(rel: pg_sys::Relation, meta: &Meta, k: u32, hbuf: &B
     if !appending && rec.entries_released() == 0 && rec.column_rows.len() == h.column_rows as usize && rec.delta_items.is_empty() && h.delta_used == 0 && frozen == 0 && planned.column_full.is_none() {
         return unchanged();
     }
-    let mut out = compact::apply(&g, rec).unwrap_or_else(|e| super::format_error(rel, first, e));
+    let mut out = compact::apply_at(&g, rec, Some(first)).unwrap_or_else(|e| super::format_error(rel, first, e));
     // Full if versions offered to the column part had to stay out; with
     // none offered, as it was unless the part shrank.
     out.column_full = planned.column_full.unwrap_or(h.column_full && out.column_units >= h.column_units);

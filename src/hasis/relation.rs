@@ -645,17 +645,17 @@ unsafe fn locate_for_stamp(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &
         let d = Buf::read(rel, first + bi as u32, Lock::Share);
         check(rel, first + bi as u32, header::read_entry(bytes(d.page()), g, o.slot))
     };
-    let (at_block, at, own) = match entry {
+    let (at_block, at, own, column) = match entry {
         DirEntry::Delta { block, offset } => {
             let at = offset as usize + 2;
             match last {
-                Some((i, b)) if i == block as usize => (b.page(), at, None),
+                Some((i, b)) if i == block as usize => (b.page(), at, None, None),
                 _ => {
                     let blk = first + g.delta_block(block as usize) as u32;
                     let b = Buf::read(rel, blk, Lock::Exclusive);
                     let view = check(rel, blk, DeltaView::open(bytes(b.page()), g, block as usize, Some(h.version)));
                     check(rel, blk, view.item(offset));
-                    (b.page(), at, Some(b))
+                    (b.page(), at, Some(b), None)
                 }
             }
         }
@@ -663,17 +663,23 @@ unsafe fn locate_for_stamp(rel: pg_sys::Relation, g: &Geometry, first: u32, h: &
             // The header is held exclusively: nobody is inside the extent.
             clear_all_visible(rel, g, first, hbuf);
             let cblk = first + g.column_block(0) as u32;
-            let (hb, off) = {
+            let (hb, off, column) = {
                 let cols = LazyColumns::new(rel, g, first, h, std::ptr::null_mut());
                 let part = parse_columns(rel, g, first, h, &cols);
-                check(rel, cblk, part.header_location(row as usize))
+                let (hb, off) = check(rel, cblk, part.header_location(row as usize));
+                (hb, off, Some((part.layout().clone(), row)))
             };
             let b = Buf::read(rel, first + g.column_block(hb) as u32, Lock::Exclusive);
-            (b.page(), off, Some(b))
+            (b.page(), off, Some(b), column)
         }
         DirEntry::Unused | DirEntry::Dead | DirEntry::Redirect { .. } => return None,
     };
-    let header = RowHeader::decode(&bytes(at_block)[at..at + ROW_HEADER]);
+    let raw = &bytes(at_block)[at..at + ROW_HEADER];
+    let header = match &column {
+        // A column row's header may be compact (slot and own TID relative).
+        Some((layout, row)) => check(rel, first + g.column_block(0) as u32, layout.decode_header(raw, *row as usize, Some(first))),
+        None => RowHeader::decode(raw),
+    };
     if header.slot != o.slot || !unchanged(&header.mvcc, &o.expect) {
         return None;
     }
@@ -998,7 +1004,7 @@ impl ColumnBlocks {
             check(rel, first + g.column_block(i) as u32, trailer);
         }
         blocks.resize(g.params.column_blocks as usize, &ZERO_BLOCK);
-        check(rel, first + g.column_block(0) as u32, ColumnPart::parse(g, blocks, h.column_units as usize, h.column_rows as usize, Some(h.version)))
+        check(rel, first + g.column_block(0) as u32, ColumnPart::parse(g, blocks, h.column_units as usize, h.column_rows as usize, Some(h.version))).at_extent(first)
     }
 
     fn buffer(&self, i: usize) -> (pg_sys::Buffer, pg_sys::Page) {
@@ -1076,10 +1082,10 @@ pub(super) fn parse_columns<'a>(rel: pg_sys::Relation, g: &Geometry, first: u32,
     let cblk = first + g.column_block(0) as u32;
     if let Some((kp, layout)) = &known {
         if part_key == Some(*kp) && layout.describes(h.column_units as usize, h.column_rows as usize) {
-            return ColumnPart::lazy_with_layout(cols, layout);
+            return ColumnPart::lazy_with_layout(cols, layout).at_extent(first);
         }
     }
-    let part = check(rel, cblk, ColumnPart::parse_lazy_reusing(g, cols, h.column_units as usize, h.column_rows as usize, known.as_ref().map(|k| &k.1)));
+    let part = check(rel, cblk, ColumnPart::parse_lazy_reusing(g, cols, h.column_units as usize, h.column_rows as usize, known.as_ref().map(|k| &k.1))).at_extent(first);
     if let Some(part_key) = part_key {
         LAYOUTS.with(|m| {
             let mut m = m.borrow_mut();
@@ -1612,6 +1618,8 @@ impl ExtentRead {
                 if header.slot != slot {
                     format_error(rel, cblk, FormatError::Corrupt("column row does not carry its slot"));
                 }
+                // The header is read again under the lock the result keeps.
+                let header_layout = std::sync::Arc::clone(&layout);
                 let (buf, payload) = match values {
                     // Reading the row header share-locked its block: the
                     // result holds that lock, the other blocks read stay
@@ -1627,7 +1635,7 @@ impl ExtentRead {
                         (Buf::read(rel, first + g.column_block(hb) as u32, lock), Payload::Owned(values))
                     }
                 };
-                let header = RowHeader::decode(&bytes(buf.page())[off..off + ROW_HEADER]);
+                let header = check(rel, cblk, header_layout.decode_header(&bytes(buf.page())[off..off + ROW_HEADER], row as usize, Some(first)));
                 Some(Located { _header: None, buf, block: first + g.column_block(hb) as u32, tid, mvcc_at: off + MVCC_OFF, payload, header })
             }
             DirEntry::Delta { block, offset } => {

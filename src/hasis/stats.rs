@@ -141,7 +141,7 @@ fn verify_table(tbl: pg_sys::Oid) -> i64 {
                 let others: Vec<Option<Buf>> = (1..g.extent_blocks() as u32).map(|i| (first + i < n).then(|| Buf::read(rel, first + i, Lock::Share))).collect();
                 let mut blocks: Vec<&[u8]> = vec![&*bytes(hbuf.page())];
                 blocks.extend(others.iter().map(|b| b.as_ref().map_or(&ZERO[..], |b| &*bytes(b.page()))));
-                let page = pg_hybrid_core::hasis::HybridPage::open(&g, &schema, &blocks).unwrap_or_else(|e| super::format_error(rel, first + failing_block(&g, &blocks), e));
+                let page = pg_hybrid_core::hasis::HybridPage::open_at(&g, &schema, &blocks, Some(first)).unwrap_or_else(|e| super::format_error(rel, first + failing_block(&g, &blocks), e));
                 versions += page.scan().unwrap_or_else(|e| super::format_error(rel, first, e)).len() as i64;
                 if page.header().all_visible {
                     check_all_visible(rel, first, &page);

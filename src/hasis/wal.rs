@@ -169,6 +169,16 @@ pub unsafe fn log_insert(rel: pg_sys::Relation, hbuf: pg_sys::Buffer, dbuf: pg_s
     }
 }
 
+/// The first block of the extent a COMPACT record rebuilds: its block
+/// reference 0 is the extent's header block. The primary built the column
+/// part with the same start (`compact::apply_at`), so redo builds the
+/// same bytes.
+unsafe fn extent_start_of(record: *mut pg_sys::XLogReaderState) -> u32 {
+    let mut blk: pg_sys::BlockNumber = 0;
+    pg_sys::XLogRecGetBlockTag(record, 0, std::ptr::null_mut(), std::ptr::null_mut(), &mut blk);
+    blk
+}
+
 /// Writes the 22 MVCC bytes at `at` (a delta item's or a column row
 /// header's MVCC fields). Shared by the primary and redo.
 pub unsafe fn apply_stamp(page: pg_sys::Page, at: usize, m: &Mvcc) {
@@ -447,7 +457,8 @@ unsafe fn redo_compact(record: *mut pg_sys::XLogReaderState) {
         DecodedRecord::ByReference(r) => return redo_compact_by_reference(record, ndir, ncol, ndelta, &r, column_full),
     };
     let g = Geometry::new(rec.params).unwrap_or_else(|e| redo_failed(&e.to_string()));
-    let mut out = pg_hybrid_core::hasis::compact::apply(&g, &rec).unwrap_or_else(|e| redo_failed(&e.to_string()));
+    let first = extent_start_of(record);
+    let mut out = pg_hybrid_core::hasis::compact::apply_at(&g, &rec, Some(first)).unwrap_or_else(|e| redo_failed(&e.to_string()));
     out.column_full = column_full;
     let lsn = (*record).EndRecPtr;
     // Header first and every lock held to the end, as on the primary: a
@@ -562,11 +573,12 @@ unsafe fn redo_compact_by_reference(record: *mut pg_sys::XLogReaderState, ndir: 
         for i in 0..ndelta {
             blocks[g.delta_block(i)] = bytes(page(1 + ndir + ncol + i));
         }
-        let old = pg_hybrid_core::hasis::HybridPage::open(&g, &r.schema, &blocks).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        let first = extent_start_of(record);
+        let old = pg_hybrid_core::hasis::HybridPage::open_at(&g, &r.schema, &blocks, Some(first)).unwrap_or_else(|e| redo_failed(&e.to_string()));
         let rec = r.resolve(&old).unwrap_or_else(|e| redo_failed(&e.to_string()));
         drop(old);
         drop(blocks);
-        let mut out = pg_hybrid_core::hasis::compact::apply(&g, &rec).unwrap_or_else(|e| redo_failed(&e.to_string()));
+        let mut out = pg_hybrid_core::hasis::compact::apply_at(&g, &rec, Some(first)).unwrap_or_else(|e| redo_failed(&e.to_string()));
         out.column_full = column_full;
         out.patch_header(bytes(page(0)), &g).unwrap_or_else(|e| redo_failed(&e.to_string()));
         for i in 0..ndir {

@@ -21,8 +21,9 @@
 //! part when it would not. Unused units and blocks stay zero.
 
 use super::layout::{
-    rd16, rd32, wr16, wr32, BlockKind, BlockTrailer, Geometry, BLCKSZ, UNITS_PER_BLOCK, UNIT_PAYLOAD,
+    rd16, rd32, wr16, wr32, BlockKind, BlockTrailer, Geometry, BLCKSZ, MAX_OFFSET, UNITS_PER_BLOCK, UNIT_PAYLOAD,
 };
+use crate::tid::Tid;
 use super::decimal::{self, Decimal};
 use super::row::{ColumnDesc, MinMaxOrder, Mvcc, Row, RowHeader, Schema, Width, DESC_LEN, MAX_COLUMNS, MINMAX_MAX, MVCC_OFF, ROW_HEADER};
 use super::{corrupt, Error, Result};
@@ -34,6 +35,29 @@ pub const HEADERS_PER_UNIT: usize = UNIT_PAYLOAD / ROW_HEADER;
 pub const META_FIXED: usize = 12;
 /// Bytes per column in the meta mini-page.
 pub const META_COL: usize = 48;
+
+/// Byte of the meta mini-page with the part's own flags (format 1: zero).
+const META_FLAGS: usize = 10;
+/// Row headers are compact (format 2): the slot field holds `slot - r`
+/// and a ctid of `SELF_CTID` stands for the version's own TID. A bulk-loaded
+/// part's headers are then one repeated 26-byte pattern, which a
+/// compressing drive stores almost for free; absolute slots and own TIDs
+/// changed in every header and cost it about 9 bytes a row, as much as
+/// several columns. In-place stamps write absolute ctids, which read the
+/// same in both forms, so they need not know the form.
+pub const MF_COMPACT_HEADERS: u16 = 0x0001;
+
+/// The TID of `slot` in the extent starting at `extent_start` (what
+/// `SELF_CTID` in a compact row header stands for).
+fn own_tid(extent_start: u32, slot: u16) -> Tid {
+    Tid::new(extent_start.wrapping_add((slot / MAX_OFFSET) as u32), slot % MAX_OFFSET + 1)
+}
+
+/// A compact header's stand-in for the version's own TID: no version has
+/// it as its ctid (an invalid block number with an offset beyond every
+/// marker PostgreSQL puts into ctids: speculative tokens 0xfffe, rows
+/// moved to another partition 0xfffd).
+const SELF_CTID: Tid = Tid { block: u32::MAX, offset: u16::MAX };
 
 const F_NULLS: u8 = 0x01;
 const F_MINMAX: u8 = 0x02;
@@ -713,6 +737,14 @@ fn scatter(blocks: &mut [Vec<u8>], first_unit: usize, bytes: &[u8]) {
 /// (those past the used units all zero) and the plan, or `Error::NoSpace`
 /// if the rows do not fit the area.
 pub fn build(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32) -> Result<(Vec<Vec<u8>>, Plan)> {
+    build_at(g, schema, rows, version, None)
+}
+
+/// `build` for the extent whose first block is `extent_start`: a row whose
+/// ctid is its own TID stores `SELF_CTID` there (`MF_COMPACT_HEADERS`); without
+/// it every ctid is stored as it is. Readers then need the extent's start
+/// too (`ColumnPart::at_extent`).
+pub fn build_at(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32, extent_start: Option<u32>) -> Result<(Vec<Vec<u8>>, Plan)> {
     if rows.windows(2).any(|w| w[0].header.slot >= w[1].header.slot) {
         return Err(Error::BadInput("column rows not in ascending slot order"));
     }
@@ -732,6 +764,7 @@ pub fn build(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32) ->
     wr16(&mut meta, 4, p.meta_units as u16);
     wr16(&mut meta, 6, p.header_units as u16);
     wr16(&mut meta, 8, p.total_units as u16);
+    wr16(&mut meta, META_FLAGS, MF_COMPACT_HEADERS);
     for (c, m) in p.columns.iter().enumerate() {
         let e = &mut meta[META_FIXED + META_COL * c..META_FIXED + META_COL * (c + 1)];
         m.desc.encode(&mut e[0..DESC_LEN]);
@@ -755,10 +788,19 @@ pub fn build(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32) ->
     }
     scatter(&mut blocks, 0, &meta);
 
-    // Row headers.
+    // Row headers, compact.
     for (r, row) in rows.iter().enumerate() {
         let (blk, off) = header_location(p.meta_units, r);
-        row.header.encode(&mut blocks[blk][off..off + ROW_HEADER]);
+        let h = &row.header;
+        if h.mvcc.ctid == SELF_CTID {
+            return Err(Error::BadInput("a column row's ctid is the own-TID marker"));
+        }
+        let ctid = match extent_start {
+            Some(first) if h.mvcc.ctid == own_tid(first, h.slot) => SELF_CTID,
+            _ => h.mvcc.ctid,
+        };
+        let stored = RowHeader { slot: h.slot.wrapping_sub(r as u16), natts: h.natts, mvcc: Mvcc { ctid, ..h.mvcc } };
+        stored.encode(&mut blocks[blk][off..off + ROW_HEADER]);
     }
 
     // Data mini-pages.
@@ -920,6 +962,8 @@ pub struct ColumnPart<'a> {
     nrows: usize,
     header_first_unit: usize,
     layout: Arc<ColumnLayout>,
+    /// First block of the extent, for compact headers' own TIDs (`at_extent`).
+    extent_start: Option<u32>,
 }
 
 /// What parsing a column part's meta mini-page yields. It is a pure
@@ -936,6 +980,8 @@ pub struct ColumnLayout {
     meta: Vec<u8>,
     header_first_unit: usize,
     columns: Vec<ColumnMeta>,
+    /// `MF_COMPACT_HEADERS` (parts built since format 2).
+    compact_headers: bool,
 }
 
 impl ColumnLayout {
@@ -943,6 +989,28 @@ impl ColumnLayout {
     /// (the extent header's counts).
     pub fn describes(&self, units: usize, rows: usize) -> bool {
         self.units == units && self.rows == rows
+    }
+
+    /// Row `r`'s header from its stored bytes `raw` (at least
+    /// `ROW_HEADER`), for a part of the extent starting at `extent_start`:
+    /// a compact header's slot and own-TID ctid made absolute again. A
+    /// compact own-TID ctid read without the extent's start is an error
+    /// rather than the marker handed on as a ctid.
+    pub fn decode_header(&self, raw: &[u8], r: usize, extent_start: Option<u32>) -> Result<RowHeader> {
+        let mut h = RowHeader::decode(raw);
+        if self.compact_headers {
+            h.slot = h.slot.wrapping_add(r as u16);
+            if h.mvcc.ctid == SELF_CTID {
+                h.mvcc.ctid = match extent_start {
+                    Some(first) => own_tid(first, h.slot),
+                    None => return Err(Error::BadInput("compact column row header read without its extent's first block")),
+                };
+            }
+        }
+        if h.natts as usize > self.columns.len() {
+            return corrupt("column row has more columns than its part");
+        }
+        Ok(h)
     }
 }
 
@@ -975,7 +1043,7 @@ impl<'a> ColumnPart<'a> {
             return corrupt("column part size out of range");
         }
         if let Some(k) = known.filter(|k| k.units == units && k.rows == rows) {
-            let part = ColumnPart { blocks: Blocks::Lazy(source), nrows: rows, header_first_unit: k.header_first_unit, layout: Arc::clone(k) };
+            let part = ColumnPart { blocks: Blocks::Lazy(source), nrows: rows, header_first_unit: k.header_first_unit, layout: Arc::clone(k), extent_start: None };
             if part.bytes_equal(0, units, 0, &k.meta)? {
                 return Ok(part);
             }
@@ -990,7 +1058,14 @@ impl<'a> ColumnPart<'a> {
     /// relation file), so that a point read pins only the blocks its row
     /// header and values are in.
     pub fn lazy_with_layout(source: &'a dyn BlockSource, layout: &Arc<ColumnLayout>) -> Self {
-        ColumnPart { blocks: Blocks::Lazy(source), nrows: layout.rows, header_first_unit: layout.header_first_unit, layout: Arc::clone(layout) }
+        ColumnPart { blocks: Blocks::Lazy(source), nrows: layout.rows, header_first_unit: layout.header_first_unit, layout: Arc::clone(layout), extent_start: None }
+    }
+
+    /// The part belongs to the extent whose first block is `first`: its
+    /// compact row headers' own-TID ctids read as that TID.
+    pub fn at_extent(mut self, first: u32) -> Self {
+        self.extent_start = Some(first);
+        self
     }
 
     /// The parsed meta, for `parse_lazy_reusing` on a later read.
@@ -999,7 +1074,7 @@ impl<'a> ColumnPart<'a> {
     }
 
     fn parse_meta(blocks: Blocks<'a>, _g: &Geometry, units: usize, rows: usize) -> Result<Self> {
-        let mut part = ColumnPart { blocks, nrows: rows, header_first_unit: 0, layout: Arc::new(ColumnLayout { units, rows, meta: Vec::new(), header_first_unit: 0, columns: Vec::new() }) };
+        let mut part = ColumnPart { blocks, nrows: rows, header_first_unit: 0, layout: Arc::new(ColumnLayout { units, rows, meta: Vec::new(), header_first_unit: 0, columns: Vec::new(), compact_headers: false }), extent_start: None };
         let mut columns = Vec::new();
         let fixed = part.gather(0, units, 0, META_FIXED)?;
         let ncols = rd16(&fixed, 0) as usize;
@@ -1010,6 +1085,10 @@ impl<'a> ColumnPart<'a> {
         }
         if ncols > MAX_COLUMNS || meta_units != units_for(META_FIXED + META_COL * ncols).max(1) {
             return corrupt("column part meta size inconsistent");
+        }
+        let part_flags = rd16(&fixed, META_FLAGS);
+        if part_flags & !MF_COMPACT_HEADERS != 0 {
+            return corrupt("unknown column part flags");
         }
         if header_units != rows.div_ceil(HEADERS_PER_UNIT) || rows == 0 || meta_units + header_units > units {
             return corrupt("column part header mini-page size inconsistent");
@@ -1100,7 +1179,7 @@ impl<'a> ColumnPart<'a> {
             return corrupt("column mini-pages do not end where the part ends");
         }
         part.header_first_unit = meta_units;
-        part.layout = Arc::new(ColumnLayout { units, rows, meta, header_first_unit: meta_units, columns });
+        part.layout = Arc::new(ColumnLayout { units, rows, meta, header_first_unit: meta_units, columns, compact_headers: part_flags & MF_COMPACT_HEADERS != 0 });
         Ok(part)
     }
 
@@ -1336,11 +1415,7 @@ impl<'a> ColumnPart<'a> {
     pub fn row_header(&self, r: usize) -> Result<RowHeader> {
         let (blk, off) = self.header_location(r)?;
         let b = self.blocks.get(blk)?;
-        let h = RowHeader::decode(&b[off..off + ROW_HEADER]);
-        if h.natts as usize > self.layout.columns.len() {
-            return corrupt("column row has more columns than its part");
-        }
-        Ok(h)
+        self.layout.decode_header(&b[off..off + ROW_HEADER], r, self.extent_start)
     }
 
     /// Value of column `c` in row `r`; `None` for NULL (and for a column
@@ -2057,6 +2132,73 @@ mod tests {
         assert!(p.columns[1].units > 10, "{:?}", p.columns[1]);
         // The same rows do not fit a 2-block column area.
         assert_eq!(build(&geo(2), &schema(), &rs, 5).unwrap_err(), Error::NoSpace);
+    }
+
+    #[test]
+    fn compact_headers_store_slots_and_own_tids_as_one_pattern() {
+        let g = geo(16);
+        let first = 7001u32;
+        let m = Mvcc { xmin: 2, infomask: 0x0b00, ..Mvcc::default() };
+        // A dense part (slot = row), every ctid its own TID, but row 5,
+        // which was updated (ctid elsewhere), and a gap of slots after row 9.
+        let mut rs: Vec<ColumnRow> = (0..600u16)
+            .map(|r| {
+                let slot = if r < 10 { r } else { r + 3 };
+                ColumnRow { header: RowHeader { slot, natts: 1, mvcc: Mvcc { ctid: own_tid(first, slot), ..m } }, row: Row { values: vec![Some(vec![1, 2, 3, 4])] } }
+            })
+            .collect();
+        rs[5].header.mvcc.ctid = Tid::new(first + 40, 2);
+        rs[5].header.mvcc.xmax = 77;
+        let s = Schema::new(vec![ColumnDesc::fixed(4, MinMaxOrder::SignedInt)]).unwrap();
+        let (blocks, p) = build_at(&g, &s, &rs, 1, Some(first)).unwrap();
+        let part = ColumnPart::parse(&g, views(&blocks), p.total_units, rs.len(), Some(1)).unwrap();
+        // Without the extent's start an own-TID ctid cannot be read.
+        assert!(part.row_header(0).is_err());
+        let part = part.at_extent(first);
+        for (r, want) in rs.iter().enumerate() {
+            assert_eq!(part.row_header(r).unwrap(), want.header, "row {r}");
+        }
+        assert_eq!(part.rows().unwrap().iter().map(|c| c.header).collect::<Vec<_>>(), rs.iter().map(|c| c.header).collect::<Vec<_>>());
+        // Rows 0..10 and 11..600 are stored as the same 26 bytes (row 10 and
+        // on differ from the first ones only in the slot gap of 3).
+        let stored = |r: usize| {
+            let (b, off) = part.header_location(r).unwrap();
+            blocks[b][off..off + ROW_HEADER].to_vec()
+        };
+        assert_eq!(stored(0), stored(9));
+        assert_eq!(stored(11), stored(599));
+        assert_ne!(stored(5), stored(4));
+        // An in-place stamp writes an absolute ctid, which reads the same.
+        let mut stamped = blocks.clone();
+        let (b, off) = part.header_location(7).unwrap();
+        let own7 = own_tid(first, 7);
+        set_row_mvcc(&mut stamped[b], off, &Mvcc { xmax: 90, ctid: own7, ..m }).unwrap();
+        let part2 = ColumnPart::parse(&g, views(&stamped), p.total_units, rs.len(), Some(1)).unwrap().at_extent(first);
+        assert_eq!(part2.row_header(7).unwrap(), RowHeader { slot: 7, natts: 1, mvcc: Mvcc { xmax: 90, ctid: own7, ..m } });
+        // Without a start every ctid is stored as it is, and reads back
+        // without one.
+        let (plain, p3) = build(&g, &s, &rs, 1).unwrap();
+        let part3 = ColumnPart::parse(&g, views(&plain), p3.total_units, rs.len(), Some(1)).unwrap();
+        assert_eq!(part3.row_header(3).unwrap(), rs[3].header);
+        // The marker itself is no ctid a row may have.
+        let mut bad = rs.clone();
+        bad[2].header.mvcc.ctid = SELF_CTID;
+        assert!(build_at(&g, &s, &bad, 1, Some(first)).is_err());
+        // Format 1 parts (no flag: absolute slots and ctids) still read.
+        let mut old = plain.clone();
+        old[0][24 + META_FLAGS..24 + META_FLAGS + 2].fill(0);
+        for (r, row) in rs.iter().enumerate() {
+            let (b, off) = part3.header_location(r).unwrap();
+            row.header.encode(&mut old[b][off..off + ROW_HEADER]);
+        }
+        let part4 = ColumnPart::parse(&g, views(&old), p3.total_units, rs.len(), Some(1)).unwrap();
+        for (r, want) in rs.iter().enumerate() {
+            assert_eq!(part4.row_header(r).unwrap(), want.header, "format 1 row {r}");
+        }
+        // Unknown part flags are corruption.
+        let mut unknown = plain.clone();
+        unknown[0][24 + META_FLAGS] |= 0x02;
+        assert!(ColumnPart::parse(&g, views(&unknown), p3.total_units, rs.len(), Some(1)).is_err());
     }
 
     #[test]

@@ -330,6 +330,13 @@ pub struct CompactionOutput {
 
 /// Builds the new blocks from a record (primary and redo alike).
 pub fn apply(g: &Geometry, rec: &CompactionRecord) -> Result<CompactionOutput> {
+    apply_at(g, rec, None)
+}
+
+/// `apply` for the extent whose first block is `extent_start`, which lets
+/// the column part store own-TID ctids compactly (`column::build_at`).
+/// Primary and redo pass the same start, so they build the same bytes.
+pub fn apply_at(g: &Geometry, rec: &CompactionRecord, extent_start: Option<u32>) -> Result<CompactionOutput> {
     if rec.params != g.params {
         return Err(Error::BadParams("compaction record made with other parameters"));
     }
@@ -339,7 +346,7 @@ pub fn apply(g: &Geometry, rec: &CompactionRecord) -> Result<CompactionOutput> {
     let schema = Schema::new(rec.columns.clone()).map_err(|_| Error::Corrupt("bad columns in compaction record"))?;
     let mut directory: Vec<(u16, DirEntry)> = Vec::new();
 
-    let (column_blocks, p) = column::build(g, &schema, &rec.column_rows, rec.new_version).map_err(|e| match e {
+    let (column_blocks, p) = column::build_at(g, &schema, &rec.column_rows, rec.new_version, extent_start).map_err(|e| match e {
         Error::NoSpace | Error::BadInput(_) => Error::Corrupt("compaction record column rows do not build"),
         e => e,
     })?;
@@ -460,7 +467,7 @@ impl CompactionOutput {
         for &(slot, e) in &self.directory {
             let (b, off) = g.directory_entry(slot);
             if b == index {
-                block[off..off + DIR_ENTRY].copy_from_slice(&e.encode());
+                block[off..off + DIR_ENTRY].copy_from_slice(&e.encode_for(slot));
             }
         }
     }

@@ -5,7 +5,7 @@
 //! registers in the operation's WAL record (README "Locking and WAL").
 
 use super::column::{set_row_mvcc, ColumnPart};
-use super::compact::{apply, plan_appending, plan_with_sources, AppendedRow, CompactionOutput, CompactionRecord, Oracle, Planned};
+use super::compact::{apply_at, plan_appending, plan_with_sources, AppendedRow, CompactionOutput, CompactionRecord, Oracle, Planned};
 use super::delta::{self, DeltaView};
 use super::header::{self, init_directory_block, DirEntry, ExtentHeader};
 use super::layout::{BlockKind, BlockTrailer, Geometry, BLCKSZ};
@@ -17,6 +17,9 @@ use super::{corrupt, Error, HybridPage, Result};
 pub struct Extent {
     pub geometry: Geometry,
     pub blocks: Vec<Vec<u8>>,
+    /// The extent's first block, as the glue knows it (`new_at`): column
+    /// parts then store own-TID ctids compactly (`column::build_at`).
+    pub start: Option<u32>,
 }
 
 impl Extent {
@@ -25,12 +28,17 @@ impl Extent {
     /// `PageIsNew` to PostgreSQL). WAL: log the header and directory
     /// blocks as new pages.
     pub fn new(g: &Geometry) -> Extent {
+        Self::new_at(g, None)
+    }
+
+    /// `new` for an extent whose first block is `start` (None: unknown).
+    pub fn new_at(g: &Geometry, start: Option<u32>) -> Extent {
         let mut blocks = vec![vec![0u8; BLCKSZ]; g.extent_blocks()];
         ExtentHeader::init_block(&mut blocks[0], g);
         for i in 0..g.directory_blocks as usize {
             init_directory_block(&mut blocks[g.directory_block(i)], g, i, ExtentHeader::empty().version);
         }
-        Extent { geometry: *g, blocks }
+        Extent { geometry: *g, blocks, start }
     }
 
     pub fn header(&self) -> Result<ExtentHeader> {
@@ -38,7 +46,7 @@ impl Extent {
     }
 
     pub fn open(&self, schema: &Schema) -> Result<HybridPage> {
-        HybridPage::open(&self.geometry, schema, &self.blocks)
+        HybridPage::open_at(&self.geometry, schema, &self.blocks, self.start)
     }
 
     fn entry(&self, slot: u16) -> Result<DirEntry> {
@@ -129,7 +137,10 @@ impl Extent {
             }
             DirEntry::Column { row } => {
                 let col: Vec<&[u8]> = (0..g.params.column_blocks as usize).map(|i| &self.blocks[g.column_block(i)][..]).collect();
-                let part = ColumnPart::parse(&g, col, h.column_units as usize, h.column_rows as usize, Some(h.version))?;
+                let mut part = ColumnPart::parse(&g, col, h.column_units as usize, h.column_rows as usize, Some(h.version))?;
+                if let Some(first) = self.start {
+                    part = part.at_extent(first);
+                }
                 let (blk, off) = part.header_location(row as usize)?;
                 if part.row_header(row as usize)?.slot != slot {
                     return corrupt("column row does not carry its slot");
@@ -189,7 +200,7 @@ impl Extent {
         if rec.old_version != old.version {
             return corrupt("compaction record is for another page version");
         }
-        let out = apply(&g, rec)?;
+        let out = apply_at(&g, rec, self.start)?;
         out.patch_header(&mut self.blocks[0], &g)?;
         for i in 0..g.directory_blocks as usize {
             out.patch_directory_block(&mut self.blocks[g.directory_block(i)], &g, i)?;

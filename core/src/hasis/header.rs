@@ -36,10 +36,17 @@ pub enum DirEntry {
 }
 
 impl DirEntry {
-    pub fn encode(&self) -> [u8; DIR_ENTRY] {
+    /// The entry of `slot` as stored. A column row is written relative to
+    /// the slot (tag 5, `slot - row`; format 2): rows are in slot order, so
+    /// row r has a slot >= r, and a part that a bulk load filled has
+    /// slot == row throughout, which makes the directory one repeated word
+    /// that a compressing drive stores in a few bytes, where absolute row
+    /// numbers (tag 2, format 1) cost it about 4 bytes a row.
+    pub fn encode_for(&self, slot: u16) -> [u8; DIR_ENTRY] {
         let (tag, aux, v) = match *self {
             DirEntry::Unused => (0u8, 0u8, 0u16),
             DirEntry::Dead => (1, 0, 0),
+            DirEntry::Column { row } if row <= slot => (5, 0, slot - row),
             DirEntry::Column { row } => (2, 0, row),
             DirEntry::Delta { block, offset } => (3, block, offset),
             DirEntry::Redirect { slot } => (4, 0, slot),
@@ -48,12 +55,14 @@ impl DirEntry {
         [tag, aux, v[0], v[1]]
     }
 
-    pub fn decode(b: &[u8]) -> Result<DirEntry> {
+    /// Decodes the stored entry of `slot` (either column form).
+    pub fn decode_for(b: &[u8], slot: u16) -> Result<DirEntry> {
         let v = rd16(b, 2);
         match (b[0], b[1]) {
             (0, 0) if v == 0 => Ok(DirEntry::Unused),
             (1, 0) if v == 0 => Ok(DirEntry::Dead),
             (2, 0) => Ok(DirEntry::Column { row: v }),
+            (5, 0) if v <= slot => Ok(DirEntry::Column { row: slot - v }),
             (3, block) => Ok(DirEntry::Delta { block, offset: v }),
             (4, 0) => Ok(DirEntry::Redirect { slot: v }),
             _ => corrupt("bad slot directory entry"),
@@ -312,7 +321,7 @@ pub fn read_entry(block: &[u8], g: &Geometry, slot: u16) -> Result<DirEntry> {
         return Err(Error::BadInput("slot beyond max_slots"));
     }
     let (_, off) = g.directory_entry(slot);
-    DirEntry::decode(&block[off..off + DIR_ENTRY])
+    DirEntry::decode_for(&block[off..off + DIR_ENTRY], slot)
 }
 
 /// Writes the entry of `slot` into the block that holds it.
@@ -321,7 +330,7 @@ pub fn write_entry(block: &mut [u8], g: &Geometry, slot: u16, e: DirEntry) -> Re
         return Err(Error::BadInput("slot beyond max_slots"));
     }
     let (_, off) = g.directory_entry(slot);
-    block[off..off + DIR_ENTRY].copy_from_slice(&e.encode());
+    block[off..off + DIR_ENTRY].copy_from_slice(&e.encode_for(slot));
     Ok(())
 }
 
@@ -332,21 +341,31 @@ mod tests {
 
     #[test]
     fn entry_roundtrip_and_bad_entries() {
-        for e in [
-            DirEntry::Unused,
-            DirEntry::Dead,
-            DirEntry::Column { row: 0 },
-            DirEntry::Column { row: 4069 },
-            DirEntry::Delta { block: 7, offset: 8000 },
-            DirEntry::Redirect { slot: 4069 },
-        ] {
-            assert_eq!(DirEntry::decode(&e.encode()).unwrap(), e);
+        for slot in [0u16, 1, 300, 4069] {
+            for e in [
+                DirEntry::Unused,
+                DirEntry::Dead,
+                DirEntry::Column { row: 0 },
+                DirEntry::Column { row: slot },
+                DirEntry::Column { row: slot / 2 },
+                DirEntry::Column { row: 4069 },
+                DirEntry::Delta { block: 7, offset: 8000 },
+                DirEntry::Redirect { slot: 4069 },
+            ] {
+                assert_eq!(DirEntry::decode_for(&e.encode_for(slot), slot).unwrap(), e, "slot {slot}");
+            }
         }
-        assert_eq!(DirEntry::Unused.encode(), [0; 4]);
-        for bad in [[0, 1, 0, 0], [0, 0, 1, 0], [1, 0, 0, 1], [2, 1, 0, 0], [4, 1, 0, 0], [5, 0, 0, 0], [0xff; 4]] {
-            assert!(DirEntry::decode(&bad).is_err(), "{bad:?}");
+        assert_eq!(DirEntry::Unused.encode_for(9), [0; 4]);
+        // A column row in its own slot's place is one word for every slot.
+        assert_eq!(DirEntry::Column { row: 9 }.encode_for(9), [5, 0, 0, 0]);
+        assert_eq!(DirEntry::Column { row: 7 }.encode_for(9), [5, 0, 2, 0]);
+        // Format 1's absolute column entries still read.
+        assert_eq!(DirEntry::decode_for(&[2, 0, 7, 0], 9).unwrap(), DirEntry::Column { row: 7 });
+        for bad in [[0, 1, 0, 0], [0, 0, 1, 0], [1, 0, 0, 1], [2, 1, 0, 0], [4, 1, 0, 0], [5, 1, 0, 0], [5, 0, 10, 0], [6, 0, 0, 0], [0xff; 4]] {
+            assert!(DirEntry::decode_for(&bad, 9).is_err(), "{bad:?}");
         }
     }
+
 
     #[test]
     fn header_roundtrip_and_checks() {

@@ -40,8 +40,15 @@ pub const MAX_OFFSET: u16 = 291;
 
 /// "HSIS", little-endian, first four bytes of every trailer.
 pub const MAGIC: u32 = 0x5349_5348;
-/// Format version of every block and of the compaction record.
-pub const FORMAT_VERSION: u8 = 1;
+/// Format version written into every block's trailer. Format 2 added the
+/// relative column directory entry (tag 5, header.rs) and compact row
+/// headers in column parts (column.rs, `MF_COMPACT_HEADERS`); a block of
+/// format 1 holds neither, and readers take both formats. A reader of
+/// format 1 alone refuses the blocks written since, instead of misreading
+/// them.
+pub const FORMAT_VERSION: u8 = 2;
+/// The oldest block format readers take.
+pub const FORMAT_OLDEST: u8 = 1;
 
 /// Page versions start here; 0 in a trailer never occurs in a valid block.
 pub const FIRST_VERSION: u32 = 1;
@@ -120,7 +127,7 @@ impl BlockTrailer {
         if rd32(t, 0) != MAGIC {
             return Err(Error::BadMagic);
         }
-        if t[4] != FORMAT_VERSION {
+        if !(FORMAT_OLDEST..=FORMAT_VERSION).contains(&t[4]) {
             return Err(Error::BadFormatVersion(t[4]));
         }
         let kind = match BlockKind::from_u8(t[5]) {
@@ -433,8 +440,13 @@ mod tests {
         m[TRAILER_OFF] ^= 1;
         assert_eq!(BlockTrailer::read(&m), Err(Error::BadMagic));
         let mut m = b.clone();
-        m[TRAILER_OFF + 4] = 2;
-        assert_eq!(BlockTrailer::read(&m), Err(Error::BadFormatVersion(2)));
+        m[TRAILER_OFF + 4] = FORMAT_VERSION + 1;
+        assert_eq!(BlockTrailer::read(&m), Err(Error::BadFormatVersion(FORMAT_VERSION + 1)));
+        m[TRAILER_OFF + 4] = 0;
+        assert_eq!(BlockTrailer::read(&m), Err(Error::BadFormatVersion(0)));
+        // Blocks written before format 2 stay readable.
+        m[TRAILER_OFF + 4] = FORMAT_OLDEST;
+        assert!(BlockTrailer::read(&m).unwrap().is_some());
         let mut m = b.clone();
         m[TRAILER_OFF + 5] = 9;
         assert!(BlockTrailer::read(&m).is_err());

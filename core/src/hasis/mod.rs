@@ -149,6 +149,12 @@ pub struct HybridPage {
 impl HybridPage {
     /// Opens the extent `blocks` (all its blocks, in extent order).
     pub fn open<B: AsRef<[u8]>>(g: &Geometry, schema: &Schema, blocks: &[B]) -> Result<HybridPage> {
+        Self::open_at(g, schema, blocks, None)
+    }
+
+    /// `open` for the extent whose first block is `extent_start`, which a
+    /// column part built with it (`compact::apply_at`) needs.
+    pub fn open_at<B: AsRef<[u8]>>(g: &Geometry, schema: &Schema, blocks: &[B], extent_start: Option<u32>) -> Result<HybridPage> {
         if blocks.len() != g.extent_blocks() {
             return Err(Error::BadInput("wrong number of blocks for the extent"));
         }
@@ -176,7 +182,10 @@ impl HybridPage {
         let mut column_rows = Vec::with_capacity(header.column_rows as usize);
         if header.column_rows > 0 {
             let col_blocks: Vec<&[u8]> = (0..g.params.column_blocks as usize).map(|i| blocks[g.column_block(i)].as_ref()).collect();
-            let part = ColumnPart::parse(g, col_blocks, header.column_units as usize, header.column_rows as usize, Some(v))?;
+            let mut part = ColumnPart::parse(g, col_blocks, header.column_units as usize, header.column_rows as usize, Some(v))?;
+            if let Some(first) = extent_start {
+                part = part.at_extent(first);
+            }
             for (c, d) in schema.columns.iter().enumerate().take(part.ncols()) {
                 if part.column_meta(c).map(|m| &m.desc) != Some(d) {
                     return Err(Error::BadInput("column part was built for other column types"));

@@ -374,7 +374,7 @@ impl Run {
             g,
             s: schema(),
             wide,
-            ext: Extent::new(&g),
+            ext: Extent::new_at(&g, Some(EXTENT_START)),
             model: Model::default(),
             xid: 100,
             ever_used: 0,
@@ -817,7 +817,7 @@ fn long_hot_chains() {
 fn wide_varlena_overflow_keeps_rows_in_delta() {
     let s = Schema::new(vec![ColumnDesc::varlena(), ColumnDesc::varlena(), ColumnDesc::fixed(8, MinMaxOrder::SignedInt)]).unwrap();
     let g = Geometry::new(Params { column_blocks: 4, delta_blocks: 4, compact_trigger: 2, max_slots: 500 }).unwrap();
-    let mut ext = Extent::new(&g);
+    let mut ext = Extent::new_at(&g, Some(EXTENT_START));
     let mut rows = BTreeMap::new();
     for i in 0..1000u32 {
         let row = Row::new(vec![
@@ -868,7 +868,7 @@ fn wide_varlena_overflow_keeps_rows_in_delta() {
 fn column_part_with_room_is_not_full() {
     let s = Schema::new(vec![ColumnDesc::varlena(), ColumnDesc::fixed(8, MinMaxOrder::SignedInt)]).unwrap();
     let g = Geometry::new(Params::default()).unwrap();
-    let mut ext = Extent::new(&g);
+    let mut ext = Extent::new_at(&g, Some(EXTENT_START));
     for i in 0..50u32 {
         let row = Row::new(vec![Some(vec![b'v'; 20]), Some((i as i64).to_le_bytes().to_vec())]);
         ext.insert(&s, Mvcc { xmin: i + 3, ..Mvcc::default() }, &row).unwrap();
@@ -882,7 +882,7 @@ fn column_part_with_room_is_not_full() {
 fn too_wide_row_is_an_error() {
     let s = Schema::new(vec![ColumnDesc::varlena(), ColumnDesc::varlena()]).unwrap();
     let g = Geometry::new(Params::default()).unwrap();
-    let mut ext = Extent::new(&g);
+    let mut ext = Extent::new_at(&g, Some(EXTENT_START));
     let row = Row::new(vec![Some(vec![1; 5000]), Some(vec![2; 5000])]);
     assert!(matches!(ext.insert(&s, Mvcc::default(), &row), Err(Error::RowTooWide { .. })));
     let row = Row::new(vec![Some(vec![1; 9000])]);
@@ -901,7 +901,7 @@ fn too_wide_row_is_an_error() {
 fn readers_detect_a_concurrent_compaction() {
     let s = schema();
     let g = Geometry::new(Params::default()).unwrap();
-    let mut ext = Extent::new(&g);
+    let mut ext = Extent::new_at(&g, Some(EXTENT_START));
     for i in 0..200u64 {
         ext.insert(&s, Mvcc { xmin: 5, ..Mvcc::default() }, &random_row(&mut Rng::new(i), 100)).unwrap();
     }
@@ -935,7 +935,7 @@ fn readers_detect_a_concurrent_compaction() {
 fn dead_slots_wait_for_vacuum() {
     let s = schema();
     let g = Geometry::new(Params::default()).unwrap();
-    let mut ext = Extent::new(&g);
+    let mut ext = Extent::new_at(&g, Some(EXTENT_START));
     let row = Row::new(vec![Some(vec![1, 2, 3, 4])]);
     for _ in 0..3 {
         ext.insert(&s, Mvcc::default(), &row).unwrap();
@@ -956,7 +956,7 @@ fn dead_slots_wait_for_vacuum() {
 fn tid_of_successor_survives_compaction() {
     let s = schema();
     let g = Geometry::new(Params::default()).unwrap();
-    let mut ext = Extent::new(&g);
+    let mut ext = Extent::new_at(&g, Some(EXTENT_START));
     let start = 77u32;
     let a = ext.insert(&s, Mvcc { xmin: 10, ..Mvcc::default() }, &Row::new(vec![Some(vec![1; 4])])).unwrap();
     ext.compact(&s, &mut |_, _: &mut Mvcc| Placement::Column).unwrap();
@@ -977,7 +977,7 @@ fn tid_of_successor_survives_compaction() {
 fn record_by_reference_rejects_corruption() {
     let s = schema();
     let g = Geometry::new(Params::default()).unwrap();
-    let mut ext = Extent::new(&g);
+    let mut ext = Extent::new_at(&g, Some(EXTENT_START));
     for i in 0..40u64 {
         ext.insert(&s, Mvcc { xmin: 5, ..Mvcc::default() }, &random_row(&mut Rng::new(i), 50)).unwrap();
     }
@@ -1022,7 +1022,7 @@ fn record_by_reference_rejects_corruption() {
 fn record_rejects_corruption() {
     let s = schema();
     let g = Geometry::new(Params::default()).unwrap();
-    let mut ext = Extent::new(&g);
+    let mut ext = Extent::new_at(&g, Some(EXTENT_START));
     for i in 0..40u64 {
         ext.insert(&s, Mvcc { xmin: 5, ..Mvcc::default() }, &random_row(&mut Rng::new(i), 50)).unwrap();
     }
@@ -1067,7 +1067,7 @@ fn record_rejects_corruption() {
 fn corrupt_extents_give_errors_not_panics() {
     let s = schema();
     let g = Geometry::new(Params { column_blocks: 2, delta_blocks: 2, compact_trigger: 1, max_slots: 200 }).unwrap();
-    let mut ext = Extent::new(&g);
+    let mut ext = Extent::new_at(&g, Some(EXTENT_START));
     for i in 0..60u64 {
         ext.insert(&s, Mvcc { xmin: 5, ..Mvcc::default() }, &random_row(&mut Rng::new(i), 40)).unwrap();
     }
@@ -1100,7 +1100,7 @@ fn corrupt_extents_give_errors_not_panics() {
 fn empty_and_fully_removed_pages() {
     let s = schema();
     let g = Geometry::new(Params::default()).unwrap();
-    let mut ext = Extent::new(&g);
+    let mut ext = Extent::new_at(&g, Some(EXTENT_START));
     assert!(ext.open(&s).unwrap().scan().unwrap().is_empty());
     let rec = ext.compact(&s, &mut |_, _: &mut Mvcc| Placement::Column).unwrap();
     assert!(rec.column_rows.is_empty() && rec.delta_items.is_empty());
@@ -1141,7 +1141,7 @@ fn page_chains(ext: &Extent, s: &Schema) -> Chains {
 fn hot_chain_prefixes_redirects_and_reuse() {
     let s = schema();
     let g = Geometry::new(Params::default()).unwrap();
-    let mut ext = Extent::new(&g);
+    let mut ext = Extent::new_at(&g, Some(EXTENT_START));
     let row = |v: u8| Row::new(vec![Some(vec![v; 4])]);
     let tid = |slot: u16| g.tid(EXTENT_START, slot).unwrap();
     let ver = |xmin: u32, flags: u16| Mvcc { xmin, infomask2: flags, ..Mvcc::default() };
@@ -1214,7 +1214,7 @@ fn hot_chain_prefixes_redirects_and_reuse() {
 fn format_1_records_still_replay() {
     let s = schema();
     let g = Geometry::new(Params::default()).unwrap();
-    let mut ext = Extent::new(&g);
+    let mut ext = Extent::new_at(&g, Some(EXTENT_START));
     for i in 0..60u64 {
         ext.insert(&s, Mvcc { xmin: 5, ..Mvcc::default() }, &random_row(&mut Rng::new(i), 50)).unwrap();
     }
