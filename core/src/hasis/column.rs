@@ -65,6 +65,9 @@ const F_DICT: u8 = 0x04;
 const F_PACKED: u8 = 0x08;
 const F_SHORT_ENDS: u8 = 0x10;
 const F_DECIMAL: u8 = 0x20;
+/// With PACKED or DECIMAL: the values are `bits` bits a row, back to back
+/// (byte 15 holds `bits`, not bytes; format 2).
+const F_BITS: u8 = 0x40;
 
 /// Most distinct values a dictionary mini-page holds (its codes are one
 /// byte each).
@@ -107,6 +110,10 @@ pub struct ColumnMeta {
     /// A varlena column whose values are all numerics of one display
     /// scale (`decimal`): each row holds `scaled - lo` in a few bytes.
     pub decimal: Option<DecimalFrame>,
+    /// A packed or decimal column's rows take this many bits each, back
+    /// to back, instead of whole bytes (`frame_bits`): the bytes a row
+    /// (`packed`, `DecimalFrame::width`) are what a row unpacks into.
+    pub bits: Option<u8>,
 }
 
 /// How a decimal-encoded column part holds its values: each row's
@@ -184,11 +191,13 @@ enum Encoding {
     Plain,
     /// Plain varlena with u16 end offsets.
     ShortEnds,
-    Dict,
-    /// Frame of reference, this many bytes a row.
-    Packed(u8),
-    /// Numerics as scaled integers, frame of reference.
-    Decimal(DecimalFrame),
+    /// With `Some(bits)`, the codes bit by bit.
+    Dict(Option<u8>),
+    /// Frame of reference, this many bytes a row, or with `Some(bits)`
+    /// that many bits.
+    Packed(u8, Option<u8>),
+    /// Numerics as scaled integers, frame of reference (bits as above).
+    Decimal(DecimalFrame, Option<u8>),
 }
 
 /// End offset `i` of a table of `w`-byte (2 or 4) end offsets at `at` of `b`.
@@ -232,6 +241,78 @@ fn packed_width(desc: &ColumnDesc, range: Option<(i128, i128)>) -> Option<u8> {
 /// column's bytes a row (packed and decimal).
 fn span_bytes(span: u128) -> usize {
     ((128 - span.leading_zeros()) as usize).div_ceil(8).max(1)
+}
+
+/// Bits a row of a frame-of-reference column whose values lie `span`
+/// apart takes when they are stored bit by bit, where that saves at least
+/// two bits a row over whole bytes (`w` of them, `span_bytes`): TPC-H's
+/// dates span about 2,500 days (12 bits, not 16), its quantities 50 (6, not
+/// 8), discounts 11 (4). A span that fills its bytes but a bit keeps them:
+/// a drive compresses repeated whole-byte values (an ascending key's
+/// runs), and values cut at bit boundaries hide the repeats from it.
+fn frame_bits(span: u128, w: usize) -> Option<u8> {
+    let bits = ((128 - span.leading_zeros()) as usize).max(1);
+    // At most 56, so that a value and its shift lie within 8 bytes.
+    (bits + 2 <= 8 * w && bits <= 56).then_some(bits as u8)
+}
+
+/// Bits a dictionary code takes for `n` entries, where bit by bit saves
+/// two or more bits over a byte (up to 64 entries): lineitem's return flags
+/// (3 values), line statuses (2), ship instructions (4) and modes (7) are
+/// random among few values, which a drive's LZ4 barely shortens as bytes.
+fn code_bits(n: usize) -> Option<u8> {
+    let bits = (usize::BITS - n.saturating_sub(1).leading_zeros()).max(1);
+    (bits + 2 <= 8).then_some(bits as u8)
+}
+
+/// Content bytes of `nrows` frame-of-reference values of `w` bytes each,
+/// or of `bits` bits each.
+fn frame_len(nrows: usize, w: usize, bits: Option<u8>) -> usize {
+    match bits {
+        Some(b) => (nrows * b as usize).div_ceil(8),
+        None => nrows * w,
+    }
+}
+
+/// Appends `vals` (`w`-byte little-endian values, each below 2^bits) to
+/// `out`, `bits` bits each, the first value in the lowest bits.
+fn put_bits(vals: &[u8], w: usize, bits: usize, out: &mut Vec<u8>) {
+    let start = out.len();
+    let n = vals.len() / w;
+    out.resize(start + (n * bits).div_ceil(8), 0);
+    let dst = &mut out[start..];
+    for (i, v) in vals.chunks_exact(w).enumerate() {
+        let mut a = [0u8; 8];
+        a[..w].copy_from_slice(v);
+        let x = u64::from_le_bytes(a);
+        let at = i * bits;
+        let (byte, shift) = (at / 8, at % 8);
+        // bits <= 56 and shift <= 7: the value lies within 8 bytes.
+        let wide = (x as u128) << shift;
+        for k in 0..(shift + bits).div_ceil(8) {
+            dst[byte + k] |= (wide >> (8 * k)) as u8;
+        }
+    }
+}
+
+/// The value `bits` bits long that starts `shift` bits into `window`
+/// (the bytes from its first one on; at most 8 are read).
+fn bits_value(window: &[u8], shift: usize, bits: usize) -> u64 {
+    let mut a = [0u8; 8];
+    let n = window.len().min(8);
+    a[..n].copy_from_slice(&window[..n]);
+    (u64::from_le_bytes(a) >> shift) & (u64::MAX >> (64 - bits))
+}
+
+/// The `nrows` values of `packed` (`bits` bits each) as `w`-byte
+/// little-endian values in `out` (`nrows * w` bytes).
+fn expand_bits(packed: &[u8], w: usize, bits: usize, nrows: usize, out: &mut [u8]) {
+    for r in 0..nrows {
+        let at = r * bits;
+        let end = (at + bits).div_ceil(8).min(packed.len());
+        let x = bits_value(&packed[at / 8..end], at % 8, bits);
+        out[r * w..r * w + w].copy_from_slice(&x.to_le_bytes()[..w]);
+    }
 }
 
 /// Row value `v` of a packed column with minimum `lo`, as its `w` stored bytes.
@@ -397,21 +478,24 @@ fn encoded_len(desc: &ColumnDesc, nrows: usize, nulls: usize, bytes: usize, dict
             Width::Fixed(_) => 0,
             Width::Varlena => 4 * n,
         };
-        let dict = bitmap + 2 + nrows + ends + dict_bytes;
+        let bits = code_bits(n);
+        let dict = bitmap + 2 + frame_len(nrows, 1, bits) + ends + dict_bytes;
         if dict < best.0 {
-            best = (dict, Encoding::Dict);
+            best = (dict, Encoding::Dict(bits));
         }
     }
-    if let Some(w) = packed_width(desc, range) {
-        let packed = bitmap + nrows * w as usize;
+    if let (Some(w), Some((lo, hi))) = (packed_width(desc, range), range) {
+        let bits = frame_bits((hi - lo) as u128, w as usize);
+        let packed = bitmap + frame_len(nrows, w as usize, bits);
         if packed < best.0 {
-            best = (packed, Encoding::Packed(w));
+            best = (packed, Encoding::Packed(w, bits));
         }
     }
     if let Some(frame) = decimal.filter(|_| desc.width == Width::Varlena) {
-        let scaled = bitmap + nrows * frame.width as usize;
+        let bits = frame_bits((frame.hi as i128 - frame.lo as i128) as u128, frame.width as usize);
+        let scaled = bitmap + frame_len(nrows, frame.width as usize, bits);
         if scaled < best.0 {
-            best = (scaled, Encoding::Decimal(frame));
+            best = (scaled, Encoding::Decimal(frame, bits));
         }
     }
     best
@@ -684,7 +768,7 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
         let has_nulls = nulls > 0;
         let range = minmax.filter(|_| packable(desc)).and_then(|(lo, hi)| Some((desc.order.integer(lo)?, desc.order.integer(hi)?)));
         let (len, encoding) = encoded_len(desc, nrows, nulls, bytes, distinct.dictionary(), range, decimal.frame());
-        let dict = encoding == Encoding::Dict;
+        let dict = matches!(encoding, Encoding::Dict(_));
         let units = units_for(len);
         columns.push(ColumnMeta {
             desc: *desc,
@@ -696,12 +780,16 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
             minmax: minmax.map(|(a, b)| (a.to_vec(), b.to_vec())),
             dict,
             packed: match encoding {
-                Encoding::Packed(w) => Some(w),
+                Encoding::Packed(w, _) => Some(w),
                 _ => None,
             },
             short_ends: encoding == Encoding::ShortEnds,
             decimal: match encoding {
-                Encoding::Decimal(frame) => Some(frame),
+                Encoding::Decimal(frame, _) => Some(frame),
+                _ => None,
+            },
+            bits: match encoding {
+                Encoding::Packed(_, bits) | Encoding::Decimal(_, bits) | Encoding::Dict(bits) => bits,
                 _ => None,
             },
         });
@@ -774,8 +862,9 @@ pub fn build_at(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32,
         wr16(e, 12, m.null_count);
         e[14] = if m.has_nulls { F_NULLS } else { 0 } | if m.minmax.is_some() { F_MINMAX } else { 0 } | if m.dict { F_DICT } else { 0 } | if m.packed.is_some() { F_PACKED } else { 0 }
             | if m.short_ends { F_SHORT_ENDS } else { 0 }
-            | if m.decimal.is_some() { F_DECIMAL } else { 0 };
-        e[15] = m.packed.or(m.decimal.map(|f| f.width)).unwrap_or(0);
+            | if m.decimal.is_some() { F_DECIMAL } else { 0 }
+            | if m.bits.is_some() { F_BITS } else { 0 };
+        e[15] = m.bits.or(m.packed).or(m.decimal.map(|f| f.width)).unwrap_or(0);
         if let Some((lo, hi)) = &m.minmax {
             e[16..16 + lo.len()].copy_from_slice(lo);
             e[32..32 + hi.len()].copy_from_slice(hi);
@@ -832,8 +921,10 @@ pub fn build_at(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32,
                     code[distinct.table[distinct.probe(e)] as usize - 1] = rank as u8;
                 }
                 s.extend_from_slice(&(entries.len() as u16).to_le_bytes());
-                for row in rows {
-                    s.push(value(row, c).map_or(0, |v| code[distinct.table[distinct.probe(v)] as usize - 1]));
+                let codes: Vec<u8> = rows.iter().map(|row| value(row, c).map_or(0, |v| code[distinct.table[distinct.probe(v)] as usize - 1])).collect();
+                match m.bits {
+                    Some(bits) => put_bits(&codes, 1, bits as usize, &mut s),
+                    None => s.extend_from_slice(&codes),
                 }
                 if m.desc.width == Width::Varlena {
                     let mut end = 0u32;
@@ -850,11 +941,16 @@ pub fn build_at(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32,
                 // `value - min` in `w` bytes a row; NULL as zeros.
                 let w = m.packed.unwrap_or(0) as usize;
                 let lo = m.minmax.as_ref().and_then(|(lo, _)| m.desc.order.integer(lo)).ok_or(Error::BadInput("packed column without a minimum"))?;
+                let mut vals = Vec::with_capacity(rows.len() * w);
                 for row in rows {
                     match value(row, c) {
-                        Some(v) => pack_value(m.desc.order, lo, w, v, &mut s)?,
-                        None => s.resize(s.len() + w, 0),
+                        Some(v) => pack_value(m.desc.order, lo, w, v, &mut vals)?,
+                        None => vals.resize(vals.len() + w, 0),
                     }
+                }
+                match m.bits {
+                    Some(bits) => put_bits(&vals, w, bits as usize, &mut s),
+                    None => s.extend_from_slice(&vals),
                 }
             }
             Width::Fixed(n) => {
@@ -870,16 +966,21 @@ pub fn build_at(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32,
             Width::Varlena if m.decimal.is_some() => {
                 // `scaled - lo` in `width` bytes a row; NULL as zeros.
                 let f = m.decimal.ok_or(Error::BadInput("decimal column without its frame"))?;
+                let mut vals = Vec::with_capacity(rows.len() * f.width as usize);
                 for row in rows {
                     match value(row, c) {
                         Some(v) => {
                             let d = decimal::parse(v).filter(|d| d.dscale == f.dscale && (f.lo..=f.hi).contains(&d.scaled));
                             let d = d.ok_or(Error::BadInput("decimal column value outside its frame"))?;
                             let offset = d.scaled.wrapping_sub(f.lo) as u64;
-                            s.extend_from_slice(&offset.to_le_bytes()[..f.width as usize]);
+                            vals.extend_from_slice(&offset.to_le_bytes()[..f.width as usize]);
                         }
-                        None => s.resize(s.len() + f.width as usize, 0),
+                        None => vals.resize(vals.len() + f.width as usize, 0),
                     }
+                }
+                match m.bits {
+                    Some(bits) => put_bits(&vals, f.width as usize, bits as usize, &mut s),
+                    None => s.extend_from_slice(&vals),
                 }
             }
             Width::Varlena => {
@@ -1101,11 +1202,22 @@ impl<'a> ColumnPart<'a> {
             let (first_unit, cunits, len, null_count, flags) = (rd16(e, 4), rd16(e, 6), rd32(e, 8), rd16(e, 12), e[14]);
             let has_nulls = flags & F_NULLS != 0;
             let dict = flags & F_DICT != 0;
-            if flags & !(F_NULLS | F_MINMAX | F_DICT | F_PACKED | F_SHORT_ENDS | F_DECIMAL) != 0 {
+            if flags & !(F_NULLS | F_MINMAX | F_DICT | F_PACKED | F_SHORT_ENDS | F_DECIMAL | F_BITS) != 0 {
                 return corrupt("unknown column flags");
             }
+            // Bit by bit: byte 15 is the bits a row, and a row unpacks
+            // into the bytes that hold them.
+            let bits = if flags & F_BITS != 0 {
+                if flags & (F_PACKED | F_DECIMAL | F_DICT) == 0 || !(1..=56).contains(&e[15]) || (dict && e[15] > 6) {
+                    return corrupt("bit-packed column description inconsistent");
+                }
+                Some(e[15])
+            } else {
+                None
+            };
+            let bytes_a_row = bits.map_or(e[15], |b| b.div_ceil(8));
             let packed = if flags & F_PACKED != 0 {
-                let w = e[15];
+                let w = bytes_a_row;
                 let ok = match desc.width {
                     Width::Fixed(n) => packable(&desc) && !dict && flags & F_MINMAX != 0 && w >= 1 && (w as u16) < n,
                     Width::Varlena => false,
@@ -1114,7 +1226,7 @@ impl<'a> ColumnPart<'a> {
                     return corrupt("packed column description inconsistent");
                 }
                 Some(w)
-            } else if e[15] != 0 && flags & F_DECIMAL == 0 {
+            } else if e[15] != 0 && flags & (F_DECIMAL | F_BITS) == 0 {
                 return corrupt("unknown column flags");
             } else {
                 None
@@ -1122,13 +1234,15 @@ impl<'a> ColumnPart<'a> {
             let decimal = if flags & F_DECIMAL != 0 {
                 let lo = i64::from_le_bytes(e[16..24].try_into().unwrap_or_default());
                 let hi = i64::from_le_bytes(e[24..32].try_into().unwrap_or_default());
-                let frame = DecimalFrame { dscale: e[32], lo, hi, width: e[15] };
+                let frame = DecimalFrame { dscale: e[32], lo, hi, width: bytes_a_row };
+                let span = (hi as i128 - lo as i128).max(0) as u128;
                 let fits = DecimalRange::Within { dscale: frame.dscale, lo, hi }.frame().is_some_and(|f| f.width <= frame.width);
                 let ok = desc.width == Width::Varlena
                     && flags & (F_DICT | F_PACKED | F_SHORT_ENDS | F_MINMAX) == 0
                     && (1..=8).contains(&frame.width)
                     && lo <= hi
                     && fits
+                    && bits.is_none_or(|b| b >= 64 || span >> b == 0)
                     && frame.dscale <= decimal::DSCALE_MAX;
                 if !ok {
                     return corrupt("decimal column description inconsistent");
@@ -1151,10 +1265,10 @@ impl<'a> ColumnPart<'a> {
             }
             let bitmap = if has_nulls { bitmap_len(rows) } else { 0 };
             let ok_len = match desc.width {
-                _ if dict => len as usize > bitmap + 2 + rows && null_count as usize != rows,
-                Width::Fixed(_) if packed.is_some() => len as usize == bitmap + rows * packed.unwrap_or(0) as usize,
+                _ if dict => len as usize > bitmap + 2 + frame_len(rows, 1, bits) && null_count as usize != rows,
+                Width::Fixed(_) if packed.is_some() => len as usize == bitmap + frame_len(rows, packed.unwrap_or(0) as usize, bits),
                 Width::Fixed(n) => len as usize == bitmap + rows * n as usize,
-                Width::Varlena if decimal.is_some() => len as usize == bitmap + rows * decimal.map_or(0, |f| f.width as usize),
+                Width::Varlena if decimal.is_some() => len as usize == bitmap + frame_len(rows, decimal.map_or(0, |f| f.width as usize), bits),
                 Width::Varlena => len as usize >= bitmap + ends * rows,
             };
             if !ok_len {
@@ -1173,7 +1287,7 @@ impl<'a> ColumnPart<'a> {
             } else {
                 None
             };
-            columns.push(ColumnMeta { desc, first_unit, units: cunits, len, null_count, has_nulls, minmax, dict, packed, short_ends, decimal });
+            columns.push(ColumnMeta { desc, first_unit, units: cunits, len, null_count, has_nulls, minmax, dict, packed, short_ends, decimal, bits });
         }
         if next != units {
             return corrupt("column mini-pages do not end where the part ends");
@@ -1302,7 +1416,7 @@ impl<'a> ColumnPart<'a> {
             match m.desc.width {
                 Width::Fixed(n) if m.packed.is_some() => {
                     out.resize(at + n as usize, 0);
-                    self.read_packed(m, c, pos, len, &mut out[at..])?;
+                    self.read_packed(m, c, r, pos, len, &mut out[at..])?;
                 }
                 Width::Fixed(_) => {
                     out.resize(at + len, 0);
@@ -1310,7 +1424,7 @@ impl<'a> ColumnPart<'a> {
                 }
                 Width::Varlena if m.decimal.is_some() => {
                     let mut v = [0u8; decimal::MAX_LEN];
-                    let n = self.read_decimal(m, c, pos, len, &mut v)?;
+                    let n = self.read_decimal(m, c, r, pos, len, &mut v)?;
                     out.extend_from_slice(&(n as u16).to_le_bytes());
                     out.extend_from_slice(&v[..n]);
                 }
@@ -1354,19 +1468,38 @@ impl<'a> ColumnPart<'a> {
             }
         };
         let (index, table, count) = if m.dict {
-            let mut head = [0u8; 3];
-            self.read_stream_into(c, base, &mut head[..2])?;
-            self.read_stream_into(c, base + 2 + r, &mut head[2..])?;
-            let n = u16::from_le_bytes([head[0], head[1]]) as usize;
-            let code = head[2] as usize;
+            let mut head = [0u8; 2];
+            self.read_stream_into(c, base, &mut head)?;
+            let n = u16::from_le_bytes(head) as usize;
+            let code = match m.bits {
+                // Bit by bit: the one or two bytes the code lies in.
+                Some(bits) => {
+                    let (at, bits) = (r * bits as usize, bits as usize);
+                    let len = (at % 8 + bits).div_ceil(8);
+                    let mut b = [0u8; 2];
+                    self.read_stream_into(c, base + 2 + at / 8, &mut b[..len])?;
+                    bits_value(&b[..len], at % 8, bits) as usize
+                }
+                None => {
+                    let mut b = [0u8; 1];
+                    self.read_stream_into(c, base + 2 + r, &mut b)?;
+                    b[0] as usize
+                }
+            };
             if n == 0 || n > DICT_MAX || code >= n {
                 return corrupt("dictionary code out of range");
             }
-            (code, base + 2 + self.nrows, n)
+            (code, base + 2 + frame_len(self.nrows, 1, m.bits), n)
         } else {
             (r, base, self.nrows)
         };
         let (pos, len) = match m.desc.width {
+            // Bit by bit: the bytes the row's bits lie in (the readers
+            // take the shift from the row number, `frame_raw`).
+            _ if m.bits.is_some() && !m.dict => {
+                let (at, bits) = (index * m.bits.unwrap_or(0) as usize, m.bits.unwrap_or(0) as usize);
+                (table + at / 8, (at % 8 + bits).div_ceil(8))
+            }
             Width::Fixed(_) if m.packed.is_some() => {
                 let w = m.packed.unwrap_or(0) as usize;
                 (table + index * w, w)
@@ -1429,12 +1562,12 @@ impl<'a> ColumnPart<'a> {
             (None, _) => Ok(None),
             (Some((pos, len)), Width::Fixed(n)) if m.packed.is_some() => {
                 let mut v = vec![0u8; n as usize];
-                self.read_packed(m, c, pos, len, &mut v)?;
+                self.read_packed(m, c, r, pos, len, &mut v)?;
                 Ok(Some(v))
             }
             (Some((pos, len)), Width::Varlena) if m.decimal.is_some() => {
                 let mut v = [0u8; decimal::MAX_LEN];
-                let n = self.read_decimal(m, c, pos, len, &mut v)?;
+                let n = self.read_decimal(m, c, r, pos, len, &mut v)?;
                 Ok(Some(v[..n].to_vec()))
             }
             (Some((pos, len)), _) => Ok(Some(self.read_stream(c, pos, len)?)),
@@ -1443,20 +1576,37 @@ impl<'a> ColumnPart<'a> {
 
     /// The numeric whose `len` stored bytes are at `pos` of decimal column
     /// `c` (`m`), written into `out`; its length.
-    fn read_decimal(&self, m: &ColumnMeta, c: usize, pos: usize, len: usize, out: &mut [u8; decimal::MAX_LEN]) -> Result<usize> {
+    fn read_decimal(&self, m: &ColumnMeta, c: usize, r: usize, pos: usize, len: usize, out: &mut [u8; decimal::MAX_LEN]) -> Result<usize> {
         let Some(frame) = &m.decimal else { return corrupt("decimal column without its frame") };
+        let (raw, w) = self.frame_raw(m, c, r, pos, len, frame.width as usize)?;
+        frame.value(&raw[..w], out)
+    }
+
+    /// Row `r`'s stored frame-of-reference value, whose `len` bytes are at
+    /// `pos` (`value_span`), as `w` little-endian bytes: read as they are,
+    /// or cut out of its bytes when the column is bit by bit.
+    fn frame_raw(&self, m: &ColumnMeta, c: usize, r: usize, pos: usize, len: usize, w: usize) -> Result<([u8; 8], usize)> {
         let mut raw = [0u8; 8];
+        if len > 8 || w > 8 {
+            return corrupt("frame-of-reference value too wide");
+        }
         self.read_stream_into(c, pos, &mut raw[..len])?;
-        frame.value(&raw[..len], out)
+        match m.bits {
+            Some(bits) => {
+                let x = bits_value(&raw[..len], (r * bits as usize) % 8, bits as usize);
+                Ok((x.to_le_bytes(), w))
+            }
+            None if len == w => Ok((raw, w)),
+            None => corrupt("frame-of-reference value of the wrong width"),
+        }
     }
 
     /// The value whose `len` stored bytes are at `pos` of packed column
     /// `c` (`m`), unpacked into `out` (the type's width).
-    fn read_packed(&self, m: &ColumnMeta, c: usize, pos: usize, len: usize, out: &mut [u8]) -> Result<()> {
+    fn read_packed(&self, m: &ColumnMeta, c: usize, r: usize, pos: usize, len: usize, out: &mut [u8]) -> Result<()> {
         let Some((min, _)) = &m.minmax else { return corrupt("packed column without a minimum") };
-        let mut raw = [0u8; 8];
-        self.read_stream_into(c, pos, &mut raw[..len])?;
-        unpack_value(min, &raw[..len], out);
+        let (raw, w) = self.frame_raw(m, c, r, pos, len, m.packed.unwrap_or(0) as usize)?;
+        unpack_value(min, &raw[..w], out);
         Ok(())
     }
 
@@ -1477,6 +1627,28 @@ impl<'a> ColumnPart<'a> {
         stream.resize(m.len as usize, 0);
         self.read_stream_into(c, 0, stream)?;
         let base = if m.has_nulls { bitmap_len(self.nrows) } else { 0 };
+        if let (Some(bits), true) = (m.bits, m.dict) {
+            // Codes bit by bit: spread out into a byte each first, which is
+            // what `ColumnValues` reads.
+            let (codes_at, stored) = (base + 2, frame_len(self.nrows, 1, Some(bits)));
+            if stream.len() < codes_at + stored {
+                return corrupt("dictionary codes past their mini-page");
+            }
+            let tail = stream[codes_at + stored..].to_vec();
+            let packed = stream[codes_at..codes_at + stored].to_vec();
+            stream.truncate(codes_at);
+            stream.resize(codes_at + self.nrows, 0);
+            expand_bits(&packed, 1, bits as usize, self.nrows, &mut stream[codes_at..]);
+            stream.extend_from_slice(&tail);
+        } else if let Some(bits) = m.bits {
+            // Bit by bit: first into whole bytes a row, which is what the
+            // packed and decimal readers below take.
+            let w = m.packed.or(m.decimal.map(|f| f.width)).unwrap_or(0) as usize;
+            let stored = stream.get(base..base + frame_len(self.nrows, w, Some(bits))).ok_or(Error::Corrupt("bit-packed values past their mini-page"))?.to_vec();
+            stream.truncate(base);
+            stream.resize(base + self.nrows * w, 0);
+            expand_bits(&stored, w, bits as usize, self.nrows, &mut stream[base..]);
+        }
         if let (Some(w), Width::Fixed(n), Some((min, _))) = (m.packed, m.desc.width, &m.minmax) {
             // Unpacked in place, from the last row back: row r's n bytes
             // land at base + r * n, at or past base + r * w, where the
@@ -1993,7 +2165,16 @@ mod tests {
         let mut bad = blocks.clone();
         let m = &p.columns[0];
         let (blk, off) = Geometry::unit_location(m.first_unit as usize);
-        bad[blk][off + 2 + 5] = 200;
+        match m.bits {
+            // Seven values in 3-bit codes: all ones is code 7, past them.
+            Some(bits) => {
+                let at = 5 * bits as usize;
+                for k in at / 8..=(at + bits as usize - 1) / 8 {
+                    bad[blk][off + 2 + k] = 0xff;
+                }
+            }
+            None => bad[blk][off + 2 + 5] = 200,
+        }
         let part = ColumnPart::parse(&g, views(&bad), p.total_units, rs.len(), Some(5)).unwrap();
         assert!(part.value(5, 0).is_err());
         assert!(part.row(5).is_err());
@@ -2398,7 +2579,11 @@ mod tests {
         let (blocks, p) = build(&g, &schema, &rs, 3).unwrap();
         let packed: Vec<Option<u8>> = p.columns.iter().map(|m| m.packed).collect();
         assert_eq!(packed, vec![Some(3), Some(2), Some(1), Some(2), None, None]);
-        assert_eq!(p.columns[1].len as usize, bitmap_len(n) + 2 * n);
+        // Spans of 17, 11 and 14 bits go bit by bit; 8 bits in one byte
+        // stay a whole byte.
+        let bits: Vec<Option<u8>> = p.columns.iter().map(|m| m.bits).collect();
+        assert_eq!(bits, vec![Some(17), Some(11), None, Some(14), None, None]);
+        assert_eq!(p.columns[1].len as usize, bitmap_len(n) + (11 * n).div_ceil(8));
         let part = ColumnPart::parse(&g, views(&blocks), p.total_units, n, Some(3)).unwrap();
         for c in 0..6 {
             assert_eq!(part.column_meta(c).unwrap().packed, packed[c], "parsed meta of column {c}");
@@ -2418,6 +2603,112 @@ mod tests {
             bad[blk][at + 15] = w;
             assert!(ColumnPart::parse(&g, views(&bad), p.total_units, n, Some(3)).is_err(), "column {col} width {w}");
         }
+    }
+
+    #[test]
+    fn frame_values_go_bit_by_bit() {
+        // Every width of span from 1 to 56 bits, for packed integers
+        // (int8) and decimals, with and without NULLs, at row counts that
+        // end inside a byte: every reader gets the values back, and a
+        // column stores ceil(rows * bits / 8) bytes where bits save two or
+        // more over whole bytes.
+        use crate::test_rng::Rng;
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        for bits in 1..=56u32 {
+            let n = 300 + (bits as usize * 7) % 13;
+            let span: u64 = (1u64 << bits) - 1;
+            let schema = Schema::new(vec![ColumnDesc::fixed(8, MinMaxOrder::SignedInt), ColumnDesc::varlena()]).unwrap();
+            let base = -(1i64 << 40);
+            let rs: Vec<ColumnRow> = (0..n)
+                .map(|i| {
+                    // the range's ends, then random values within it
+                    let off = match i {
+                        0 => 0,
+                        1 => span,
+                        _ => rng.next() % (span + 1),
+                    };
+                    let null = bits % 3 == 0 && i % 11 == 5;
+                    let dec = (off % (1u64 << bits.min(40))) as i64;
+                    ColumnRow {
+                        header: RowHeader { slot: i as u16, natts: 2, mvcc: Mvcc::default() },
+                        row: Row {
+                            values: vec![
+                                (!null).then(|| (base.wrapping_add(off as i64)).to_le_bytes().to_vec()),
+                                (!null).then(|| numeric(2, dec - 7)),
+                            ],
+                        },
+                    }
+                })
+                .collect();
+            let g = geo(64);
+            let (blocks, p) = build(&g, &schema, &rs, 3).unwrap();
+            let w = span_bytes(span as u128);
+            let want_bits = (bits as usize + 2 <= 8 * w).then_some(bits as u8);
+            if w < 8 {
+                assert_eq!(p.columns[0].packed, Some(w as u8), "bits {bits}");
+                assert_eq!(p.columns[0].bits, want_bits, "bits {bits}");
+                let nulls = if p.columns[0].has_nulls { bitmap_len(n) } else { 0 };
+                assert_eq!(p.columns[0].len as usize, nulls + frame_len(n, w, want_bits), "bits {bits}");
+            }
+            let part = ColumnPart::parse(&g, views(&blocks), p.total_units, n, Some(3)).unwrap();
+            assert_eq!(part.column_meta(0).unwrap().bits, p.columns[0].bits);
+            assert_eq!(part.column_meta(1).unwrap().bits, p.columns[1].bits);
+            assert_reads_back(&part, &schema, &rs);
+            assert_partial_payloads(&part, &schema, &rs, &[true, false]);
+            assert_partial_payloads(&part, &schema, &rs, &[false, true]);
+        }
+        // The bits helpers on their own: every value survives a round trip
+        // at every shift.
+        for bits in [1usize, 3, 7, 8, 9, 13, 31, 33, 56] {
+            let w = bits.div_ceil(8);
+            let vals: Vec<u8> = (0..77u64).flat_map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) & (u64::MAX >> (64 - bits))).to_le_bytes()[..w].to_vec()).collect();
+            let mut packed = vec![0xaa];
+            put_bits(&vals, w, bits, &mut packed);
+            assert_eq!(packed.len(), 1 + (77 * bits).div_ceil(8));
+            assert_eq!(packed[0], 0xaa);
+            let mut back = vec![0u8; 77 * w];
+            expand_bits(&packed[1..], w, bits, 77, &mut back);
+            assert_eq!(back, vals, "bits {bits}");
+        }
+        // Dictionary codes: 1 to 64 entries bit by bit (1 to 6 bits), more
+        // a byte each; varlena and fixed values, NULLs in some.
+        for n_values in [1usize, 2, 3, 5, 8, 9, 33, 64, 65, 200] {
+            let schema = Schema::new(vec![ColumnDesc::varlena(), ColumnDesc::fixed(3, MinMaxOrder::None)]).unwrap();
+            let rows = 500 + n_values % 7;
+            let rs: Vec<ColumnRow> = (0..rows)
+                .map(|i| {
+                    let v = (i * 7 + i / 3) % n_values;
+                    let null = n_values % 2 == 1 && i % 13 == 6;
+                    ColumnRow {
+                        header: RowHeader { slot: i as u16, natts: 2, mvcc: Mvcc::default() },
+                        row: Row { values: vec![(!null).then(|| format!("mode-{v:03}-padding-to-make-a-dictionary-pay").into_bytes()), Some(vec![v as u8, 1, 2])] },
+                    }
+                })
+                .collect();
+            let g = geo(64);
+            let (blocks, p) = build(&g, &schema, &rs, 3).unwrap();
+            assert!(p.columns[0].dict, "{n_values} values");
+            let distinct = rs.iter().filter_map(|r| r.row.values[0].clone()).collect::<std::collections::HashSet<_>>().len();
+            assert_eq!(p.columns[0].bits, code_bits(distinct), "{n_values} values, {distinct} distinct");
+            assert_eq!(p.columns[0].bits.is_some(), n_values <= 64);
+            let part = ColumnPart::parse(&g, views(&blocks), p.total_units, rows, Some(3)).unwrap();
+            assert_eq!(part.column_meta(0).unwrap().bits, p.columns[0].bits);
+            assert_reads_back(&part, &schema, &rs);
+            assert_partial_payloads(&part, &schema, &rs, &[true, false]);
+            let p2 = assert_tallies_agree(&schema, &part, &p, &rs, 0, |i| format!("other-{i}").into_bytes());
+            assert!(p2.total_units >= p.total_units);
+        }
+        assert_eq!(code_bits(1), Some(1));
+        assert_eq!(code_bits(2), Some(1));
+        assert_eq!(code_bits(3), Some(2));
+        assert_eq!(code_bits(64), Some(6));
+        assert_eq!(code_bits(65), None);
+        assert_eq!(frame_bits(0, 1), Some(1));
+        assert_eq!(frame_bits(63, 1), Some(6));
+        assert_eq!(frame_bits(64, 1), None);
+        assert_eq!(frame_bits(4095, 2), Some(12));
+        assert_eq!(frame_bits(16383, 2), Some(14));
+        assert_eq!(frame_bits(16384, 2), None);
     }
 
     /// The numeric bytes of `scaled / 10^dscale`.
@@ -2453,9 +2744,12 @@ mod tests {
         assert_eq!(frames[0].map(|f| (f.dscale, f.width)), Some((2, 3)));
         assert_eq!(&frames[1..], &[None, None, None]);
         assert!(p.columns[3].dict);
-        assert_eq!(p.columns[0].len as usize, bitmap_len(n) + 3 * n);
+        // About 2,000,000 apart: 21 bits a row, not 3 bytes.
+        assert_eq!(p.columns[0].bits, Some(21));
+        assert_eq!(p.columns[0].len as usize, bitmap_len(n) + (21 * n).div_ceil(8));
         let part = ColumnPart::parse(&g, views(&blocks), p.total_units, n, Some(3)).unwrap();
         assert_eq!(part.column_meta(0).unwrap().decimal, frames[0]);
+        assert_eq!(part.column_meta(0).unwrap().bits, Some(21));
         assert_reads_back(&part, &schema, &rs);
         assert_partial_payloads(&part, &schema, &rs, &[true, false, false, true]);
         // Tallies size what plan builds, from the rows or from the part,
