@@ -1618,24 +1618,27 @@ impl ExtentRead {
                 if header.slot != slot {
                     format_error(rel, cblk, FormatError::Corrupt("column row does not carry its slot"));
                 }
-                // The header is read again under the lock the result keeps.
-                let header_layout = std::sync::Arc::clone(&layout);
-                let (buf, payload) = match values {
+                // The header is read again under the lock the result keeps,
+                // before the layout moves into the lazy row.
+                let reread = |buf: &Buf| check(rel, cblk, layout.decode_header(&bytes(buf.page())[off..off + ROW_HEADER], row as usize, Some(first)));
+                let (buf, header, payload) = match values {
                     // Reading the row header share-locked its block: the
                     // result holds that lock, the other blocks read stay
                     // with the lazy row.
                     None => {
                         let buf = cols.lend(hb).unwrap_or_else(|| Buf::read(rel, first + g.column_block(hb) as u32, lock));
-                        (buf, Payload::Column(LazyRow { rel, cblk, cols, layout, row, natts: header.natts, decoded: std::cell::OnceCell::new() }))
+                        let header = reread(&buf);
+                        (buf, header, Payload::Column(LazyRow { rel, cblk, cols, layout, row, natts: header.natts, decoded: std::cell::OnceCell::new() }))
                     }
                     // The header share lock keeps the layout; the row
                     // header's own block is locked again in the mode asked for.
                     Some(values) => {
                         drop(cols);
-                        (Buf::read(rel, first + g.column_block(hb) as u32, lock), Payload::Owned(values))
+                        let buf = Buf::read(rel, first + g.column_block(hb) as u32, lock);
+                        let header = reread(&buf);
+                        (buf, header, Payload::Owned(values))
                     }
                 };
-                let header = check(rel, cblk, header_layout.decode_header(&bytes(buf.page())[off..off + ROW_HEADER], row as usize, Some(first)));
                 Some(Located { _header: None, buf, block: first + g.column_block(hb) as u32, tid, mvcc_at: off + MVCC_OFF, payload, header })
             }
             DirEntry::Delta { block, offset } => {
