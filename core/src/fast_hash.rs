@@ -57,8 +57,86 @@ impl Hasher for FastHasher {
 /// A HashMap with `FastHasher`.
 pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
+/// A `FastMap` whose values are counted in bytes (given with each) against a
+/// budget given at each insert: past it, entries go in the map's hash
+/// order, which is as good as at random for these keys, until three
+/// quarters of the budget are left, so a full map does not evict on
+/// every insert. For per-backend caches of things parsed from pages,
+/// which must not grow with the tables a backend reads.
+pub struct BudgetMap<K, V> {
+    map: FastMap<K, (V, usize)>,
+    bytes: usize,
+}
+
+impl<K, V> Default for BudgetMap<K, V> {
+    fn default() -> Self {
+        BudgetMap { map: FastMap::default(), bytes: 0 }
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Copy, V> BudgetMap<K, V> {
+    pub fn get(&self, key: &K) -> Option<&V> {
+        self.map.get(key).map(|(v, _)| v)
+    }
+
+    /// Keeps `value`, of `bytes`, under `key`, then evicts others while
+    /// the map is over `budget` (the new entry always stays).
+    pub fn insert(&mut self, key: K, value: V, bytes: usize, budget: usize) {
+        self.bytes += bytes;
+        if let Some((_, old)) = self.map.insert(key, (value, bytes)) {
+            self.bytes -= old;
+        }
+        if self.bytes > budget {
+            let target = budget / 4 * 3;
+            let mut left = self.bytes;
+            self.map.retain(|k, (_, b)| {
+                if left <= target || *k == key {
+                    return true;
+                }
+                left -= *b;
+                false
+            });
+            self.bytes = left;
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The bytes of the values kept.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn budget_map_keeps_within_budget_and_the_newest() {
+        let mut m = BudgetMap::<u32, u32>::default();
+        for k in 0..1000u32 {
+            m.insert(k, k * 2, 100, 10_000);
+            assert!(m.bytes() <= 10_000, "{} bytes after {}", m.bytes(), k);
+            assert_eq!(m.get(&k), Some(&(k * 2)), "the entry just inserted stays");
+            assert_eq!(m.bytes(), m.len() * 100);
+        }
+        // Evictions bring it down to three quarters, not one entry below.
+        assert!(m.len() > 70, "{}", m.len());
+        // Replacing an entry counts its new size only.
+        let len = m.len();
+        m.insert(999, 1, 50, 10_000);
+        assert_eq!(m.len(), len);
+        assert_eq!(m.bytes(), (len - 1) * 100 + 50);
+        // A zero budget keeps the newest alone.
+        m.insert(5000, 7, 10, 0);
+        assert_eq!((m.len(), m.bytes(), m.get(&5000)), (1, 10, Some(&7)));
+    }
+
     use super::*;
 
     #[test]

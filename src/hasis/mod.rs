@@ -49,6 +49,7 @@ pub unsafe fn init() {
     options::register();
     worker::define_gucs();
     compact::define_gucs();
+    relation::define_gucs();
     colscan::init();
 }
 

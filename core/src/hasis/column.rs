@@ -83,6 +83,44 @@ pub struct ColumnRow {
     pub row: Row,
 }
 
+/// A column part's minimum and maximum of one column, in the column's
+/// own bytes (at most `MINMAX_MAX` each). Held inline: a backend keeps
+/// thousands of parsed layouts (`ColumnLayout`), and two small heap
+/// allocations per column made parsing and dropping them cost more than
+/// the values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MinMax {
+    len: u8,
+    min: [u8; MINMAX_MAX],
+    max: [u8; MINMAX_MAX],
+}
+
+impl MinMax {
+    /// None where the two are not of one length of at most `MINMAX_MAX`.
+    pub fn new(min: &[u8], max: &[u8]) -> Option<MinMax> {
+        if min.len() != max.len() || min.len() > MINMAX_MAX {
+            return None;
+        }
+        let mut m = MinMax { len: min.len() as u8, min: [0; MINMAX_MAX], max: [0; MINMAX_MAX] };
+        m.min[..min.len()].copy_from_slice(min);
+        m.max[..max.len()].copy_from_slice(max);
+        Some(m)
+    }
+
+    pub fn min(&self) -> &[u8] {
+        &self.min[..self.len as usize]
+    }
+
+    pub fn max(&self) -> &[u8] {
+        &self.max[..self.len as usize]
+    }
+
+    /// (minimum, maximum).
+    pub fn pair(&self) -> (&[u8], &[u8]) {
+        (self.min(), self.max())
+    }
+}
+
 /// Where one column's mini-page is and what it holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ColumnMeta {
@@ -96,7 +134,7 @@ pub struct ColumnMeta {
     pub has_nulls: bool,
     /// (min, max) over the non-null values, for descriptions that have an
     /// order (`ColumnDesc::has_minmax`) and at least one non-null value.
-    pub minmax: Option<(Vec<u8>, Vec<u8>)>,
+    pub minmax: Option<MinMax>,
     /// Dictionary-encoded: each row holds a one-byte code into the part's
     /// distinct values (`encoded_len` says when).
     pub dict: bool,
@@ -358,6 +396,86 @@ fn unpack_value(min: &[u8], raw: &[u8], out: &mut [u8]) {
     d[..raw.len()].copy_from_slice(raw);
     let v = u64::from_le_bytes(a).wrapping_add(u64::from_le_bytes(d));
     out.copy_from_slice(&v.to_le_bytes()[..out.len()]);
+}
+
+/// Rows of a packed column, `w` stored bytes each at the front of `s`,
+/// unpacked in place into `n`-byte values `min + stored` (wrapping in `n`
+/// bytes: `unpack_value`), from the last row back; `s` holds `nrows * n`
+/// bytes. Widths are constants in the common cases, so that a row is one
+/// load and one store rather than two calls of memcpy.
+fn unpack_rows(s: &mut [u8], nrows: usize, w: usize, n: usize, min: u64) {
+    match (w, n) {
+        (1, 2) => unpack_rows_wn::<1, 2>(s, nrows, min),
+        (1, 4) => unpack_rows_wn::<1, 4>(s, nrows, min),
+        (2, 4) => unpack_rows_wn::<2, 4>(s, nrows, min),
+        (3, 4) => unpack_rows_wn::<3, 4>(s, nrows, min),
+        (1, 8) => unpack_rows_wn::<1, 8>(s, nrows, min),
+        (2, 8) => unpack_rows_wn::<2, 8>(s, nrows, min),
+        (3, 8) => unpack_rows_wn::<3, 8>(s, nrows, min),
+        (4, 8) => unpack_rows_wn::<4, 8>(s, nrows, min),
+        (5, 8) => unpack_rows_wn::<5, 8>(s, nrows, min),
+        (6, 8) => unpack_rows_wn::<6, 8>(s, nrows, min),
+        (7, 8) => unpack_rows_wn::<7, 8>(s, nrows, min),
+        _ => {
+            for r in (0..nrows).rev() {
+                let mut raw = [0u8; 8];
+                raw[..w].copy_from_slice(&s[r * w..r * w + w]);
+                let v = min.wrapping_add(u64::from_le_bytes(raw));
+                s[r * n..r * n + n].copy_from_slice(&v.to_le_bytes()[..n]);
+            }
+        }
+    }
+}
+
+fn unpack_rows_wn<const W: usize, const N: usize>(s: &mut [u8], nrows: usize, min: u64) {
+    for r in (0..nrows).rev() {
+        let mut raw = [0u8; 8];
+        raw[..W].copy_from_slice(&s[r * W..r * W + W]);
+        let v = min.wrapping_add(u64::from_le_bytes(raw));
+        s[r * N..r * N + N].copy_from_slice(&v.to_le_bytes()[..N]);
+    }
+}
+
+/// Writes a decimal column's rows (`W` stored bytes each in `raw`) as
+/// numerics into `out`: row r's end offset (from `data`) at `base + 4 r`,
+/// its bytes from `data` on, with a 4-byte varlena header at a multiple of
+/// 4 where `aligned`, else as stored (a 1-byte header). `out` has room for
+/// `decimal::MAX_LEN + 6` bytes a row past `data`. Returns where the
+/// values end.
+fn decimal_rows<const W: usize>(frame: &DecimalFrame, raw: &[u8], nulls: Option<&[u8]>, aligned: bool, out: &mut [u8], base: usize, data: usize) -> Result<usize> {
+    let span = frame.hi.wrapping_sub(frame.lo) as u64;
+    let mut at = data;
+    let mut v = [0u8; decimal::MAX_LEN];
+    for (r, stored) in raw.chunks_exact(W).enumerate() {
+        if !nulls.is_some_and(|b| b[r / 8] & (1 << (r % 8)) != 0) {
+            let mut d = [0u8; 8];
+            d[..W].copy_from_slice(stored);
+            let offset = u64::from_le_bytes(d);
+            if offset > span {
+                return corrupt("decimal value past its part's range");
+            }
+            let scaled = frame.lo.wrapping_add(offset as i64);
+            let n = decimal::write(Decimal { dscale: frame.dscale, scaled }, &mut v).ok_or(Error::Corrupt("decimal value out of range"))?;
+            if aligned {
+                // A 4-byte varlena header in place of the 1-byte one (the
+                // numeric's own bytes are the same): the executor's
+                // numeric functions take such a value as it lies, where a
+                // short one is copied out first (pg_detoast_datum).
+                at = at.next_multiple_of(4);
+                out[at..at + 4].copy_from_slice(&(((n - 1 + 4) as u32) << 2).to_le_bytes());
+                // Whole arrays: a copy of constant size, not a call.
+                let body: &mut [u8; decimal::MAX_LEN - 1] = (&mut out[at + 4..at + 3 + decimal::MAX_LEN]).try_into().map_err(|_| Error::Corrupt("decimal row past its room"))?;
+                body.copy_from_slice(&v[1..]);
+                at += 4 + n - 1;
+            } else {
+                let body: &mut [u8; decimal::MAX_LEN] = (&mut out[at..at + decimal::MAX_LEN]).try_into().map_err(|_| Error::Corrupt("decimal row past its room"))?;
+                body.copy_from_slice(&v);
+                at += n;
+            }
+        }
+        out[base + 4 * r..base + 4 * r + 4].copy_from_slice(&((at - data) as u32).to_le_bytes());
+    }
+    Ok(at)
 }
 
 /// Sizes of a column part, computed without building it.
@@ -622,7 +740,7 @@ impl SizeTally {
             let non_null = t.nrows.checked_sub(m.null_count as usize).ok_or(Error::BadInput("more nulls than rows"))?;
             t.non_null[c] = non_null;
             // The meta's min/max are exactly the range of the part's values.
-            if let Some((lo, hi)) = &m.minmax {
+            if let Some((lo, hi)) = m.minmax.as_ref().map(MinMax::pair) {
                 widen(&mut t.range[c], &schema.columns[c], lo);
                 widen(&mut t.range[c], &schema.columns[c], hi);
             }
@@ -802,7 +920,10 @@ pub fn plan<'a>(schema: &Schema, rows: impl Iterator<Item = &'a ColumnRow> + Clo
             len: len as u32,
             null_count: nulls as u16,
             has_nulls,
-            minmax: minmax.map(|(a, b)| (a.to_vec(), b.to_vec())),
+            minmax: match minmax {
+                Some((a, b)) => Some(MinMax::new(a, b).ok_or(Error::BadInput("min/max wider than a mini-page keeps"))?),
+                None => None,
+            },
             dict,
             packed: match encoding {
                 Encoding::Packed(w, _) => Some(w),
@@ -890,7 +1011,7 @@ pub fn build_at(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32,
             | if m.decimal.is_some() { F_DECIMAL } else { 0 }
             | if m.bits.is_some() { F_BITS } else { 0 };
         e[15] = m.bits.or(m.packed).or(m.decimal.map(|f| f.width)).unwrap_or(0);
-        if let Some((lo, hi)) = &m.minmax {
+        if let Some((lo, hi)) = m.minmax.as_ref().map(MinMax::pair) {
             e[16..16 + lo.len()].copy_from_slice(lo);
             e[32..32 + hi.len()].copy_from_slice(hi);
         }
@@ -965,7 +1086,7 @@ pub fn build_at(g: &Geometry, schema: &Schema, rows: &[ColumnRow], version: u32,
             Width::Fixed(_) if m.packed.is_some() => {
                 // `value - min` in `w` bytes a row; NULL as zeros.
                 let w = m.packed.unwrap_or(0) as usize;
-                let lo = m.minmax.as_ref().and_then(|(lo, _)| m.desc.order.integer(lo)).ok_or(Error::BadInput("packed column without a minimum"))?;
+                let lo = m.minmax.as_ref().and_then(|mm| m.desc.order.integer(mm.min())).ok_or(Error::BadInput("packed column without a minimum"))?;
                 let mut vals = Vec::with_capacity(rows.len() * w);
                 for row in rows {
                     match value(row, c) {
@@ -1111,6 +1232,12 @@ pub struct ColumnLayout {
 }
 
 impl ColumnLayout {
+    /// About what this layout takes in memory, its allocations included
+    /// (what a cache of layouts counts against its budget).
+    pub fn approx_bytes(&self) -> usize {
+        std::mem::size_of::<ColumnLayout>() + 2 * std::mem::size_of::<usize>() + self.meta.capacity() + self.columns.capacity() * std::mem::size_of::<ColumnMeta>()
+    }
+
     /// Whether this layout is for a part of `units` units and `rows` rows
     /// (the extent header's counts).
     pub fn describes(&self, units: usize, rows: usize) -> bool {
@@ -1212,6 +1339,7 @@ impl<'a> ColumnPart<'a> {
         if ncols > MAX_COLUMNS || meta_units != units_for(META_FIXED + META_COL * ncols).max(1) {
             return corrupt("column part meta size inconsistent");
         }
+        columns.reserve_exact(ncols);
         let part_flags = rd16(&fixed, META_FLAGS);
         if part_flags & !MF_COMPACT_HEADERS != 0 {
             return corrupt("unknown column part flags");
@@ -1307,8 +1435,10 @@ impl<'a> ColumnPart<'a> {
                 if null_count as usize == rows {
                     return corrupt("min/max on an all-null column");
                 }
-                debug_assert!(n <= MINMAX_MAX);
-                Some((e[16..16 + n].to_vec(), e[32..32 + n].to_vec()))
+                if n > MINMAX_MAX {
+                    return corrupt("min/max wider than a column description holds");
+                }
+                MinMax::new(&e[16..16 + n], &e[32..32 + n])
             } else {
                 None
             };
@@ -1629,7 +1759,7 @@ impl<'a> ColumnPart<'a> {
     /// The value whose `len` stored bytes are at `pos` of packed column
     /// `c` (`m`), unpacked into `out` (the type's width).
     fn read_packed(&self, m: &ColumnMeta, c: usize, r: usize, pos: usize, len: usize, out: &mut [u8]) -> Result<()> {
-        let Some((min, _)) = &m.minmax else { return corrupt("packed column without a minimum") };
+        let Some(min) = m.minmax.as_ref().map(MinMax::min) else { return corrupt("packed column without a minimum") };
         let (raw, w) = self.frame_raw(m, c, r, pos, len, m.packed.unwrap_or(0) as usize)?;
         unpack_value(min, &raw[..w], out);
         Ok(())
@@ -1674,23 +1804,28 @@ impl<'a> ColumnPart<'a> {
             stream.resize(base + self.nrows * w, 0);
             expand_bits(&stored, w, bits as usize, self.nrows, &mut stream[base..]);
         }
-        if let (Some(w), Width::Fixed(n), Some((min, _))) = (m.packed, m.desc.width, &m.minmax) {
+        if let (Some(w), Width::Fixed(n), Some(min)) = (m.packed, m.desc.width, m.minmax.as_ref().map(MinMax::min)) {
             // Unpacked in place, from the last row back: row r's n bytes
             // land at base + r * n, at or past base + r * w, where the
             // stored bytes of the rows before it (still unread) end.
             let (w, n) = (w as usize, n as usize);
-            stream.resize(base + self.nrows * n, 0);
-            for r in (0..self.nrows).rev() {
-                let mut raw = [0u8; 8];
-                raw[..w].copy_from_slice(&stream[base + r * w..base + r * w + w]);
-                unpack_value(min, &raw[..w], &mut stream[base + r * n..base + r * n + n]);
+            if w >= n || n > 8 || min.len() != n {
+                return corrupt("packed column description inconsistent");
             }
+            stream.resize(base + self.nrows * n, 0);
+            let mut lo = [0u8; 8];
+            lo[..n].copy_from_slice(min);
+            unpack_rows(&mut stream[base..], self.nrows, w, n, u64::from_le_bytes(lo));
         }
         if let Some(frame) = &m.decimal {
+            let w = frame.width as usize;
+            let span = frame.hi.wrapping_sub(frame.lo) as u64;
+            if form == ValueForm::AlignedDatum && w == 1 && span < DICT_MAX as u64 && frame.lo <= frame.hi {
+                return self.decimal_table(m, frame, stream, base);
+            }
             // Rewritten as a plain varlena column (u32 end offsets, then
             // the values' bytes), which is what `ColumnValues` reads.
-            let w = frame.width as usize;
-            let raw = stream[base..base + self.nrows * w].to_vec();
+            let raw = stream.get(base..base + self.nrows * w).ok_or(Error::Corrupt("decimal values past their mini-page"))?.to_vec();
             let nulls = stream[..base].to_vec();
             let aligned = form == ValueForm::AlignedDatum;
             // Aligned: the end offsets, and with them the values, begin
@@ -1700,26 +1835,21 @@ impl<'a> ColumnPart<'a> {
             stream.extend_from_slice(&nulls);
             stream.resize(base + 4 * self.nrows, 0);
             let data = stream.len();
-            let mut v = [0u8; decimal::MAX_LEN];
-            for r in 0..self.nrows {
-                if !(m.has_nulls && nulls[r / 8] & (1 << (r % 8)) != 0) {
-                    let n = frame.value(&raw[r * w..r * w + w], &mut v)?;
-                    if aligned {
-                        // A 4-byte varlena header in place of the 1-byte one
-                        // (the numeric's own bytes are the same): the
-                        // executor's numeric functions take such a value as
-                        // it lies, where a short one is copied out first
-                        // (pg_detoast_datum).
-                        stream.resize(stream.len().next_multiple_of(4), 0);
-                        stream.extend_from_slice(&(((n - 1 + 4) as u32) << 2).to_le_bytes());
-                        stream.extend_from_slice(&v[1..n]);
-                    } else {
-                        stream.extend_from_slice(&v[..n]);
-                    }
-                }
-                let end = (stream.len() - data) as u32;
-                stream[base + 4 * r..base + 4 * r + 4].copy_from_slice(&end.to_le_bytes());
-            }
+            // Room for the longest numeric of every row, padding and a
+            // 4-byte header included; cut to what was written at the end.
+            stream.resize(data + self.nrows * (decimal::MAX_LEN + 6), 0);
+            let nulls = if m.has_nulls { Some(&nulls[..]) } else { None };
+            let end = match w {
+                1 => decimal_rows::<1>(frame, &raw, nulls, aligned, &mut stream[..], base, data)?,
+                2 => decimal_rows::<2>(frame, &raw, nulls, aligned, &mut stream[..], base, data)?,
+                3 => decimal_rows::<3>(frame, &raw, nulls, aligned, &mut stream[..], base, data)?,
+                4 => decimal_rows::<4>(frame, &raw, nulls, aligned, &mut stream[..], base, data)?,
+                5 => decimal_rows::<5>(frame, &raw, nulls, aligned, &mut stream[..], base, data)?,
+                6 => decimal_rows::<6>(frame, &raw, nulls, aligned, &mut stream[..], base, data)?,
+                7 => decimal_rows::<7>(frame, &raw, nulls, aligned, &mut stream[..], base, data)?,
+                _ => decimal_rows::<8>(frame, &raw, nulls, aligned, &mut stream[..], base, data)?,
+            };
+            stream.truncate(end);
             return Ok(ColumnValues { stream, nrows: self.nrows, width: m.desc.width, has_nulls: m.has_nulls, base, dict: None, ends: 4, aligned });
         }
         let dict = if m.dict {
@@ -1738,6 +1868,41 @@ impl<'a> ColumnPart<'a> {
             None
         };
         Ok(ColumnValues { stream, nrows: self.nrows, width: m.desc.width, has_nulls: m.has_nulls, base, dict, ends: ends_width(m), aligned: false })
+    }
+
+    /// A decimal column of one stored byte a row (a span below
+    /// `DICT_MAX`: TPC-H's quantities, discounts and taxes), as a
+    /// dictionary of every numeric of its range, each with a 4-byte
+    /// varlena header at a multiple of 4 from the stream's start: a row's
+    /// stored byte is its code as it is, and a reader hands out a pointer
+    /// to its entry instead of writing a numeric for every row.
+    ///
+    /// ```text
+    /// stream: | nulls | n u16 | codes, a byte a row | pad | ends u32 x n | entries, each 4-aligned |
+    ///                 ^ base                               ^ entries
+    /// ```
+    fn decimal_table<'s>(&self, m: &ColumnMeta, frame: &DecimalFrame, stream: &'s mut Vec<u8>, base: usize) -> Result<ColumnValues<'s>> {
+        let n = (frame.hi.wrapping_sub(frame.lo) as u64 + 1) as usize;
+        if stream.len() < base + self.nrows {
+            return corrupt("decimal values past their mini-page");
+        }
+        stream.truncate(base + self.nrows);
+        stream.resize(base + 2 + self.nrows, 0);
+        stream.copy_within(base..base + self.nrows, base + 2);
+        stream[base..base + 2].copy_from_slice(&(n as u16).to_le_bytes());
+        let entries = stream.len().next_multiple_of(4);
+        stream.resize(entries + 4 * n, 0);
+        let data = stream.len();
+        let mut v = [0u8; decimal::MAX_LEN];
+        for code in 0..n {
+            let len = frame.value(&[code as u8], &mut v)?;
+            stream.resize(stream.len().next_multiple_of(4), 0);
+            stream.extend_from_slice(&(((len - 1 + 4) as u32) << 2).to_le_bytes());
+            stream.extend_from_slice(&v[1..len]);
+            let end = (stream.len() - data) as u32;
+            stream[entries + 4 * code..entries + 4 * code + 4].copy_from_slice(&end.to_le_bytes());
+        }
+        Ok(ColumnValues { stream, nrows: self.nrows, width: m.desc.width, has_nulls: m.has_nulls, base, dict: Some((entries, n)), ends: 4, aligned: true })
     }
 
     /// Every row, as `row` gives each, decoded a column at a time: a
@@ -1843,6 +2008,83 @@ impl<'s> ColumnValues<'s> {
         }
     }
 
+    /// `f(i, value)` for each `(i, r)` of `rows`: row r's value as `get`
+    /// gives it, with the column's shape (dictionary, width, offsets)
+    /// looked at once instead of for every row, for a scan that reads
+    /// every row of a part.
+    pub fn each_of(&self, rows: impl Iterator<Item = (usize, usize)>, mut f: impl FnMut(usize, Option<&'s [u8]>)) -> Result<()> {
+        let stream = self.stream;
+        let nrows = self.nrows;
+        if self.has_nulls && stream.len() < bitmap_len(nrows) {
+            return corrupt("null bitmap past its mini-page");
+        }
+        let null = |r: usize| self.has_nulls && stream[r / 8] & (1 << (r % 8)) != 0;
+        if let Some((entries, n)) = self.dict {
+            let mut table: [&'s [u8]; DICT_MAX] = [&[]; DICT_MAX];
+            if n > DICT_MAX {
+                return corrupt("dictionary larger than a dictionary may be");
+            }
+            for (code, slot) in table[..n].iter_mut().enumerate() {
+                *slot = self.entry(entries, n, code)?;
+            }
+            let codes = stream.get(self.base + 2..self.base + 2 + nrows).ok_or(Error::Corrupt("dictionary codes past their mini-page"))?;
+            for (i, r) in rows {
+                if r >= nrows {
+                    return Err(Error::BadInput("column row out of range"));
+                }
+                if null(r) {
+                    f(i, None);
+                    continue;
+                }
+                let code = codes[r] as usize;
+                if code >= n {
+                    return corrupt("dictionary code out of range");
+                }
+                f(i, Some(table[code]));
+            }
+            return Ok(());
+        }
+        match self.width {
+            Width::Fixed(w) => {
+                let w = w as usize;
+                let values = stream.get(self.base..self.base + nrows * w).ok_or(Error::Corrupt("fixed value past its mini-page"))?;
+                for (i, r) in rows {
+                    if r >= nrows {
+                        return Err(Error::BadInput("column row out of range"));
+                    }
+                    f(i, if null(r) { None } else { Some(&values[r * w..r * w + w]) });
+                }
+            }
+            Width::Varlena => {
+                let w = self.ends;
+                let data = self.base + w * nrows;
+                if data > stream.len() {
+                    return corrupt("varlena offsets past their mini-page");
+                }
+                let body = &stream[data..];
+                for (i, r) in rows {
+                    if r >= nrows {
+                        return Err(Error::BadInput("column row out of range"));
+                    }
+                    if null(r) {
+                        f(i, None);
+                        continue;
+                    }
+                    let end = end_at(stream, self.base, w, r);
+                    let mut start = if r == 0 { 0 } else { end_at(stream, self.base, w, r - 1) };
+                    if self.aligned && start < end {
+                        start = start.next_multiple_of(4);
+                    }
+                    if start > end || end > body.len() {
+                        return corrupt("varlena offsets out of order or out of range");
+                    }
+                    f(i, Some(&body[start..end]));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Entry `i` of a dictionary of `n` entries beginning at `entries`.
     fn entry(&self, entries: usize, n: usize, i: usize) -> Result<&'s [u8]> {
         match self.width {
@@ -1853,7 +2095,10 @@ impl<'s> ColumnValues<'s> {
             Width::Varlena => {
                 let data = entries + 4 * n;
                 let end = rd32(self.stream, entries + 4 * i) as usize;
-                let start = if i == 0 { 0 } else { rd32(self.stream, entries + 4 * (i - 1)) as usize };
+                let mut start = if i == 0 { 0 } else { rd32(self.stream, entries + 4 * (i - 1)) as usize };
+                if self.aligned && start < end {
+                    start = start.next_multiple_of(4);
+                }
                 if start > end || data + end > self.stream.len() {
                     return corrupt("dictionary offsets out of order or out of range");
                 }
@@ -1924,6 +2169,9 @@ mod tests {
             for (r, want) in rs.iter().enumerate() {
                 assert_eq!(values.get(r).unwrap(), want.row.values[c].as_deref(), "column {c} row {r}");
             }
+            let mut bulk = Vec::new();
+            values.each_of((0..rs.len()).map(|r| (r, r)), |_, v| bulk.push(v)).unwrap();
+            assert_eq!(bulk, rs.iter().map(|want| want.row.values[c].as_deref()).collect::<Vec<_>>(), "column {c} read in bulk");
         }
         assert_eq!(part.rows().unwrap(), rs);
         for (r, want) in rs.iter().enumerate() {
@@ -2309,11 +2557,11 @@ mod tests {
         let (blocks, _) = build(&g, &schema(), &rs, 5).unwrap();
         let part = ColumnPart::parse(&g, views(&blocks), p.total_units, rs.len(), None).unwrap();
         let m0 = part.column_meta(0).unwrap();
-        assert_eq!(m0.minmax, Some(((-50i32).to_le_bytes().to_vec(), (-11i32).to_le_bytes().to_vec())));
+        assert_eq!(m0.minmax.as_ref().map(MinMax::pair), Some((&(-50i32).to_le_bytes()[..], &(-11i32).to_le_bytes()[..])));
         assert!(!m0.has_nulls);
         let m2 = part.column_meta(2).unwrap();
         assert!(m2.has_nulls); // rows with natts 2 lack it
-        assert_eq!(m2.minmax.as_ref().unwrap().0, 0.0f64.to_le_bytes());
+        assert_eq!(m2.minmax.as_ref().unwrap().min(), 0.0f64.to_le_bytes());
         assert_eq!(part.column_meta(3).unwrap().minmax, None);
         assert!(part.column_meta(1).unwrap().minmax.is_none());
     }
@@ -2869,6 +3117,16 @@ mod tests {
         let mut stream = Vec::new();
         let values = part.column_values_as(0, &mut stream, ValueForm::AlignedDatum).unwrap();
         let start = values.stream.as_ptr() as usize;
+        // The bulk reader agrees with `get`, over every row and over a
+        // subset (the visible rows of a part).
+        let mut seen = Vec::new();
+        values.each_of((0..rs.len()).map(|r| (r, r)), |i, v| seen.push((i, v))).unwrap();
+        assert_eq!(seen, (0..rs.len()).map(|r| (r, values.get(r).unwrap())).collect::<Vec<_>>());
+        let some: Vec<usize> = (0..rs.len()).filter(|r| r % 3 != 1).collect();
+        let mut seen = Vec::new();
+        values.each_of(some.iter().copied().enumerate(), |i, v| seen.push((i, v))).unwrap();
+        assert_eq!(seen, some.iter().enumerate().map(|(i, &r)| (i, values.get(r).unwrap())).collect::<Vec<_>>());
+        assert!(values.each_of(std::iter::once((0, rs.len())), |_, _| {}).is_err(), "a row past the part is an error");
         for (r, row) in rs.iter().enumerate() {
             let got = values.get(r).unwrap();
             let want = row.row.values[0].as_deref();
@@ -2880,6 +3138,28 @@ mod tests {
                 }
                 (_, got, want) => assert_eq!(got, want, "row {r}"),
             }
+        }
+    }
+
+    /// Decimals of one stored byte a row (spans up to 254, TPC-H's
+    /// quantities and discounts) come out of `ValueForm::AlignedDatum` as
+    /// a table of their range's numerics; a span of 255 or more, or
+    /// two-byte rows, as a numeric written per row. Either way each row
+    /// reads back as stored, NULLs included.
+    #[test]
+    fn small_decimal_spans_read_as_a_table() {
+        let schema = Schema::new(vec![ColumnDesc::varlena()]).unwrap();
+        for (dscale, base, span) in [(2u8, 0i64, 10u64), (0, 1, 49), (2, -500, 254), (2, 7, 255), (4, 123_456, 1000), (0, 5, 0)] {
+            let rs = xorshift_rows(900, span ^ 77, |_, x| numeric(dscale, base + (x % (span + 1)) as i64));
+            let g = geo(16);
+            let (blocks, p) = build(&g, &schema, &rs, 1).unwrap();
+            let frame = p.columns[0].decimal.expect("a decimal column");
+            let part = ColumnPart::parse(&g, views(&blocks), p.total_units, rs.len(), Some(1)).unwrap();
+            let mut stream = Vec::new();
+            let values = part.column_values_as(0, &mut stream, ValueForm::AlignedDatum).unwrap();
+            assert_eq!(values.dict.is_some(), frame.width == 1 && span < 255, "span {span}: table or not");
+            drop(values);
+            assert_aligned_form(&schema, &rs);
         }
     }
 

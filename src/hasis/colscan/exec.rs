@@ -85,6 +85,31 @@ fn usable_in_place(attlen: i16, align: usize, b: &[u8]) -> bool {
     (attlen == -1 && b.first().is_some_and(|h| h & 0x01 == 0x01)) || (b.as_ptr() as usize).is_multiple_of(align)
 }
 
+/// A by-value column's value of `N` bytes as its datum (what
+/// `tuple::byval_datum` makes of it: sign-extended, as PostgreSQL's
+/// `fetch_att` does).
+#[inline(always)]
+fn byval_value<const N: usize>(missing: bool, v: Option<&[u8]>) -> Value {
+    match v {
+        _ if missing => Value::Missing,
+        None => Value::Null,
+        Some(b) => {
+            let Ok(bytes) = <[u8; N]>::try_from(b) else { return Value::Datum(tuple::byval_datum(N as i16, b)) };
+            let word = match N {
+                1 => bytes[0] as i8 as i64 as u64,
+                2 => i16::from_le_bytes([bytes[0], bytes[1]]) as i64 as u64,
+                4 => i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as i64 as u64,
+                _ => {
+                    let mut all = [0u8; 8];
+                    all[..N].copy_from_slice(&bytes);
+                    u64::from_le_bytes(all)
+                }
+            };
+            Value::Datum(pg_sys::Datum::from(word as usize))
+        }
+    }
+}
+
 /// A row ready to go out.
 struct RowOut {
     tid: Tid,
@@ -409,19 +434,43 @@ impl ColumnVisitor for ColumnScan {
                 Ok(v) => v,
                 Err(e) => unsafe { crate::hasis::format_error(self.rel, self.rows[first_row].tid.block, e) },
             };
-            for (i, &(r, natts)) in self.part_rows.iter().enumerate() {
-                let v = if col.attno as u16 > natts {
-                    Value::Missing
-                } else {
-                    match column.get(r) {
-                        Ok(None) => Value::Null,
-                        Ok(Some(b)) if col.byval => Value::Datum(tuple::byval_datum(col.attlen, b)),
-                        Ok(Some(b)) if usable_in_place(col.attlen, col.align, b) => Value::Datum(pg_sys::Datum::from(b.as_ptr())),
-                        Ok(Some(b)) => Value::At { off: self.arena.push(b, col.align), len: b.len() as u32 },
-                        Err(e) => unsafe { crate::hasis::format_error(self.rel, self.rows[first_row + i].tid.block, e) },
-                    }
-                };
-                self.values[(first_row + i) * nw + j] = v;
+            // Every row's value in one pass per column, converted by a
+            // function made for the column's type outside the loop.
+            let (part_rows, values, arena) = (&self.part_rows, &mut self.values, &mut self.arena);
+            let rows = part_rows.iter().enumerate().map(|(i, &(r, _))| (i, r));
+            let mut put = |i: usize, v: Value| values[(first_row + i) * nw + j] = v;
+            let attno = col.attno as u16;
+            let missing = |i: usize| attno > part_rows[i].1;
+            let (align, attlen) = (col.align, col.attlen);
+            let done = match (col.byval, col.attlen) {
+                (true, 8) => column.each_of(rows, |i, v| put(i, byval_value::<8>(missing(i), v))),
+                (true, 4) => column.each_of(rows, |i, v| put(i, byval_value::<4>(missing(i), v))),
+                (true, 2) => column.each_of(rows, |i, v| put(i, byval_value::<2>(missing(i), v))),
+                (true, 1) => column.each_of(rows, |i, v| put(i, byval_value::<1>(missing(i), v))),
+                (true, _) => column.each_of(rows, |i, v| {
+                    put(
+                        i,
+                        match v {
+                            _ if missing(i) => Value::Missing,
+                            None => Value::Null,
+                            Some(b) => Value::Datum(tuple::byval_datum(attlen, b)),
+                        },
+                    )
+                }),
+                (false, _) => column.each_of(rows, |i, v| {
+                    put(
+                        i,
+                        match v {
+                            _ if missing(i) => Value::Missing,
+                            None => Value::Null,
+                            Some(b) if usable_in_place(attlen, align, b) => Value::Datum(pg_sys::Datum::from(b.as_ptr())),
+                            Some(b) => Value::At { off: arena.push(b, align), len: b.len() as u32 },
+                        },
+                    )
+                }),
+            };
+            if let Err(e) = done {
+                unsafe { crate::hasis::format_error(self.rel, self.rows[first_row].tid.block, e) };
             }
         }
     }

@@ -186,7 +186,7 @@ pub unsafe fn part_may_match(quals: &[Prepared], desc: pg_sys::TupleDesc, part: 
         if m.null_count as usize == part.nrows() {
             return false;
         }
-        let Some((min, max)) = &m.minmax else { continue };
+        let Some((min, max)) = m.minmax.as_ref().map(|mm| mm.pair()) else { continue };
         let datum = |b: &[u8]| super::super::tuple::bytes_datum(&atts[c], b);
         let holds = |f: pg_sys::Oid, bound: pg_sys::Datum| pg_sys::OidFunctionCall2Coll(f, p.qual.collation, bound, value).value() != 0;
         let ok = match p.qual.strategy {
