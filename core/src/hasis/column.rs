@@ -478,6 +478,18 @@ fn decimal_rows<const W: usize>(frame: &DecimalFrame, raw: &[u8], nulls: Option<
     Ok(at)
 }
 
+/// `f(i, value)` for each `(i, r)` of `rows` (each below `nrows`): None
+/// where `null(r)`, else `value(r)` (`ColumnValues::each_of`).
+fn each_row<'s>(rows: impl Iterator<Item = (usize, usize)>, nrows: usize, null: impl Fn(usize) -> bool, mut f: impl FnMut(usize, Option<&'s [u8]>), mut value: impl FnMut(usize) -> Result<&'s [u8]>) -> Result<()> {
+    for (i, r) in rows {
+        if r >= nrows {
+            return Err(Error::BadInput("column row out of range"));
+        }
+        f(i, if null(r) { None } else { Some(value(r)?) });
+    }
+    Ok(())
+}
+
 /// Sizes of a column part, computed without building it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
@@ -2012,7 +2024,7 @@ impl<'s> ColumnValues<'s> {
     /// gives it, with the column's shape (dictionary, width, offsets)
     /// looked at once instead of for every row, for a scan that reads
     /// every row of a part.
-    pub fn each_of(&self, rows: impl Iterator<Item = (usize, usize)>, mut f: impl FnMut(usize, Option<&'s [u8]>)) -> Result<()> {
+    pub fn each_of(&self, rows: impl Iterator<Item = (usize, usize)>, f: impl FnMut(usize, Option<&'s [u8]>)) -> Result<()> {
         let stream = self.stream;
         let nrows = self.nrows;
         if self.has_nulls && stream.len() < bitmap_len(nrows) {
@@ -2028,32 +2040,19 @@ impl<'s> ColumnValues<'s> {
                 *slot = self.entry(entries, n, code)?;
             }
             let codes = stream.get(self.base + 2..self.base + 2 + nrows).ok_or(Error::Corrupt("dictionary codes past their mini-page"))?;
-            for (i, r) in rows {
-                if r >= nrows {
-                    return Err(Error::BadInput("column row out of range"));
-                }
-                if null(r) {
-                    f(i, None);
-                    continue;
-                }
+            return each_row(rows, nrows, null, f, |r| {
                 let code = codes[r] as usize;
                 if code >= n {
                     return corrupt("dictionary code out of range");
                 }
-                f(i, Some(table[code]));
-            }
-            return Ok(());
+                Ok(table[code])
+            });
         }
         match self.width {
             Width::Fixed(w) => {
                 let w = w as usize;
                 let values = stream.get(self.base..self.base + nrows * w).ok_or(Error::Corrupt("fixed value past its mini-page"))?;
-                for (i, r) in rows {
-                    if r >= nrows {
-                        return Err(Error::BadInput("column row out of range"));
-                    }
-                    f(i, if null(r) { None } else { Some(&values[r * w..r * w + w]) });
-                }
+                each_row(rows, nrows, null, f, |r| Ok(&values[r * w..r * w + w]))
             }
             Width::Varlena => {
                 let w = self.ends;
@@ -2062,14 +2061,7 @@ impl<'s> ColumnValues<'s> {
                     return corrupt("varlena offsets past their mini-page");
                 }
                 let body = &stream[data..];
-                for (i, r) in rows {
-                    if r >= nrows {
-                        return Err(Error::BadInput("column row out of range"));
-                    }
-                    if null(r) {
-                        f(i, None);
-                        continue;
-                    }
+                each_row(rows, nrows, null, f, |r| {
                     let end = end_at(stream, self.base, w, r);
                     let mut start = if r == 0 { 0 } else { end_at(stream, self.base, w, r - 1) };
                     if self.aligned && start < end {
@@ -2078,11 +2070,10 @@ impl<'s> ColumnValues<'s> {
                     if start > end || end > body.len() {
                         return corrupt("varlena offsets out of order or out of range");
                     }
-                    f(i, Some(&body[start..end]));
-                }
+                    Ok(&body[start..end])
+                })
             }
         }
-        Ok(())
     }
 
     /// Entry `i` of a dictionary of `n` entries beginning at `entries`.
