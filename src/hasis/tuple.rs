@@ -184,14 +184,25 @@ pub(crate) unsafe fn bytes_datum(a: &pg_sys::FormData_pg_attribute, b: &[u8]) ->
 
 /// The datum of a by-value type of length `attlen` stored as its bytes,
 /// sign-extended as the type's DatumGet* would see it.
+/// Bytes of exactly the type's length are read at that width (a column
+/// scan converts every value of a part through here with `attlen` fixed).
+#[inline]
 pub(crate) fn byval_datum(attlen: i16, b: &[u8]) -> pg_sys::Datum {
-    let mut v = [0u8; 8];
-    v[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
-    let raw = match attlen {
-        1 => v[0] as i8 as i64 as u64,
-        2 => i16::from_le_bytes([v[0], v[1]]) as i64 as u64,
-        4 => i32::from_le_bytes(v[..4].try_into().unwrap()) as i64 as u64,
-        _ => u64::from_le_bytes(v),
+    let raw = match (attlen, b) {
+        (1, &[x]) => x as i8 as i64 as u64,
+        (2, &[x0, x1]) => i16::from_le_bytes([x0, x1]) as i64 as u64,
+        (4, &[x0, x1, x2, x3]) => i32::from_le_bytes([x0, x1, x2, x3]) as i64 as u64,
+        (8, &[x0, x1, x2, x3, x4, x5, x6, x7]) => u64::from_le_bytes([x0, x1, x2, x3, x4, x5, x6, x7]),
+        _ => {
+            let mut v = [0u8; 8];
+            v[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
+            match attlen {
+                1 => v[0] as i8 as i64 as u64,
+                2 => i16::from_le_bytes([v[0], v[1]]) as i64 as u64,
+                4 => i32::from_le_bytes([v[0], v[1], v[2], v[3]]) as i64 as u64,
+                _ => u64::from_le_bytes(v),
+            }
+        }
     };
     pg_sys::Datum::from(raw as usize)
 }

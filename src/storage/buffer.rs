@@ -57,16 +57,6 @@ fn recent_slot(relnode: u32, blkno: u32) -> usize {
     (h >> (64 - RECENT_SLOTS.trailing_zeros())) as usize
 }
 
-/// Pins block `blkno` of the main fork. A block this backend read before
-/// is first tried in the buffer it was in (`ReadRecentBuffer`, which
-/// checks the buffer's tag under its header lock), skipping the buffer
-/// mapping table's partition lock and hash lookup: reads of a column row of
-/// hasis pin its extent's header block and a block per column, and that
-/// lookup was most of a pin's cost (TPC-H Q9's fetches from lineitem).
-/// Reads with a buffer access strategy (bulk scans) go through
-/// `ReadBufferExtended`, whose pin of a resident buffer in a ring counts
-/// its usage differently. The relation's statistics count the block as
-/// fetched and hit, as `ReadBufferExtended` would have.
 /// pgstat_count_buffer_read and _hit of a block found in the buffer pool:
 /// the relation's statistics entry is linked again when a flush of the
 /// pending statistics unlinked it (`pgstat_should_count_relation`).
@@ -84,6 +74,16 @@ unsafe fn count_hit(rel: pg_sys::Relation) {
     }
 }
 
+/// Pins block `blkno` of the main fork. A block this backend read before
+/// is first tried in the buffer it was in (`ReadRecentBuffer`, which
+/// checks the buffer's tag under its header lock), skipping the buffer
+/// mapping table's partition lock and hash lookup: reads of a column row of
+/// hasis pin its extent's header block and a block per column, and that
+/// lookup was most of a pin's cost (TPC-H Q9's fetches from lineitem).
+/// Reads with a buffer access strategy (bulk scans) go through
+/// `ReadBufferExtended`, whose pin of a resident buffer in a ring counts
+/// its usage differently. The relation's statistics count the block as
+/// fetched and hit, as `ReadBufferExtended` would have.
 unsafe fn read_buffer(rel: pg_sys::Relation, blkno: u32, strategy: pg_sys::BufferAccessStrategy) -> pg_sys::Buffer {
     let node = (*rel).rd_node;
     let relnode: u32 = node.relNode.into();

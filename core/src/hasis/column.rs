@@ -170,7 +170,13 @@ impl DecimalFrame {
     fn value(&self, raw: &[u8], out: &mut [u8; decimal::MAX_LEN]) -> Result<usize> {
         let mut d = [0u8; 8];
         d[..raw.len()].copy_from_slice(raw);
-        let offset = u64::from_le_bytes(d);
+        self.value_at(u64::from_le_bytes(d), out)
+    }
+
+    /// The numeric bytes of the value `offset` above the frame's low end
+    /// into `out`; their length.
+    #[inline]
+    fn value_at(&self, offset: u64, out: &mut [u8; decimal::MAX_LEN]) -> Result<usize> {
         if offset > self.hi.wrapping_sub(self.lo) as u64 {
             return corrupt("decimal value past its part's range");
         }
@@ -417,11 +423,11 @@ fn unpack_rows(s: &mut [u8], nrows: usize, w: usize, n: usize, min: u64) {
         (6, 8) => unpack_rows_wn::<6, 8>(s, nrows, min),
         (7, 8) => unpack_rows_wn::<7, 8>(s, nrows, min),
         _ => {
+            let min = min.to_le_bytes();
             for r in (0..nrows).rev() {
                 let mut raw = [0u8; 8];
                 raw[..w].copy_from_slice(&s[r * w..r * w + w]);
-                let v = min.wrapping_add(u64::from_le_bytes(raw));
-                s[r * n..r * n + n].copy_from_slice(&v.to_le_bytes()[..n]);
+                unpack_value(&min[..n], &raw[..w], &mut s[r * n..r * n + n]);
             }
         }
     }
@@ -443,19 +449,14 @@ fn unpack_rows_wn<const W: usize, const N: usize>(s: &mut [u8], nrows: usize, mi
 /// `decimal::MAX_LEN + 6` bytes a row past `data`. Returns where the
 /// values end.
 fn decimal_rows<const W: usize>(frame: &DecimalFrame, raw: &[u8], nulls: Option<&[u8]>, aligned: bool, out: &mut [u8], base: usize, data: usize) -> Result<usize> {
-    let span = frame.hi.wrapping_sub(frame.lo) as u64;
     let mut at = data;
     let mut v = [0u8; decimal::MAX_LEN];
     for (r, stored) in raw.chunks_exact(W).enumerate() {
         if !nulls.is_some_and(|b| b[r / 8] & (1 << (r % 8)) != 0) {
+            // The stored bytes read at a constant width (`value` reads any).
             let mut d = [0u8; 8];
             d[..W].copy_from_slice(stored);
-            let offset = u64::from_le_bytes(d);
-            if offset > span {
-                return corrupt("decimal value past its part's range");
-            }
-            let scaled = frame.lo.wrapping_add(offset as i64);
-            let n = decimal::write(Decimal { dscale: frame.dscale, scaled }, &mut v).ok_or(Error::Corrupt("decimal value out of range"))?;
+            let n = frame.value_at(u64::from_le_bytes(d), &mut v)?;
             if aligned {
                 // A 4-byte varlena header in place of the 1-byte one (the
                 // numeric's own bytes are the same): the executor's
@@ -1832,7 +1833,7 @@ impl<'a> ColumnPart<'a> {
         if let Some(frame) = &m.decimal {
             let w = frame.width as usize;
             let span = frame.hi.wrapping_sub(frame.lo) as u64;
-            if form == ValueForm::AlignedDatum && w == 1 && span < DICT_MAX as u64 && frame.lo <= frame.hi {
+            if form == ValueForm::AlignedDatum && w == 1 && span < DICT_MAX as u64 {
                 return self.decimal_table(m, frame, stream, base);
             }
             // Rewritten as a plain varlena column (u32 end offsets, then

@@ -85,28 +85,14 @@ fn usable_in_place(attlen: i16, align: usize, b: &[u8]) -> bool {
     (attlen == -1 && b.first().is_some_and(|h| h & 0x01 == 0x01)) || (b.as_ptr() as usize).is_multiple_of(align)
 }
 
-/// A by-value column's value of `N` bytes as its datum (what
-/// `tuple::byval_datum` makes of it: sign-extended, as PostgreSQL's
-/// `fetch_att` does).
+/// A by-value column's value as its datum (`tuple::byval_datum`), the
+/// row's default where it lacks the column.
 #[inline(always)]
-fn byval_value<const N: usize>(missing: bool, v: Option<&[u8]>) -> Value {
+fn byval_value(missing: bool, v: Option<&[u8]>, attlen: i16) -> Value {
     match v {
         _ if missing => Value::Missing,
         None => Value::Null,
-        Some(b) => {
-            let Ok(bytes) = <[u8; N]>::try_from(b) else { return Value::Datum(tuple::byval_datum(N as i16, b)) };
-            let word = match N {
-                1 => bytes[0] as i8 as i64 as u64,
-                2 => i16::from_le_bytes([bytes[0], bytes[1]]) as i64 as u64,
-                4 => i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as i64 as u64,
-                _ => {
-                    let mut all = [0u8; 8];
-                    all[..N].copy_from_slice(&bytes);
-                    u64::from_le_bytes(all)
-                }
-            };
-            Value::Datum(pg_sys::Datum::from(word as usize))
-        }
+        Some(b) => Value::Datum(tuple::byval_datum(attlen, b)),
     }
 }
 
@@ -443,20 +429,13 @@ impl ColumnVisitor for ColumnScan {
             let missing = |i: usize| attno > part_rows[i].1;
             let (align, attlen) = (col.align, col.attlen);
             let done = match (col.byval, col.attlen) {
-                (true, 8) => column.each_of(rows, |i, v| put(i, byval_value::<8>(missing(i), v))),
-                (true, 4) => column.each_of(rows, |i, v| put(i, byval_value::<4>(missing(i), v))),
-                (true, 2) => column.each_of(rows, |i, v| put(i, byval_value::<2>(missing(i), v))),
-                (true, 1) => column.each_of(rows, |i, v| put(i, byval_value::<1>(missing(i), v))),
-                (true, _) => column.each_of(rows, |i, v| {
-                    put(
-                        i,
-                        match v {
-                            _ if missing(i) => Value::Missing,
-                            None => Value::Null,
-                            Some(b) => Value::Datum(tuple::byval_datum(attlen, b)),
-                        },
-                    )
-                }),
+                // Each common length a loop of its own, the conversion's
+                // length a constant in it.
+                (true, 8) => column.each_of(rows, |i, v| put(i, byval_value(missing(i), v, 8))),
+                (true, 4) => column.each_of(rows, |i, v| put(i, byval_value(missing(i), v, 4))),
+                (true, 2) => column.each_of(rows, |i, v| put(i, byval_value(missing(i), v, 2))),
+                (true, 1) => column.each_of(rows, |i, v| put(i, byval_value(missing(i), v, 1))),
+                (true, _) => column.each_of(rows, |i, v| put(i, byval_value(missing(i), v, attlen))),
                 (false, _) => column.each_of(rows, |i, v| {
                     put(
                         i,
