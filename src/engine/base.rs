@@ -268,9 +268,21 @@ pub trait BaseStructure: Sync {
     unsafe fn check_definition(&self, _index: pg_sys::Relation, _desc: &IndexDesc) {}
 
     /// Merge trigger: a merge runs when the delta log holds the structure's
-    /// bytes / merge_ratio (entries / merge_ratio when it reports no bytes;
-    /// `state::merge_threshold`).
+    /// `merge_basis` / merge_ratio (`state::merge_threshold`).
     unsafe fn merge_ratio(&self, index: pg_sys::Relation) -> i32;
+
+    /// What a ratio-triggered merge measures the delta log against, in
+    /// delta records of `delta_record` bytes: the structure's bytes (its
+    /// entries when it reports no bytes). A structure whose merges also
+    /// rewrite pages it does not count in its bytes adds them here, or it
+    /// merges too small batches into them, each rewriting pages all over.
+    fn merge_basis(&self, info: &BaseInfo, delta_record: usize) -> u64 {
+        if info.bytes > 0 {
+            info.bytes / delta_record.max(1) as u64
+        } else {
+            info.entries
+        }
+    }
 
     /// A cap on unmerged entries when the delta log counts against a size
     /// bound; past twice the cap inserters merge themselves. A hot tier

@@ -328,7 +328,7 @@ unsafe fn insert_entry(index: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef,
         let unmerged = (pos + 1).saturating_sub(st.base.merged_upto);
         let logged = if hot.is_some() { unmerged } else { unmerged.max(st.tree.nentries) };
         let sweep_due = hot.as_ref().is_some_and(|h| super::hot::over_bound(st, h));
-        let mut threshold = super::state::merge_threshold(&st.base, base.merge_ratio(index), delta::record_len(128, key));
+        let mut threshold = super::state::merge_threshold(base.merge_basis(&st.base, delta::record_len(128, key)), base.merge_ratio(index));
         let cap = base.delta_cap(index, key.len());
         let capped = cap.is_some();
         if let Some(cap) = cap {

@@ -467,24 +467,23 @@ unsafe fn rebuild_primary(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef
 
 /// Dynamic-stage entries at which a ratio-triggered merge starts: when the
 /// delta log reaches the base structure's bytes / merge_ratio (the paper's
-/// trigger compares stage sizes). A delta record (`delta_record` bytes,
-/// full key and TID) is about twice a static entry, so counting entries
-/// let the log grow to a third of the static stage, and the relation kept
-/// that high-water mark as free pages after each merge. A structure that
-/// does not count its bytes compares entries.
-pub fn merge_threshold(base: &BaseInfo, ratio: i32, delta_record: usize) -> u64 {
-    let ratio = ratio.max(1) as u64;
-    let by_size = if base.bytes > 0 { base.bytes / ratio / delta_record.max(1) as u64 } else { base.entries / ratio };
-    by_size.max(crate::guc::MERGE_MIN_ENTRIES.get() as u64)
+/// trigger compares stage sizes), `basis` being those bytes in delta
+/// records (`BaseStructure::merge_basis`). A delta record (full key and
+/// TID) is about twice a static entry, so counting entries let the log
+/// grow to a third of the static stage, and the relation kept that
+/// high-water mark as free pages after each merge.
+pub fn merge_threshold(basis: u64, ratio: i32) -> u64 {
+    (basis / ratio.max(1) as u64).max(crate::guc::MERGE_MIN_ENTRIES.get() as u64)
 }
 
-/// The dynamic-stage size at which a merge triggers, for Bloom sizing: by
-/// entries, an upper bound of `merge_threshold` for every key (a delta
-/// record is never smaller than a static entry), so the filter is never
-/// too small.
+/// The dynamic-stage size at which a merge triggers, for Bloom sizing: an
+/// upper bound of `merge_threshold` for every key. A delta record is never
+/// smaller than a base entry, so the basis in records of a base entry's
+/// average size bounds it; the filter is never too small.
 pub unsafe fn expected_dynamic(_desc: &IndexDesc, base: &BaseInfo, rel: pg_sys::Relation) -> u64 {
-    let ratio = super::ams::base(rel).merge_ratio(rel).max(1) as u64;
-    (base.entries / ratio).max(crate::guc::MERGE_MIN_ENTRIES.get() as u64)
+    let structure = super::ams::base(rel);
+    let entry_bytes = if base.entries > 0 { base.bytes.div_ceil(base.entries) } else { 1 };
+    merge_threshold(structure.merge_basis(base, entry_bytes.max(1) as usize), structure.merge_ratio(rel))
 }
 
 unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {

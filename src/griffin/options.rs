@@ -24,7 +24,7 @@ pub unsafe fn register() {
     pg_sys::add_int_reloption(
         RELOPT_KIND,
         c"sync_ratio".as_ptr(),
-        c"Sync the unsynced entries into the tree and the hash buckets when they reach the tree's bytes / sync_ratio".as_ptr(),
+        c"Sync the unsynced entries into the tree and the hash buckets when they reach the bytes of both / sync_ratio".as_ptr(),
         DEFAULT_SYNC_RATIO,
         1,
         10_000,
