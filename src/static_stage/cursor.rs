@@ -41,9 +41,21 @@ pub struct StaticCursor {
     done: bool,
 }
 
+impl Drop for StaticCursor {
+    /// The decode buffers go back to the backend's pool (the leaf itself,
+    /// dropped after this, unpins its page as before).
+    fn drop(&mut self) {
+        let w = match self.leaf.as_mut() {
+            Some(l) => l.take_window(),
+            None => std::mem::take(&mut self.spare),
+        };
+        w.recycle();
+    }
+}
+
 impl StaticCursor {
     pub fn new(index: pg_sys::Relation, desc: Rc<IndexDesc>, stage: Stage) -> StaticCursor {
-        StaticCursor { index, desc, stage, leaf: None, spare: Window::default(), path: Vec::with_capacity(4), ei: 0, ti: 0, done: true }
+        StaticCursor { index, desc, stage, leaf: None, spare: Window::pooled(), path: Vec::with_capacity(4), ei: 0, ti: 0, done: true }
     }
 
     /// Descends from the root and loads the leaf `how` leads to (dropping
