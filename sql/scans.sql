@@ -76,3 +76,52 @@ SELECT same('SELECT a, b, c FROM sc WHERE a IN (5, 1) ORDER BY a, b, c');
 SELECT same('SELECT a, b FROM sc WHERE a BETWEEN 10 AND 12 ORDER BY a DESC, b DESC');
 DROP TABLE sc, sc_b;
 DROP FUNCTION same;
+-- One-sided ranges run into the range column's NULLs (after equalities on
+-- the columns before it, in both stages, forward and backward, ASC NULLS
+-- LAST and DESC NULLS FIRST): only values pass.
+CREATE TABLE so (x int, y int8);
+CREATE TABLE sy (y int8);
+INSERT INTO so SELECT g % 5, CASE WHEN g % 9 = 0 THEN NULL ELSE g END FROM generate_series(1, 2000) g;
+INSERT INTO so SELECT NULL, CASE WHEN g % 4 = 0 THEN NULL ELSE g END FROM generate_series(1, 60) g;
+INSERT INTO sy SELECT y FROM so;
+CREATE INDEX so_xy ON so USING hybrid_btree (x, y);
+CREATE INDEX sy_y ON sy USING hybrid_btree (y DESC NULLS FIRST);
+INSERT INTO so SELECT g % 5, CASE WHEN g % 7 = 0 THEN NULL ELSE g END FROM generate_series(2001, 3000) g;
+INSERT INTO so SELECT NULL, CASE WHEN g % 3 = 0 THEN NULL ELSE g END FROM generate_series(61, 90) g;
+INSERT INTO sy SELECT y FROM so WHERE y > 2000 OR y IS NULL;
+CREATE TABLE so_b AS SELECT * FROM so;
+CREATE TABLE sy_b AS SELECT * FROM sy;
+CREATE INDEX ON so_b (x, y);
+CREATE INDEX ON sy_b (y DESC NULLS FIRST);
+ANALYZE so, so_b, sy, sy_b;
+CREATE FUNCTION same_so(q text) RETURNS bool LANGUAGE plpgsql AS $$
+DECLARE x text; y text;
+BEGIN
+  EXECUTE 'SELECT string_agg(r::text, ''|'') FROM (' || q || ') r' INTO x;
+  EXECUTE 'SELECT string_agg(r::text, ''|'') FROM (' || replace(replace(q, ' so ', ' so_b '), ' sy ', ' sy_b ') || ') r' INTO y;
+  RETURN x IS NOT DISTINCT FROM y AND x IS NOT NULL;
+END $$;
+EXPLAIN (COSTS OFF) SELECT x, y FROM so WHERE x = 3 AND y >= 1500 ORDER BY x, y;
+SELECT same_so('SELECT x, y FROM so WHERE x = 3 AND y >= 1500 ORDER BY x, y');
+SELECT same_so('SELECT x, y FROM so WHERE x = 3 AND y > 1500 ORDER BY x DESC, y DESC');
+SELECT same_so('SELECT x, y FROM so WHERE x = 4 AND y < 300 ORDER BY x, y');
+SELECT same_so('SELECT x, y FROM so WHERE x = 4 AND y <= 300 ORDER BY x DESC, y DESC');
+SELECT same_so('SELECT x, y FROM so WHERE x > 2 ORDER BY x, y');
+SELECT same_so('SELECT x, y FROM so WHERE x >= 3 ORDER BY x DESC, y DESC');
+SELECT same_so('SELECT x, y FROM so WHERE x < 1 ORDER BY x DESC, y DESC');
+SELECT same_so('SELECT x, y FROM so WHERE x IS NULL AND y > 40 ORDER BY x, y');
+SELECT same_so('SELECT x, y FROM so WHERE x IS NULL AND y < 70 ORDER BY x DESC, y DESC');
+EXPLAIN (COSTS OFF) SELECT y FROM sy WHERE y > 2500 ORDER BY y DESC;
+SELECT same_so('SELECT y FROM sy WHERE y > 2500 ORDER BY y DESC');
+SELECT same_so('SELECT y FROM sy WHERE y >= 2990 ORDER BY y');
+SELECT same_so('SELECT y FROM sy WHERE y < 10 ORDER BY y DESC');
+SELECT same_so('SELECT y FROM sy WHERE y <= 10 ORDER BY y');
+SELECT same_so('SELECT count(*), sum(y) FROM sy WHERE y > 0');
+SELECT pg_hybrid.merge('so_xy') > 0 AS merged;
+SELECT pg_hybrid.merge('sy_y') > 0 AS merged;
+SELECT same_so('SELECT x, y FROM so WHERE x = 3 AND y >= 1500 ORDER BY x, y');
+SELECT same_so('SELECT x, y FROM so WHERE x > 2 ORDER BY x DESC, y DESC');
+SELECT same_so('SELECT x, y FROM so WHERE x IS NULL AND y > 40 ORDER BY x, y');
+SELECT same_so('SELECT y FROM sy WHERE y < 10 ORDER BY y DESC');
+DROP TABLE so, so_b, sy, sy_b;
+DROP FUNCTION same_so;

@@ -100,9 +100,10 @@ struct Cursor {
     /// none (compact elastic leaves then read no key per entry).
     /// Some((lower strict, upper strict)).
     keyless: Option<(bool, bool)>,
-    /// The bounds say what the conditions say, but for strict ends
-    /// (`bounds_imply`): entries are tested by `passes`, not decoded.
-    implied: Option<(bool, bool)>,
+    /// The bounds say what the conditions say, but for strict ends and a
+    /// one-sided range's NULLs (`bounds_imply`): entries are tested by
+    /// `passes`, not decoded.
+    implied: Option<Implied>,
     memo: MatchMemo,
     slot: SlotRef,
     /// Registered reader of the base's generation for as long as the cursor
@@ -314,16 +315,43 @@ fn bounds_cover(desc: &IndexDesc, conds: &[Cond]) -> Option<BoundsCover> {
     (used == conds.len()).then_some(cover)
 }
 
-/// For the merged cursor: Some((lower strict, upper strict)) when entries
-/// between the bounds need only the strict-bound test (`passes`). Only
-/// where key bytes order like the values (no opaque column): there a key
-/// whose prefix equals a bound's bytes has equal values, and bytes between
-/// two bounds are values between them.
-fn bounds_imply(desc: &IndexDesc, conds: &[Cond]) -> Option<(bool, bool)> {
+/// What the bounds of a merged cursor say about the entries between them
+/// (`bounds_imply`).
+#[derive(Clone, Copy)]
+struct Implied {
+    /// Strict lower / upper bound: an entry whose prefix equals it fails.
+    strict: (bool, bool),
+    /// A range open on one side (`k >= $1`, `k < $1`, after equalities on
+    /// the columns before): the range column's bytes start at this offset,
+    /// and the open side runs into the column's NULLs, which fail. Every
+    /// value's encoding starts with MARK_VALUE, a NULL's with a marker
+    /// below or above it.
+    value_at: Option<usize>,
+}
+
+/// For the merged cursor: Some when entries between the bounds need only
+/// the strict-bound test and, for a one-sided range, a look at one byte
+/// (`passes`). Only where key bytes order like the values (no opaque
+/// column): there a key whose prefix equals a bound's bytes has equal
+/// values, and bytes between two bounds are values between them.
+fn bounds_imply(desc: &IndexDesc, conds: &[Cond]) -> Option<Implied> {
     if !desc.memcmp {
         return None;
     }
-    bounds_cover(desc, conds).filter(|c| !c.one_sided).map(|c| c.strict)
+    let cover = bounds_cover(desc, conds)?;
+    if !cover.one_sided {
+        return Some(Implied { strict: cover.strict, value_at: None });
+    }
+    // The equalities before the range column are the entries' first bytes
+    // (memcmp: equal values have equal bytes), as in `bounds_into`.
+    let mut prefix = 0;
+    for col in 0..desc.nkeyatts {
+        match conds.iter().find(|c| c.col == col && matches!(c.kind, CondKind::Cmp(3) | CondKind::IsNull)) {
+            Some(c) => prefix += c.enc.len(),
+            None => break,
+        }
+    }
+    Some(Implied { strict: cover.strict, value_at: Some(prefix) })
 }
 
 /// For a base structure that stores no keys (`BaseCursor::keyless`), on a
@@ -339,10 +367,11 @@ fn keyless_bounds(desc: &IndexDesc, conds: &[Cond]) -> Option<(bool, bool)> {
 
 /// Whether `key`, between the cursor's bounds, satisfies its conditions:
 /// the strict-bound test `bounds_imply` allows, or every condition.
-fn passes(desc: &IndexDesc, implied: Option<(bool, bool)>, conds: &[Cond], lower: &[u8], upper: Option<&[u8]>, key: &[u8]) -> bool {
+fn passes(desc: &IndexDesc, implied: Option<Implied>, conds: &[Cond], lower: &[u8], upper: Option<&[u8]>, key: &[u8]) -> bool {
     match implied {
-        Some((ls, us)) => {
-            !(ls && desc.compare_prefix(key, lower) == Ordering::Equal)
+        Some(Implied { strict: (ls, us), value_at }) => {
+            value_at.is_none_or(|at| key.get(at) == Some(&ck::MARK_VALUE))
+                && !(ls && desc.compare_prefix(key, lower) == Ordering::Equal)
                 && !(us && upper.is_some_and(|u| desc.compare_prefix(key, u) == Ordering::Equal))
         }
         None => matches(desc, conds, key),
