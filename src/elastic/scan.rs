@@ -515,9 +515,9 @@ impl BaseCursor for ElasticCursor {
         self.done = true;
     }
 
-    unsafe fn reopen(&mut self, info: &BaseInfo) {
+    unsafe fn reopen(&mut self, index: pg_sys::Relation, info: &BaseInfo) {
         // A fresh cursor that keeps this one's buffers.
-        let mut fresh = ElasticCursor::new(self.index, self.desc.clone(), &TreeRoots::of(info));
+        let mut fresh = ElasticCursor::new(index, self.desc.clone(), &TreeRoots::of(info));
         for (mine, theirs) in [(&mut self.body, &mut fresh.body), (&mut self.buf, &mut fresh.buf), (&mut self.cur_key, &mut fresh.cur_key)] {
             mine.clear();
             std::mem::swap(mine, theirs);

@@ -227,8 +227,11 @@ pub trait BaseCursor {
     /// probe then allocates nothing). `key_fetches` starts again from 0.
     fn park(&mut self);
     /// Reads the structure `info` describes from now on (the same index, a
-    /// newer metapage snapshot); `start` or `seek_after` follows.
-    unsafe fn reopen(&mut self, info: &BaseInfo);
+    /// newer metapage snapshot); `start` or `seek_after` follows. `index`
+    /// is the relation of the scan that reuses the cursor: a parked cursor
+    /// may be kept from one scan to the next (scan.rs, warm scans), and the
+    /// relcache entry of the earlier scan may be gone by then.
+    unsafe fn reopen(&mut self, index: pg_sys::Relation, info: &BaseInfo);
 }
 
 /// An access method's base structure. One static instance per AM, found by

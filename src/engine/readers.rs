@@ -13,7 +13,10 @@
 //!
 //! A reader that errors out never deregisters itself: the backend keeps its
 //! registrations in a local table, and a transaction callback releases what
-//! is left at commit or abort. A slot that is reset (eviction, DROP) starts a
+//! is left at commit or abort. A scan that ends keeps its registration with
+//! its cursor for the backend's next scan of the index (scan.rs, warm
+//! scans) until its transaction ends; the callback releases it then, and a
+//! token of an ended transaction no longer `covers` anything. A slot that is reset (eviction, DROP) starts a
 //! new epoch, and registrations of an older epoch are ignored.
 //!
 //! Standbys do not register with the primary: a standby query that meets a
@@ -114,6 +117,9 @@ struct Registration {
 thread_local! {
     static ACTIVE: RefCell<(u64, FastMap<u64, Registration>)> = RefCell::new((0, FastMap::default()));
     static CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Transactions ended since the backend started: a token registered in
+    /// an earlier one was released by `at_xact_end`.
+    static XACTS_ENDED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// A registered reader of one static generation; deregisters when dropped.
@@ -122,6 +128,8 @@ pub struct ReaderToken {
     slot_index: usize,
     epoch: u32,
     generation: u32,
+    /// `XACTS_ENDED` when it registered.
+    xact: u64,
 }
 
 impl ReaderToken {
@@ -138,15 +146,16 @@ impl ReaderToken {
             a.1.insert(id, reg);
             id
         });
-        ReaderToken { id, slot_index: slot.index, epoch: st.readers.epoch, generation: st.base.generation }
+        ReaderToken { id, slot_index: slot.index, epoch: st.readers.epoch, generation: st.base.generation, xact: XACTS_ENDED.get() }
     }
 
     /// Whether this token already registers a reader of the generation
-    /// current in `st` (same slot, same epoch): a rescan keeps it instead
-    /// of deregistering and registering again, two trips through the slot
-    /// lock per nested-loop probe. Caller holds the slot lock.
+    /// current in `st` (same slot, same epoch, same transaction): a rescan
+    /// keeps it instead of deregistering and registering again, two trips
+    /// through the slot lock per nested-loop probe. Caller holds the slot
+    /// lock.
     pub fn covers(&self, slot: SlotRef, st: &DualStageState) -> bool {
-        self.slot_index == slot.index && self.epoch == st.readers.epoch && self.generation == st.base.generation
+        self.slot_index == slot.index && self.epoch == st.readers.epoch && self.generation == st.base.generation && self.xact == XACTS_ENDED.get()
     }
 }
 
@@ -194,8 +203,12 @@ unsafe extern "C-unwind" fn at_xact_end(event: pg_sys::XactEvent::Type, _arg: *m
     if !matches!(event, XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PARALLEL_ABORT) {
         return;
     }
-    let left: Vec<Registration> = ACTIVE.with(|a| a.borrow_mut().1.drain().map(|(_, r)| r).collect());
-    for reg in &left {
-        deregister(reg);
-    }
+    XACTS_ENDED.set(XACTS_ENDED.get() + 1);
+    // Read in place: a transaction's scans leave their registrations to
+    // this (warm scans), and deregistering touches nothing but the slot.
+    ACTIVE.with(|a| {
+        for (_, reg) in a.borrow_mut().1.drain() {
+            deregister(&reg);
+        }
+    });
 }

@@ -109,12 +109,13 @@ impl BaseCursor for GriffinCursor {
         }
     }
 
-    unsafe fn reopen(&mut self, info: &BaseInfo) {
+    unsafe fn reopen(&mut self, index: pg_sys::Relation, info: &BaseInfo) {
+        self.index = index;
         self.header = hash_header(info);
         self.generation = info.generation;
         self.info = *info;
         if let Some(t) = self.tree.as_mut() {
-            t.reopen(&super::structure::tree_info(info));
+            t.reopen(index, &super::structure::tree_info(info));
         }
     }
 }

@@ -193,6 +193,19 @@ pub unsafe fn slot_for(rel: pg_sys::Relation) -> SlotRef {
     SlotRef { index: i, slot: s, key }
 }
 
+/// Whether `slot`, found earlier for `rel`, still holds it (a slot kept
+/// from an ended scan for the next, engine/scan.rs); notes the use as
+/// `slot_for` does. Reassignment after this is caught as with any SlotRef,
+/// under the slot's lock.
+pub unsafe fn still_for(rel: pg_sys::Relation, slot: SlotRef) -> bool {
+    let key = slot_key(rel);
+    if slot.key != key || !slot_matches(slot.index, key) {
+        return false;
+    }
+    touch(&*header().slot(slot.index), use_tick());
+    true
+}
+
 /// Finds the slot of `rel` without creating one.
 pub unsafe fn existing_slot(rel: pg_sys::Relation) -> Option<SlotRef> {
     let key = slot_key(rel);

@@ -341,8 +341,9 @@ impl BaseCursor for StaticCursor {
         self.done = true;
     }
 
-    unsafe fn reopen(&mut self, info: &BaseInfo) {
+    unsafe fn reopen(&mut self, index: pg_sys::Relation, info: &BaseInfo) {
         self.park();
+        self.index = index;
         self.stage = Stage::of(info);
     }
 }

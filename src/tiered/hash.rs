@@ -306,7 +306,8 @@ impl BaseCursor for TieredHashCursor {
         self.loaded = false;
     }
 
-    unsafe fn reopen(&mut self, info: &BaseInfo) {
+    unsafe fn reopen(&mut self, index: pg_sys::Relation, info: &BaseInfo) {
+        self.index = index;
         self.header = header_of(info);
         self.generation = info.generation;
         self.loaded = false;
