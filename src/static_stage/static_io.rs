@@ -37,6 +37,9 @@ pub struct LeafData {
     copy: Option<Vec<u8>>,
     nkeys: usize,
     win: Window,
+    /// The decoding cursor where the last window ended, on its last entry:
+    /// the next window forward goes on from it (`LeafView::resume`).
+    resume: Option<ss::SuspendedCursor>,
 }
 
 const MAX_WINDOW: usize = 64;
@@ -189,7 +192,13 @@ impl LeafData {
             // Moving backwards, decode the window that ends at i.
             let size = self.win.size;
             let start = if i < self.win.start { (i + 1).saturating_sub(size) } else { i };
-            self.fill(|view| view.cursor(start));
+            match self.resume.take() {
+                Some(s) if s.next_index() == start => self.fill(|view| match view.resume(s) {
+                    Some(mut c) => c.advance().map(|_| c),
+                    None => view.cursor(start),
+                }),
+                _ => self.fill(|view| view.cursor(start)),
+            };
         }
         self.win.entry(i - self.win.start)
     }
@@ -225,21 +234,29 @@ impl LeafData {
         win.keys.clear();
         win.ends.clear();
         win.tids.clear();
-        let start = self.with_view(|view| {
+        let (start, resume) = self.with_view(|view| {
             let mut c = position(view).unwrap_or_else(|e| self.bad(e));
             let start = c.index();
-            while c.valid() && win.ends.len() < size {
-                win.tids.extend_from_slice(c.tids().unwrap_or_else(|e| self.bad(e)));
+            if !c.valid() {
+                return (start, None);
+            }
+            // The first entry's TIDs are decoded on their own; every next
+            // entry's in the step that reaches it.
+            win.tids.extend_from_slice(c.tids().unwrap_or_else(|e| self.bad(e)));
+            win.keys.extend_from_slice(c.key());
+            win.ends.push((win.keys.len() as u32, win.tids.len() as u32));
+            while win.ends.len() < size {
+                if !c.advance_into(&mut win.tids).unwrap_or_else(|e| self.bad(e)) {
+                    return (start, None);
+                }
                 win.keys.extend_from_slice(c.key());
                 win.ends.push((win.keys.len() as u32, win.tids.len() as u32));
-                if !c.advance().unwrap_or_else(|e| self.bad(e)) {
-                    break;
-                }
             }
-            start
+            (start, Some(c.suspend()))
         });
         win.start = start;
         self.win = win;
+        self.resume = resume;
         start
     }
 
@@ -376,6 +393,7 @@ pub unsafe fn try_load_leaf(rel: pg_sys::Relation, blk: u32, stage: &Stage, keep
         copy,
         nkeys,
         win: Window { size: 2, ..Window::default() },
+        resume: None,
     })
 }
 

@@ -25,7 +25,7 @@ pub use build::{
 pub use compress::{decompress_leaf, leaf_body, leaf_used_len, rewrite_leaf_without, CompressedLeafBuilder};
 pub use inner::{InnerBuilder, InnerView};
 pub use segment::{fresh_in_segment, leaf_takes_fresh, plan_runs, plan_segment, Run, Segment, SegmentInput};
-pub use leaf::{FlatLeaf, LeafBuilder, LeafCursor, LeafIter, LeafView};
+pub use leaf::{FlatLeaf, LeafBuilder, LeafCursor, LeafIter, LeafView, SuspendedCursor};
 pub use merge::{Group, MergedGroups, OldRead};
 
 use std::cmp::Ordering;
