@@ -561,62 +561,20 @@ impl<'a> LeafView<'a> {
     }
 
     fn cursor_at_slot(&self, s: usize) -> LeafCursor<'a> {
-        LeafCursor {
-            v: *self,
-            pos: self.slots.off(s),
-            next: self.slots.idx(s),
-            slot: s,
-            on: false,
-            key: KeyBuf::new(),
-            tid_pos: 0,
-            tid_cnt: 0,
-            base: 0,
-            restart: false,
-            last_v: 0,
-            tids: Vec::new(),
-            tids_ok: false,
-        }
+        LeafCursor { v: *self, at: CursorAt::before(self.slots.off(s), self.slots.idx(s), s) }
     }
 
     fn end_cursor(&self) -> LeafCursor<'a> {
-        LeafCursor {
-            v: *self,
-            pos: self.area.len(),
-            next: self.nkeys,
-            slot: self.slots.n,
-            on: false,
-            key: KeyBuf::new(),
-            tid_pos: 0,
-            tid_cnt: 0,
-            base: 0,
-            restart: false,
-            last_v: 0,
-            tids: Vec::new(),
-            tids_ok: false,
-        }
+        LeafCursor { v: *self, at: CursorAt::before(self.area.len(), self.nkeys, self.slots.n) }
     }
 
     /// The cursor `s` was, on these bytes again (None when they are not
     /// the leaf it was suspended on: another entry count or body length).
     pub fn resume(&self, s: SuspendedCursor) -> Option<LeafCursor<'a>> {
-        if s.nkeys != self.nkeys || s.area_len != self.area.len() || s.pos > self.area.len() {
+        if s.nkeys != self.nkeys || s.area_len != self.area.len() || s.at.pos > self.area.len() {
             return None;
         }
-        Some(LeafCursor {
-            v: *self,
-            pos: s.pos,
-            next: s.next,
-            slot: s.slot,
-            on: s.on,
-            key: s.key,
-            tid_pos: s.tid_pos,
-            tid_cnt: s.tid_cnt,
-            base: s.base,
-            restart: s.restart,
-            last_v: s.last_v,
-            tids: s.tids,
-            tids_ok: s.tids_ok,
-        })
+        Some(LeafCursor { v: *self, at: s.at })
     }
 
     /// A cursor on entry `i` (past the end if `i >= nkeys`).
@@ -635,12 +593,12 @@ impl<'a> LeafView<'a> {
             }
         }
         let mut c = self.cursor_at_slot(lo);
-        while c.next <= i {
+        while c.at.next <= i {
             if !c.step(false)? {
                 break;
             }
         }
-        if !c.on || c.next != i + 1 {
+        if !c.at.on || c.at.next != i + 1 {
             return corrupt("restart array does not lead to the entry");
         }
         Ok(c)
@@ -661,10 +619,10 @@ impl<'a> LeafView<'a> {
         let end = if s < self.slots.n { self.slots.idx(s) } else { self.nkeys };
         let mut c = self.cursor_at_slot(s - 1);
         c.step(false)?;
-        while c.next < end {
+        while c.at.next < end {
             c.step(false)?;
-            if !before(&c.key) {
-                return Ok((c.next - 1, c));
+            if !before(&c.at.key) {
+                return Ok((c.at.next - 1, c));
             }
         }
         // The whole group is before the bound; the answer is the next restart.
@@ -697,7 +655,7 @@ impl<'a> LeafView<'a> {
         }
         let mut c = self.cursor(i)?;
         let t = c.tids()?.to_vec();
-        Ok((c.key.to_vec(), t))
+        Ok((c.at.key.to_vec(), t))
     }
 
     /// Iterates over all entries from the first.
@@ -714,10 +672,10 @@ impl<'a> LeafView<'a> {
         let mut c = self.cursor_at_slot(0);
         let mut total = 0;
         while c.step(true)? {
-            total += c.tids.len();
-            out.push((c.key.to_vec(), std::mem::take(&mut c.tids)));
+            total += c.at.tids.len();
+            out.push((c.at.key.to_vec(), std::mem::take(&mut c.at.tids)));
         }
-        if total != self.ntids || c.pos != self.area.len() || c.slot != self.slots.n {
+        if total != self.ntids || c.at.pos != self.area.len() || c.at.slot != self.slots.n {
             return corrupt("leaf entries do not add up to its header");
         }
         Ok(out)
@@ -737,11 +695,11 @@ impl<'a> LeafView<'a> {
         }
         let mut c = self.cursor_at_slot(0);
         while c.step_with(Some(&mut f.tids))? {
-            f.keys.extend_from_slice(&c.key);
+            f.keys.extend_from_slice(&c.at.key);
             f.key_ends.push(f.keys.len() as u32);
             f.tid_ends.push(f.tids.len() as u32);
         }
-        if f.tids.len() != self.ntids || c.pos != self.area.len() || c.slot != self.slots.n {
+        if f.tids.len() != self.ntids || c.at.pos != self.area.len() || c.at.slot != self.slots.n {
             return corrupt("leaf entries do not add up to its header");
         }
         Ok(f)
@@ -780,22 +738,22 @@ impl<'a> LeafView<'a> {
         if self.nkeys > 0 {
             let mut c = self.cursor_at_slot(0);
             while c.step(true)? {
-                total += c.tids.len();
-                if c.restart {
+                total += c.at.tids.len();
+                if c.at.restart {
                     need_restart = true;
                 }
                 live.clear();
-                live.extend(c.tids.iter().copied().filter(|&t| !dead(t)));
-                removed += c.tids.len() - live.len();
+                live.extend(c.at.tids.iter().copied().filter(|&t| !dead(t)));
+                removed += c.at.tids.len() - live.len();
                 if live.is_empty() {
                     continue;
                 }
-                if b.add_impl(&c.key, &live, Some(need_restart)) != live.len() {
+                if b.add_impl(&c.at.key, &live, Some(need_restart)) != live.len() {
                     return Err(FormatError::NoSpace);
                 }
                 need_restart = false;
             }
-            if total != self.ntids || c.pos != self.area.len() || c.slot != self.slots.n {
+            if total != self.ntids || c.at.pos != self.area.len() || c.at.slot != self.slots.n {
                 return corrupt("leaf entries do not add up to its header");
             }
         }
@@ -808,6 +766,12 @@ impl<'a> LeafView<'a> {
 #[derive(Clone, Debug)]
 pub struct LeafCursor<'a> {
     v: LeafView<'a>,
+    at: CursorAt,
+}
+
+/// Where a `LeafCursor` is in the leaf, and the current entry it decoded.
+#[derive(Clone, Debug)]
+struct CursorAt {
     /// Byte offset of the next entry.
     pos: usize,
     /// Index of the next entry.
@@ -826,6 +790,13 @@ pub struct LeafCursor<'a> {
     tids_ok: bool,
 }
 
+impl CursorAt {
+    /// Before the entry at byte `pos`, entry index `next`, restart slot `slot`.
+    fn before(pos: usize, next: usize, slot: usize) -> CursorAt {
+        CursorAt { pos, next, slot, on: false, key: KeyBuf::new(), tid_pos: 0, tid_cnt: 0, base: 0, restart: false, last_v: 0, tids: Vec::new(), tids_ok: false }
+    }
+}
+
 /// A `LeafCursor` without the bytes it reads: its caller gives up the
 /// page's lock between two windows of a scan, and `LeafView::resume` goes
 /// on from here instead of searching the restart array again and stepping
@@ -835,46 +806,20 @@ pub struct LeafCursor<'a> {
 pub struct SuspendedCursor {
     nkeys: usize,
     area_len: usize,
-    pos: usize,
-    next: usize,
-    slot: usize,
-    on: bool,
-    key: KeyBuf,
-    tid_pos: usize,
-    tid_cnt: usize,
-    base: u64,
-    restart: bool,
-    last_v: u64,
-    tids: Vec<Tid>,
-    tids_ok: bool,
+    at: CursorAt,
 }
 
 impl SuspendedCursor {
     /// Index of the entry the cursor's `advance` moves to.
     pub fn next_index(&self) -> usize {
-        self.next
+        self.at.next
     }
 }
 
 impl<'a> LeafCursor<'a> {
     /// This cursor without its borrow of the leaf (`LeafView::resume`).
     pub fn suspend(self) -> SuspendedCursor {
-        SuspendedCursor {
-            nkeys: self.v.nkeys,
-            area_len: self.v.area.len(),
-            pos: self.pos,
-            next: self.next,
-            slot: self.slot,
-            on: self.on,
-            key: self.key,
-            tid_pos: self.tid_pos,
-            tid_cnt: self.tid_cnt,
-            base: self.base,
-            restart: self.restart,
-            last_v: self.last_v,
-            tids: self.tids,
-            tids_ok: self.tids_ok,
-        }
+        SuspendedCursor { nkeys: self.v.nkeys, area_len: self.v.area.len(), at: self.at }
     }
 
     /// Moves to the next entry and appends its TIDs to `out` in the same
@@ -887,37 +832,37 @@ impl<'a> LeafCursor<'a> {
     /// `out`, the entry's TIDs are appended there.
     fn step_with(&mut self, out: Option<&mut Vec<Tid>>) -> Res<bool> {
         let v = &self.v;
-        self.tids_ok = false;
-        if self.next >= v.nkeys {
-            self.on = false;
-            self.next = v.nkeys;
+        self.at.tids_ok = false;
+        if self.at.next >= v.nkeys {
+            self.at.on = false;
+            self.at.next = v.nkeys;
             return Ok(false);
         }
-        let restart = self.slot < v.slots.n && v.slots.idx(self.slot) == self.next;
+        let restart = self.at.slot < v.slots.n && v.slots.idx(self.at.slot) == self.at.next;
         if restart {
-            if v.slots.off(self.slot) != self.pos {
+            if v.slots.off(self.at.slot) != self.at.pos {
                 return corrupt("restart offset does not match the entries");
             }
-            self.slot += 1;
+            self.at.slot += 1;
         }
-        let mut rd = Rd::new(v.area, self.pos);
+        let mut rd = Rd::new(v.area, self.at.pos);
         if restart && v.slots.fenced() {
-            self.key.set(0, v.slots.fence_key(self.slot - 1));
+            self.at.key.set(0, v.slots.fence_key(self.at.slot - 1));
         } else {
-            read_key(&mut rd, &mut self.key, restart, v.fixed)?;
+            read_key(&mut rd, &mut self.at.key, restart, v.fixed)?;
         }
         let cnt = if v.flags & F_SINGLE != 0 { 1 } else { rd.var()? as usize };
         if cnt == 0 || cnt > rd.remaining() {
             return corrupt("bad posting list length");
         }
-        self.tid_pos = rd.pos;
-        self.tid_cnt = cnt;
-        self.base = self.last_v;
-        self.restart = restart;
-        self.last_v = walk(v, restart, self.base, cnt, &mut rd, out)?;
-        self.pos = rd.pos;
-        self.next += 1;
-        self.on = true;
+        self.at.tid_pos = rd.pos;
+        self.at.tid_cnt = cnt;
+        self.at.base = self.at.last_v;
+        self.at.restart = restart;
+        self.at.last_v = walk(v, restart, self.at.base, cnt, &mut rd, out)?;
+        self.at.pos = rd.pos;
+        self.at.next += 1;
+        self.at.on = true;
         Ok(true)
     }
 
@@ -925,11 +870,11 @@ impl<'a> LeafCursor<'a> {
         if !materialize {
             return self.step_with(None);
         }
-        let mut t = std::mem::take(&mut self.tids);
+        let mut t = std::mem::take(&mut self.at.tids);
         t.clear();
         let r = self.step_with(Some(&mut t));
-        self.tids = t;
-        self.tids_ok = matches!(r, Ok(true));
+        self.at.tids = t;
+        self.at.tids_ok = matches!(r, Ok(true));
         r
     }
 
@@ -940,13 +885,13 @@ impl<'a> LeafCursor<'a> {
 
     /// Whether the cursor is on an entry.
     pub fn valid(&self) -> bool {
-        self.on
+        self.at.on
     }
 
     /// Index of the current entry (`nkeys` past the end).
     pub fn index(&self) -> usize {
-        if self.on {
-            self.next - 1
+        if self.at.on {
+            self.at.next - 1
         } else {
             self.v.nkeys
         }
@@ -954,16 +899,16 @@ impl<'a> LeafCursor<'a> {
 
     /// Key of the current entry (empty if not on one).
     pub fn key(&self) -> &[u8] {
-        if self.on {
-            &self.key
+        if self.at.on {
+            &self.at.key
         } else {
             &[]
         }
     }
 
     pub fn tid_count(&self) -> usize {
-        if self.on {
-            self.tid_cnt
+        if self.at.on {
+            self.at.tid_cnt
         } else {
             0
         }
@@ -971,16 +916,16 @@ impl<'a> LeafCursor<'a> {
 
     /// Posting list of the current entry, decoded on first use.
     pub fn tids(&mut self) -> Res<&[Tid]> {
-        if !self.on {
+        if !self.at.on {
             return Ok(&[]);
         }
-        if !self.tids_ok {
-            self.tids.clear();
-            let mut rd = Rd::new(self.v.area, self.tid_pos);
-            walk(&self.v, self.restart, self.base, self.tid_cnt, &mut rd, Some(&mut self.tids))?;
-            self.tids_ok = true;
+        if !self.at.tids_ok {
+            self.at.tids.clear();
+            let mut rd = Rd::new(self.v.area, self.at.tid_pos);
+            walk(&self.v, self.at.restart, self.at.base, self.at.tid_cnt, &mut rd, Some(&mut self.at.tids))?;
+            self.at.tids_ok = true;
         }
-        Ok(&self.tids)
+        Ok(&self.at.tids)
     }
 }
 
@@ -1062,7 +1007,7 @@ impl Iterator for LeafIter<'_> {
             return None;
         }
         match self.c.step(true) {
-            Ok(true) => Some(Ok((self.c.key.to_vec(), std::mem::take(&mut self.c.tids)))),
+            Ok(true) => Some(Ok((self.c.at.key.to_vec(), std::mem::take(&mut self.c.at.tids)))),
             Ok(false) => {
                 self.done = true;
                 None
