@@ -16,8 +16,9 @@
 //! is left at commit or abort. A scan that ends keeps its registration with
 //! its cursor for the backend's next scan of the index (scan.rs, warm
 //! scans) until its transaction ends; the callback releases it then, and a
-//! token of an ended transaction no longer `covers` anything. A slot that is reset (eviction, DROP) starts a
-//! new epoch, and registrations of an older epoch are ignored.
+//! token of an ended transaction no longer `covers` anything. A slot that
+//! is reset (eviction, DROP) starts a new epoch, and registrations of an
+//! older epoch are ignored.
 //!
 //! Standbys do not register with the primary: a standby query that meets a
 //! recycled page is cancelled as a recovery conflict (static_io.rs), which

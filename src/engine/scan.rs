@@ -1189,14 +1189,11 @@ pub unsafe extern "C-unwind" fn amendscan(scan: pg_sys::IndexScanDesc) {
             pg_sys::MemoryContextDelete(st.tuple_cxt);
             st.tuple_cxt = std::ptr::null_mut();
         }
-        // Nothing of this scan's may be used by the next (take_warm).
+        // No pointer of this scan's may reach the next (take_warm); the
+        // position is reset by the next scan's amrescan, which comes before
+        // any read.
         st.scan_cxt = std::ptr::null_mut();
         st.snapshot = std::ptr::null_mut();
-        st.mark = None;
-        st.last_tid = None;
-        st.prior_tid = None;
-        st.started = false;
-        st.exhausted = false;
         if let Some(c) = st.spare.as_mut() {
             c.locks = predlock::ScanLocks::Complete;
         }
