@@ -90,7 +90,15 @@ unsafe fn rd32(b: &[u8], off: usize) -> u32 {
 /// Reads the metapage; `None` for an empty relation (no blocks: a new or
 /// truncated table, whose metapage is written by the first insert).
 pub unsafe fn read_meta(rel: pg_sys::Relation) -> Option<Meta> {
-    if nblocks(rel) == 0 {
+    read_meta_within(rel, nblocks(rel))
+}
+
+/// `read_meta` for a caller that has just read the relation's length
+/// (`blocks`), as a scan does at its start: the length is a system call
+/// (smgrnblocks' lseek) that a scan of a small table would otherwise
+/// make twice.
+pub unsafe fn read_meta_within(rel: pg_sys::Relation, blocks: u32) -> Option<Meta> {
+    if blocks == 0 {
         return None;
     }
     let buf = Buf::read(rel, META_BLOCK, Lock::Share);

@@ -120,7 +120,7 @@ pub unsafe fn begin(
     let blocks = nblocks(rel);
     let large = flags & pg_sys::ScanOptions::SO_ALLOW_STRAT != 0 && blocks as i32 > pg_sys::NBuffers / 4;
     let st = ScanState {
-        meta: relation::read_meta(rel),
+        meta: relation::read_meta_within(rel, blocks),
         nblocks: blocks,
         next_extent: 0,
         pending: Vec::new(),
@@ -169,8 +169,8 @@ pub unsafe fn rescan(scan: pg_sys::TableScanDesc, key: pg_sys::ScanKey) {
     let rel = (*scan).rs_rd;
     let st = state(scan);
     st.reset();
-    st.meta = relation::read_meta(rel);
     st.nblocks = nblocks(rel);
+    st.meta = relation::read_meta_within(rel, st.nblocks);
 }
 
 /// The next extent this scan (or this parallel worker) reads.
