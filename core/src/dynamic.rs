@@ -297,6 +297,14 @@ fn prefetch_entry(b: &[u8], i: usize) {
     }
 }
 
+/// Prefetches the two entries the search step after the one comparing
+/// slot `mid` of `lo..hi` may compare, whichever way this step goes.
+#[inline(always)]
+fn prefetch_next_step(b: &[u8], lo: usize, mid: usize, hi: usize) {
+    prefetch_entry(b, (lo + mid) / 2);
+    prefetch_entry(b, (mid + 1 + hi) / 2);
+}
+
 #[inline(always)]
 fn prefetch(byte: &u8) {
     #[cfg(target_arch = "x86_64")]
@@ -320,9 +328,7 @@ fn leaf_lower_bound(
     let (mut lo, mut hi, mut found) = (0, nkeys(b), false);
     while lo < hi {
         let mid = (lo + hi) / 2;
-        // The two entries the next step compares, whichever way this one goes.
-        prefetch_entry(b, (lo + mid) / 2);
-        prefetch_entry(b, (mid + 1 + hi) / 2);
+        prefetch_next_step(b, lo, mid, hi);
         let o = off(b, mid);
         match cmp(key_at(b, 0, o), key).then_with(|| tid_at(b, o).cmp(&tid)) {
             Ordering::Less => lo = mid + 1,
@@ -348,8 +354,7 @@ fn inner_child(
     let (mut lo, mut hi) = (1, nkeys(b));
     while lo < hi {
         let mid = (lo + hi) / 2;
-        prefetch_entry(b, (lo + mid) / 2);
-        prefetch_entry(b, (mid + 1 + hi) / 2);
+        prefetch_next_step(b, lo, mid, hi);
         let o = off(b, mid);
         if cmp(key_at(b, lvl, o), key).then_with(|| tid_at(b, o).cmp(&tid)) == Ordering::Greater {
             hi = mid;
