@@ -83,9 +83,15 @@ pub unsafe fn log_append(rel: pg_sys::Relation, buf: pg_sys::Buffer, rec: &[u8])
 /// Pages of one body step (`log_body_step`), as for GenericXLog.
 pub const MAX_STEP_BLOCKS: usize = 4;
 
-/// A page body operation: the new body of `body` given `arg`, or why
-/// `arg` does not apply to `body`.
-pub type BodyOp = fn(body: &[u8], arg: &[u8]) -> Result<Vec<u8>, String>;
+/// A page body operation, applied to the page in place: `check` says why
+/// `arg` does not apply to `body`, if it does not; `apply` changes `body`
+/// and cannot fail where `check` passed on the same body (it runs in the
+/// critical section, after every page of the step passed its check).
+#[derive(Clone, Copy)]
+pub struct BodyOp {
+    pub check: fn(body: &[u8], arg: &[u8]) -> Result<(), String>,
+    pub apply: fn(body: &mut [u8], arg: &[u8]) -> Result<(), String>,
+}
 
 const MAX_BODY_OPS: usize = 8;
 static mut BODY_OPS: [Option<BodyOp>; MAX_BODY_OPS] = [None; MAX_BODY_OPS];
@@ -114,10 +120,13 @@ pub enum BodyChange<'a> {
 
 const CHANGE_IMAGE: u8 = 1;
 const CHANGE_OP: u8 = 2;
+const CHANGE_RANGE: u8 = 3;
 
 /// How a change is logged: `CHANGE_IMAGE | lead u16 | tail u16 | body[..lead]
 /// | body[tail..]` (the bytes in between are zeros: the longest zero run,
-/// a bucket page's free hole), or `CHANGE_OP | op u8 | arg`.
+/// a bucket page's free hole), or `CHANGE_OP | op u8 | arg`. An image of a
+/// page whose whole body was logged before is logged as the one range of
+/// bytes it changes, `CHANGE_RANGE | offset u16 | bytes` (`log_body_step`).
 fn encode_change(c: &BodyChange<'_>, out: &mut Vec<u8>) {
     match c {
         BodyChange::Image(body) => {
@@ -160,8 +169,36 @@ fn longest_zero_run(b: &[u8]) -> (usize, usize) {
     best
 }
 
-/// The body a logged change makes of `current`.
-fn decode_change(data: &[u8], current: &[u8]) -> Result<Vec<u8>, String> {
+/// The bytes `[start, end)` outside which `old` and `new` (of one length)
+/// are equal; `(len, len)` when they are equal throughout. Compared in
+/// 64-byte blocks from both ends, so an unchanged body costs two fast
+/// scans rather than a byte loop.
+fn changed_range(old: &[u8], new: &[u8]) -> (usize, usize) {
+    const BLOCK: usize = 64;
+    let n = old.len().min(new.len());
+    let mut start = 0;
+    while start + BLOCK <= n && old[start..start + BLOCK] == new[start..start + BLOCK] {
+        start += BLOCK;
+    }
+    while start < n && old[start] == new[start] {
+        start += 1;
+    }
+    if start == n {
+        return (n, n);
+    }
+    let mut end = n;
+    while end >= start + BLOCK && old[end - BLOCK..end] == new[end - BLOCK..end] {
+        end -= BLOCK;
+    }
+    while end > start && old[end - 1] == new[end - 1] {
+        end -= 1;
+    }
+    (start, end)
+}
+
+/// Makes the logged change `data` to page `p` (redo): an image replaces
+/// the body, an operation changes it in place (unchanged on error).
+unsafe fn apply_change(data: &[u8], p: pg_sys::Page) -> Result<(), String> {
     match data.first() {
         Some(&CHANGE_IMAGE) if data.len() >= 5 => {
             let lead = u16::from_le_bytes([data[1], data[2]]) as usize;
@@ -170,13 +207,23 @@ fn decode_change(data: &[u8], current: &[u8]) -> Result<Vec<u8>, String> {
             if lead > tail || tail > page::BODY_CAP || rest.len() != lead + (page::BODY_CAP - tail) {
                 return Err("malformed page image".into());
             }
-            let mut body = vec![0u8; page::BODY_CAP];
+            let body = page::body_mut(p);
             body[..lead].copy_from_slice(&rest[..lead]);
+            body[lead..tail].fill(0);
             body[tail..].copy_from_slice(&rest[lead..]);
-            Ok(body)
+            Ok(())
+        }
+        Some(&CHANGE_RANGE) if data.len() >= 3 => {
+            let off = u16::from_le_bytes([data[1], data[2]]) as usize;
+            let bytes = &data[3..];
+            if off + bytes.len() > page::BODY_CAP {
+                return Err("page range past the body".into());
+            }
+            page::body_mut(p)[off..off + bytes.len()].copy_from_slice(bytes);
+            Ok(())
         }
         Some(&CHANGE_OP) if data.len() >= 2 => match body_op(data[1]) {
-            Some(op) => op(current, &data[2..]),
+            Some(op) => (op.apply)(page::body_mut(p), &data[2..]),
             None => Err(format!("body operation {} is not registered", data[1])),
         },
         _ => Err("malformed body change".into()),
@@ -191,31 +238,58 @@ fn decode_change(data: &[u8], current: &[u8]) -> Result<Vec<u8>, String> {
 /// so a standby reader sees the step whole, as on the primary.
 pub unsafe fn log_body_step(rel: pg_sys::Relation, changes: &[(&crate::storage::buffer::Buf, BodyChange<'_>)]) {
     assert!(changes.len() <= MAX_STEP_BLOCKS, "a body step changes at most {MAX_STEP_BLOCKS} pages");
-    let mut bodies = Vec::with_capacity(changes.len());
+    // Every change is checked before any page changes (an operation that
+    // does not apply raises here); operations then change their pages in
+    // place, so a page gaining a few entries is not copied whole.
     let mut logged = Vec::with_capacity(changes.len());
-    for (buf, c) in changes {
-        let body = match c {
+    // Per change, the body bytes an image changes (all of them where the
+    // page's body was not fully logged before).
+    let mut ranges = [(0, page::BODY_CAP); MAX_STEP_BLOCKS];
+    for (i, (buf, c)) in changes.iter().enumerate() {
+        let mut data = Vec::new();
+        match c {
             BodyChange::Image(b) => {
                 assert_eq!(b.len(), page::BODY_CAP, "a page image is BODY_CAP bytes");
-                b.to_vec()
+                let p = buf.page();
+                if page::opaque(p).body_len as usize == page::BODY_CAP {
+                    // Every byte of this body is in the WAL already (an
+                    // earlier step or build wrote it whole), so redo finds
+                    // the same bytes and only the changed ones are logged:
+                    // a sync's every step rewrites its hash header, whose
+                    // image changed a few counters.
+                    let (start, end) = changed_range(page::body(p), b);
+                    ranges[i] = (start, end);
+                    data.push(CHANGE_RANGE);
+                    data.extend_from_slice(&(start as u16).to_le_bytes());
+                    data.extend_from_slice(&b[start..end]);
+                } else {
+                    encode_change(c, &mut data);
+                }
             }
             BodyChange::Op { op, arg } => {
                 let f = body_op(*op).unwrap_or_else(|| panic!("body operation {op} is not registered"));
-                f(page::body(buf.page()), arg).unwrap_or_else(|e| {
+                (f.check)(page::body(buf.page()), arg).unwrap_or_else(|e| {
                     page::corrupted(&page::rel_name(rel), buf.blkno(), &format!("a page change does not apply: {e}"))
-                })
+                });
+                encode_change(c, &mut data);
             }
-        };
-        let mut data = Vec::new();
-        encode_change(c, &mut data);
-        bodies.push(body);
+        }
         logged.push(data);
     }
     let wal = crate::storage::wal::relation_needs_wal(rel);
     pg_sys::CritSectionCount += 1;
-    for ((buf, _), body) in changes.iter().zip(&bodies) {
+    for (i, (buf, c)) in changes.iter().enumerate() {
         let p = buf.page();
-        page::body_mut(p).copy_from_slice(body);
+        match c {
+            BodyChange::Image(b) => {
+                let (start, end) = ranges[i];
+                page::body_mut(p)[start..end].copy_from_slice(&b[start..end]);
+            }
+            BodyChange::Op { op, arg } => {
+                let f = body_op(*op).expect("checked above");
+                (f.apply)(page::body_mut(p), arg).unwrap_or_else(|e| panic!("body operation {op} failed after its check passed: {e}"));
+            }
+        }
         page::set_body_len(p, page::BODY_CAP);
         pg_sys::MarkBufferDirty(buf.buffer());
     }
@@ -249,8 +323,7 @@ unsafe fn redo_body_step(record: *mut pg_sys::XLogReaderState) {
         let mut len: usize = 0;
         let data = pg_sys::XLogRecGetBlockData(record, id, &mut len);
         let data = std::slice::from_raw_parts(data as *const u8, len);
-        let body = decode_change(data, page::body(p)).unwrap_or_else(|e| pgrx::error!("pg_hybrid redo: body step: {e}"));
-        page::body_mut(p).copy_from_slice(&body);
+        apply_change(data, p).unwrap_or_else(|e| pgrx::error!("pg_hybrid redo: body step: {e}"));
         page::set_body_len(p, page::BODY_CAP);
         crate::storage::wal::set_page_lsn(p, (*record).EndRecPtr);
         pg_sys::MarkBufferDirty(buf);
@@ -375,6 +448,7 @@ unsafe extern "C-unwind" fn desc(out: pg_sys::StringInfo, record: *mut pg_sys::X
             let kind = if data.is_null() || len == 0 { 0 } else { *(data as *const u8) };
             parts.push(match kind {
                 CHANGE_IMAGE => format!("image of {len} bytes"),
+                CHANGE_RANGE if len >= 3 => format!("{} changed bytes", len - 3),
                 CHANGE_OP if len >= 2 => format!("operation {} of {} bytes", *(data as *const u8).add(1), len - 2),
                 _ => "full-page image".to_string(),
             });

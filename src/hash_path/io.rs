@@ -15,7 +15,7 @@ use pgrx::prelude::*;
 use crate::storage::alloc::alloc_page;
 use crate::storage::buffer::{nblocks, Buf, Lock};
 use crate::storage::page::{self, PageKind, BODY_CAP, NO_BLOCK};
-use crate::engine::wal::{log_body_step, register_body_op, BodyChange};
+use crate::engine::wal::{log_body_step, register_body_op, BodyChange, BodyOp};
 use crate::storage::wal::WalRecord;
 
 /// A hash page being read: pinned and share-locked until dropped.
@@ -50,17 +50,21 @@ pub struct HashBufs {
     /// CREATE INDEX: nobody can see the index, so retired blocks are
     /// freed at once (and reused through the free space map).
     pub reuse_at_once: bool,
+    /// The relation's length as last asked (a relation only grows while a
+    /// writer works): the bounds check of a step's blocks asks the kernel
+    /// again only for a block past it, not once per page of a sync.
+    known_nblocks: std::cell::Cell<u32>,
 }
 
 impl HashBufs {
     pub unsafe fn reader(rel: pg_sys::Relation) -> HashBufs {
-        HashBufs { rel, writable: false, pending: HashSet::new(), retired: Vec::new(), reuse_at_once: false }
+        HashBufs { rel, writable: false, pending: HashSet::new(), retired: Vec::new(), reuse_at_once: false, known_nblocks: Default::default() }
     }
 
     /// Pages for the single writer (the caller holds the maintenance lock,
     /// or builds the index).
     pub unsafe fn writer(rel: pg_sys::Relation) -> HashBufs {
-        HashBufs { rel, writable: true, pending: HashSet::new(), retired: Vec::new(), reuse_at_once: false }
+        HashBufs { rel, writable: true, pending: HashSet::new(), retired: Vec::new(), reuse_at_once: false, known_nblocks: Default::default() }
     }
 
     pub fn rel(&self) -> pg_sys::Relation {
@@ -131,7 +135,10 @@ impl HashPages for HashBufs {
                     bufs.push((i, Buf::read(self.rel, blk, Lock::Exclusive)));
                 } else {
                     {
-                        if blk == 0 || blk >= nblocks(self.rel) {
+                        if blk >= self.known_nblocks.get() {
+                            self.known_nblocks.set(nblocks(self.rel));
+                        }
+                        if blk == 0 || blk >= self.known_nblocks.get() {
                             return Err(hp::Error::BadInput("write to a block outside the relation"));
                         }
                         let b = Buf::read(self.rel, blk, Lock::Exclusive);
@@ -182,13 +189,17 @@ impl HashPages for HashBufs {
 /// bucket page (`hash_path::page::apply_adds`); its id is on disk.
 pub const ADD_ENTRIES: u8 = 1;
 
-fn add_entries(body: &[u8], arg: &[u8]) -> Result<Vec<u8>, String> {
-    hp::page::apply_adds(body, arg).map_err(|e| e.to_string())
+fn check_add_entries(body: &[u8], arg: &[u8]) -> Result<(), String> {
+    hp::page::check_adds(body, arg).map_err(|e| e.to_string())
+}
+
+fn add_entries(body: &mut [u8], arg: &[u8]) -> Result<(), String> {
+    hp::page::apply_adds_in_place(body, arg).map_err(|e| e.to_string())
 }
 
 /// Registers the hash path's body operations with the WAL (from `_PG_init`).
 pub unsafe fn register_wal() {
-    register_body_op(ADD_ENTRIES, add_entries);
+    register_body_op(ADD_ENTRIES, BodyOp { check: check_add_entries, apply: add_entries });
 }
 
 /// Whether `p` is an initialised pg_hybrid page of the hash path.

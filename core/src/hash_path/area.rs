@@ -813,14 +813,25 @@ impl<P: HashPages> HashArea<P> {
     /// linked after the tail. Returns the number inserted.
     fn insert_bucket(&mut self, hdr: &mut Header, bucket: u32, new: &[Entry], rep: &mut InsertReport) -> Result<u64> {
         let cap = self.cap();
-        let chain = self.read_chain(hdr, bucket)?;
-        let views = chain.iter().map(|(blk, b)| BucketView::parse(b).map_err(|e| e.at(*blk))).collect::<Result<Vec<_>>>()?;
+        // One pass over the chain in place: which new entries it holds
+        // already, and each page's free bytes. No page is copied: a sync
+        // adds a few entries to each of thousands of buckets, and copying
+        // every chain page cost as much as adding to it. Only the tail is
+        // read again, when new overflow pages are linked to it (this is
+        // the only writer of the buckets, `HashArea`'s contract).
+        let mut chain: Vec<u32> = Vec::new();
+        let mut free: Vec<usize> = Vec::new();
+        let mut stamp = 0;
         let mut present = vec![false; new.len()];
-        for (v, (blk, _)) in views.iter().zip(&chain) {
-            mark_present(v, new, &mut present).map_err(|e| e.at(*blk))?;
-        }
-        let mut free: Vec<usize> = views.iter().map(|v| v.free()).collect();
-        let mut placed: Vec<Vec<Entry>> = vec![Vec::new(); views.len()];
+        self.walk_chain(hdr, bucket, &mut |blk, v| {
+            if chain.is_empty() {
+                stamp = v.stamp;
+            }
+            chain.push(blk);
+            free.push(v.free());
+            mark_present(v, new, &mut present)
+        })?;
+        let mut placed: Vec<Vec<Entry>> = vec![Vec::new(); chain.len()];
         let mut fresh: Vec<(usize, Vec<Entry>)> = Vec::new();
         let usable = cap - BUCKET_HDR;
         let mut n = 0u64;
@@ -840,8 +851,7 @@ impl<P: HashPages> HashArea<P> {
         if n == 0 {
             return Ok(0);
         }
-        let stamp = views[0].stamp;
-        let tail = views.len() - 1;
+        let tail = chain.len() - 1;
         let fresh_blks = (0..fresh.len()).map(|_| self.pool.alloc()).collect::<Result<Vec<u32>>>()?;
 
         // The changes of the existing pages: (change, entries, bytes). A
@@ -849,18 +859,21 @@ impl<P: HashPages> HashArea<P> {
         // image); the tail that links new overflow pages is rewritten.
         let mut writes = Vec::new();
         let mut tail_write = None;
-        for (p, v) in views.iter().enumerate() {
+        for (p, &blk) in chain.iter().enumerate() {
             let link = p == tail && !fresh.is_empty();
             if placed[p].is_empty() && !link {
                 continue;
             }
             let (cnt, bytes) = (placed[p].len() as u64, sum_cost(&placed[p]));
             if link {
-                let mut body = add_to_bucket(v.body(), &placed[p]).map_err(|x| x.at(chain[p].0))?;
+                let mut body = {
+                    let page = self.pool.read(blk)?;
+                    add_to_bucket(&page, &placed[p]).map_err(|x| x.at(blk))?
+                };
                 set_next(&mut body, fresh_blks[0])?;
-                tail_write = Some((chain[p].0, body, cnt, bytes));
+                tail_write = Some((blk, body, cnt, bytes));
             } else {
-                writes.push((Change::Add { blk: chain[p].0, adds: encode_adds(&placed[p]) }, cnt, bytes));
+                writes.push((Change::Add { blk, adds: encode_adds(&placed[p]) }, cnt, bytes));
             }
         }
 

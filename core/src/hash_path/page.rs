@@ -561,68 +561,115 @@ pub fn build_bucket(cap: usize, bucket: u32, next: u32, stamp: u32, primary: boo
 /// counts and the new entry bytes change, so the glue's GenericXLog delta
 /// stays small. The entry area stays packed (`[upper, cap)` is tiled).
 pub fn add_to_bucket(body: &[u8], new: &[Entry]) -> Result<Vec<u8>> {
-    let v = BucketView::parse(body)?;
+    let mut b = body.to_vec();
+    add_to_bucket_in_place(&mut b, new)?;
+    Ok(b)
+}
+
+/// [`add_to_bucket`] on the page itself: the new entries are written below
+/// `upper` and the slot array is shifted open from the first insertion
+/// point, so a page gaining a few entries is touched where it changes
+/// rather than copied whole (a sync adds a few entries to each of
+/// thousands of bucket pages). Every check is made before the first byte
+/// changes: on error `b` is as it was.
+pub fn add_to_bucket_in_place(b: &mut [u8], new: &[Entry]) -> Result<()> {
+    let plan = plan_add(b, new)?;
+    write_add(b, new, &plan);
+    Ok(())
+}
+
+/// Where [`add_to_bucket_in_place`] puts new entries, found by every check
+/// it makes.
+struct AddPlan {
+    /// Old entries on the page.
+    n: usize,
+    upper: usize,
+    /// For new entry j, how many old slots sort before it.
+    at: Vec<usize>,
+}
+
+fn plan_add(b: &[u8], new: &[Entry]) -> Result<AddPlan> {
+    let v = BucketView::parse(b)?;
     let (n, m) = (v.len(), new.len());
     let add: usize = new.iter().map(|e| entry_cost(e.key.len())).sum();
-    if v.used() + add > body.len() || n + m > u16::MAX as usize {
+    if v.used() + add > b.len() || n + m > u16::MAX as usize {
         return Err(Error::BadInput("entries do not fit a bucket page"));
     }
     if new.windows(2).any(|w| w[0] >= w[1]) {
         return Err(Error::BadInput("bucket entries not strictly sorted"));
     }
-    let mut b = body.to_vec();
-    let mut upper = v.upper();
-    let mut offs = Vec::with_capacity(m);
-    let mut tmp = Vec::with_capacity(3);
+    // Where each new entry goes among the old slots: before the first old
+    // entry above it (slots are sorted by hash, then entry).
+    let mut at = Vec::with_capacity(m);
     for e in new {
         if e.key.is_empty() || e.key.len() > MAX_KEY {
             return Err(Error::BadInput("key length out of range"));
         }
+        let (mut lo, mut hi) = (v.lower_bound(e.hash), n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let below = match v.slot_hash(mid).cmp(&e.hash) {
+                std::cmp::Ordering::Equal => v.entry(mid)? < *e,
+                o => o == std::cmp::Ordering::Less,
+            };
+            if below {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        if lo < n && v.slot_hash(lo) == e.hash && v.entry(lo)? == *e {
+            return Err(Error::BadInput("entry already on the page"));
+        }
+        at.push(lo);
+    }
+    Ok(AddPlan { n, upper: v.upper(), at })
+}
+
+/// Writes what `plan` (made on this very body) says; cannot fail.
+fn write_add(b: &mut [u8], new: &[Entry], plan: &AddPlan) {
+    let (n, m) = (plan.n, new.len());
+    let at = &plan.at;
+    let mut upper = plan.upper;
+    let mut offs = Vec::with_capacity(m);
+    let mut len_bytes = Vec::with_capacity(3);
+    for e in new {
         upper -= entry_len(e.key.len());
-        wr_u32(&mut b, upper, e.tid.block);
-        wr_u16(&mut b, upper + 4, e.tid.offset);
-        tmp.clear();
-        varint::put_u64(&mut tmp, e.key.len() as u64);
-        b[upper + TID_BYTES..upper + TID_BYTES + tmp.len()].copy_from_slice(&tmp);
-        let k = upper + TID_BYTES + tmp.len();
+        wr_u32(b, upper, e.tid.block);
+        wr_u16(b, upper + 4, e.tid.offset);
+        len_bytes.clear();
+        varint::put_u64(&mut len_bytes, e.key.len() as u64);
+        b[upper + TID_BYTES..upper + TID_BYTES + len_bytes.len()].copy_from_slice(&len_bytes);
+        let k = upper + TID_BYTES + len_bytes.len();
         b[k..k + e.key.len()].copy_from_slice(e.key);
         offs.push(upper as u16);
     }
-    let (mut i, mut j, mut out) = (0, 0, 0);
-    while i < n || j < m {
-        let old_first = if i == n {
-            false
-        } else if j == m {
-            true
-        } else {
-            // Slots carry the hash: entry bodies are read only on a tie.
-            let order = match v.slot_hash(i).cmp(&new[j].hash) {
-                std::cmp::Ordering::Equal => v.entry(i)?.cmp(&new[j]),
-                o => o,
-            };
-            match order {
-                std::cmp::Ordering::Less => true,
-                std::cmp::Ordering::Greater => false,
-                std::cmp::Ordering::Equal => return Err(Error::BadInput("entry already on the page")),
-            }
-        };
-        let s = BUCKET_HDR + SLOT * out;
-        if old_first {
-            let os = BUCKET_HDR + SLOT * i;
-            let (h, o) = (rd_u32(body, os), rd_u16(body, os + 4));
-            wr_u32(&mut b, s, h);
-            wr_u16(&mut b, s + 4, o);
-            i += 1;
-        } else {
-            wr_u32(&mut b, s, new[j].hash);
-            wr_u16(&mut b, s + 4, offs[j]);
-            j += 1;
-        }
-        out += 1;
+    // From the back: the old slots at or above new entry j's place move up
+    // by j + 1, and entry j lands at its place + j.
+    let mut end = n;
+    for j in (0..m).rev() {
+        let p = at[j];
+        b.copy_within(BUCKET_HDR + SLOT * p..BUCKET_HDR + SLOT * end, BUCKET_HDR + SLOT * (p + j + 1));
+        let s = BUCKET_HDR + SLOT * (p + j);
+        wr_u32(b, s, new[j].hash);
+        wr_u16(b, s + 4, offs[j]);
+        end = p;
     }
-    wr_u16(&mut b, 20, (n + m) as u16);
-    wr_u16(&mut b, 22, upper as u16);
-    Ok(b)
+    wr_u16(b, 20, (n + m) as u16);
+    wr_u16(b, 22, upper as u16);
+}
+
+/// Whether [`apply_adds_in_place`] would apply `adds` to `body`: the same
+/// checks, nothing changed (the WAL checks every page of a step before it
+/// changes any).
+pub fn check_adds(body: &[u8], adds: &[u8]) -> Result<()> {
+    plan_add(body, &decode_adds(adds)?).map(|_| ())
+}
+
+/// [`apply_adds`] on the page itself ([`add_to_bucket_in_place`]); on
+/// error the body is unchanged.
+pub fn apply_adds_in_place(body: &mut [u8], adds: &[u8]) -> Result<()> {
+    add_to_bucket_in_place(body, &decode_adds(adds)?)
 }
 
 /// Entries to add to a bucket page, as [`Change::Add`] carries them and
@@ -667,6 +714,7 @@ pub fn decode_adds(mut b: &[u8]) -> Result<Vec<Entry<'_>>> {
 pub fn apply_adds(body: &[u8], adds: &[u8]) -> Result<Vec<u8>> {
     add_to_bucket(body, &decode_adds(adds)?)
 }
+
 
 /// Rewrites the next-overflow link of a bucket body.
 pub fn set_next(b: &mut [u8], next: u32) -> Result<()> {
