@@ -20,7 +20,7 @@ use pg_hybrid_core::hot_tier;
 use pg_hybrid_core::tid::Tid;
 
 use super::base::Dir;
-use super::state::{ensure_synced, SlotState};
+use super::state::{shared_usable, SlotState};
 use crate::keys::IndexDesc;
 use crate::shmem::{ArenaPool, SlotRef};
 
@@ -178,90 +178,76 @@ impl DynReader {
         }
         let limit = self.next_size;
         self.next_size = (self.next_size * 4).min(MAX_CHUNK);
-        let in_recovery = pgrx::pg_sys::RecoveryInProgress();
-        // As state::start_scan: a primary's valid stage needs just the lock.
-        let mut synced = !in_recovery;
-        loop {
-            if !synced {
-                ensure_synced(index, &self.desc, self.slot);
-            }
-            let _g = self.slot.shared();
-            let st = self.slot.state();
-            let usable = if in_recovery { st.synced_in_recovery } else { st.valid };
-            if !usable {
-                synced = false;
-                continue;
-            }
-            if st.base.generation != self.generation || st.base.merged_upto != self.merged_upto {
-                self.stale = true;
-                return;
-            }
-            if st.tree.nentries == 0 {
-                return;
-            }
-            let desc = self.desc.clone();
-            let merged = self.merged_upto;
-            let (lower, upper) = (&self.lower, &self.upper);
-            // Only a forward point read from the range's start meets the
-            // key's marker before its entries.
-            let point_start = matches!(from, Resume::Edge) && self.dir == Dir::Fwd && upper.as_deref() == Some(&lower[..]);
-            let mut marker_referenced = None;
-            let complete = &mut self.complete;
-            let (keys, items, more) = (&mut self.keys, &mut self.items, &mut self.more);
-            let mut take = |k: &[u8], t: Tid, p: u64| -> bool {
-                if hot_tier::is_marker(t) {
-                    if point_start && desc.compare_prefix(k, lower) == Ordering::Equal {
-                        *complete = true;
-                        marker_referenced = Some(matches!(hot_tier::classify(t, p), hot_tier::HotKind::Marker { referenced: true }));
-                    }
-                    return true;
+        let _g = shared_usable(index, &self.desc, self.slot);
+        let st = self.slot.state();
+        if st.base.generation != self.generation || st.base.merged_upto != self.merged_upto {
+            self.stale = true;
+            return;
+        }
+        if st.tree.nentries == 0 {
+            return;
+        }
+        let desc = self.desc.clone();
+        let merged = self.merged_upto;
+        let (lower, upper) = (&self.lower, &self.upper);
+        // Only a forward point read from the range's start meets the
+        // key's marker before its entries.
+        let point_start = matches!(from, Resume::Edge) && self.dir == Dir::Fwd && upper.as_deref() == Some(&lower[..]);
+        let mut marker_referenced = None;
+        let complete = &mut self.complete;
+        let (keys, items, more) = (&mut self.keys, &mut self.items, &mut self.more);
+        let mut take = |k: &[u8], t: Tid, p: u64| -> bool {
+            if hot_tier::is_marker(t) {
+                if point_start && desc.compare_prefix(k, lower) == Ordering::Equal {
+                    *complete = true;
+                    marker_referenced = Some(matches!(hot_tier::classify(t, p), hot_tier::HotKind::Marker { referenced: true }));
                 }
-                if (p >= merged || *complete) && filter(k) {
-                    items.push(ChunkItem { off: keys.len() as u32, len: k.len() as u32, tid: t });
-                    keys.extend_from_slice(k);
-                    if items.len() == limit {
-                        *more = true;
+                return true;
+            }
+            if (p >= merged || *complete) && filter(k) {
+                items.push(ChunkItem { off: keys.len() as u32, len: k.len() as u32, tid: t });
+                keys.extend_from_slice(k);
+                if items.len() == limit {
+                    *more = true;
+                    return false;
+                }
+            }
+            true
+        };
+        let mut cmp = |a: &[u8], b: &[u8]| desc.compare(a, b);
+        match self.dir {
+            Dir::Fwd => {
+                let mut visit = |k: &[u8], t: Tid, p: u64| {
+                    if upper.as_ref().is_some_and(|u| desc.compare_prefix(k, u) == Ordering::Greater) {
                         return false;
                     }
+                    take(k, t, p)
+                };
+                match &from {
+                    Resume::Edge => st.tree.scan(&ArenaPool, &mut |k| desc.compare_prefix(k, lower), visit),
+                    Resume::After(key, tid) => st.tree.scan_after(&ArenaPool, &mut cmp, key, *tid, &mut visit),
                 }
-                true
-            };
-            let mut cmp = |a: &[u8], b: &[u8]| desc.compare(a, b);
-            match self.dir {
-                Dir::Fwd => {
-                    let mut visit = |k: &[u8], t: Tid, p: u64| {
-                        if upper.as_ref().is_some_and(|u| desc.compare_prefix(k, u) == Ordering::Greater) {
-                            return false;
-                        }
-                        take(k, t, p)
-                    };
-                    match &from {
-                        Resume::Edge => st.tree.scan(&ArenaPool, &mut |k| desc.compare_prefix(k, lower), visit),
-                        Resume::After(key, tid) => st.tree.scan_after(&ArenaPool, &mut cmp, key, *tid, &mut visit),
+            }
+            Dir::Bwd => {
+                let visit = |k: &[u8], t: Tid, p: u64| {
+                    if !lower.is_empty() && desc.compare_prefix(k, lower) == Ordering::Less {
+                        return false;
                     }
-                }
-                Dir::Bwd => {
-                    let visit = |k: &[u8], t: Tid, p: u64| {
-                        if !lower.is_empty() && desc.compare_prefix(k, lower) == Ordering::Less {
-                            return false;
-                        }
-                        take(k, t, p)
-                    };
-                    let mut before = |k: &[u8], t: Tid| match &from {
-                        Resume::Edge => upper.as_ref().is_none_or(|u| desc.compare_prefix(k, u) != Ordering::Greater),
-                        Resume::After(key, tid) => desc.compare(k, key).then(t.cmp(tid)) == Ordering::Less,
-                    };
-                    st.tree.scan_before(&ArenaPool, &mut cmp, &mut before, visit);
-                }
+                    take(k, t, p)
+                };
+                let mut before = |k: &[u8], t: Tid| match &from {
+                    Resume::Edge => upper.as_ref().is_none_or(|u| desc.compare_prefix(k, u) != Ordering::Greater),
+                    Resume::After(key, tid) => desc.compare(k, key).then(t.cmp(tid)) == Ordering::Less,
+                };
+                st.tree.scan_before(&ArenaPool, &mut cmp, &mut before, visit);
             }
-            if let Some(referenced) = marker_referenced {
-                st.hot.hot_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if !referenced {
-                    // CLOCK's reference bit: a hint, set without WAL.
-                    hot_tier::touch(&st.tree, &ArenaPool, &mut |a, b| desc.compare(a, b), lower);
-                }
+        }
+        if let Some(referenced) = marker_referenced {
+            st.hot.hot_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if !referenced {
+                // CLOCK's reference bit: a hint, set without WAL.
+                hot_tier::touch(&st.tree, &ArenaPool, &mut |a, b| desc.compare(a, b), lower);
             }
-            return;
         }
     }
 }

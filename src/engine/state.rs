@@ -16,7 +16,7 @@ use pgrx::prelude::*;
 use super::delta;
 use super::meta::{self, BaseInfo, MaintenanceLock};
 use crate::keys::IndexDesc;
-use crate::shmem::{self, ArenaPool, SlotPayload, SlotRef};
+use crate::shmem::{self, ArenaPool, LwGuard, SlotPayload, SlotRef};
 
 pub const MAX_BLOOM_BLOCKS: usize = 256;
 const BLOOM_BITS_PER_ITEM: usize = 10;
@@ -426,6 +426,26 @@ pub unsafe fn ensure_synced(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotR
     rebuild_primary(rel, desc, slot);
 }
 
+/// The slot lock in shared mode over a dynamic stage this process may
+/// read: a primary's valid stage needs nothing more than this one lock
+/// (a valid stage stays valid); a stage that needs a rebuild, and a
+/// standby's (which catches up with replay every time), is synced first.
+pub unsafe fn shared_usable(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) -> LwGuard {
+    let in_recovery = pg_sys::RecoveryInProgress();
+    let mut synced = !in_recovery;
+    loop {
+        if !synced {
+            ensure_synced(rel, desc, slot);
+        }
+        let g = slot.shared();
+        let st = slot.state();
+        if if in_recovery { st.synced_in_recovery } else { st.valid } {
+            return g;
+        }
+        synced = false;
+    }
+}
+
 unsafe fn out_of_arena(rel: pg_sys::Relation) -> ! {
     crate::raise(PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY, format!(
             "pg_hybrid.shared_memory is too small for the dynamic stage of index \"{}\"",
@@ -565,48 +585,33 @@ pub struct ScanStart {
 /// generation); `point_hash` is the key hash of a full-key equality scan,
 /// which the Bloom filter may rule out of the dynamic stage.
 pub unsafe fn start_scan(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, point_hash: Option<u64>, mut held: Option<super::readers::ReaderToken>) -> ScanStart {
-    let in_recovery = pg_sys::RecoveryInProgress();
-    // A primary's valid stage needs nothing more than this one lock; a
-    // stage that needs a rebuild, or a standby's (which catches up with
-    // replay), is synced first.
-    let mut synced = !in_recovery;
-    loop {
-        if !synced {
-            ensure_synced(rel, desc, slot);
-        }
-        let _g = slot.shared();
-        let st = slot.state();
-        let usable = if in_recovery { st.synced_in_recovery } else { st.valid };
-        if !usable {
-            synced = false;
-            continue;
-        }
-        let dynamic_may_contain = st.tree.nentries > 0
-            && match point_hash {
-                Some(h) => {
-                    st.bloom_checks.fetch_add(1, AtomicOrdering::Relaxed);
-                    let maybe = st.bloom_may_contain(h);
-                    if !maybe {
-                        st.bloom_skips.fetch_add(1, AtomicOrdering::Relaxed);
-                    }
-                    maybe
+    let _g = shared_usable(rel, desc, slot);
+    let st = slot.state();
+    let dynamic_may_contain = st.tree.nentries > 0
+        && match point_hash {
+            Some(h) => {
+                st.bloom_checks.fetch_add(1, AtomicOrdering::Relaxed);
+                let maybe = st.bloom_may_contain(h);
+                if !maybe {
+                    st.bloom_skips.fetch_add(1, AtomicOrdering::Relaxed);
                 }
-                None => true,
-            };
-        let reader = match held.take() {
-            Some(t) if t.covers(slot, st) => t,
-            other => {
-                // An outdated registration is dropped after the lock is
-                // released (deregistering takes it again).
-                held = other;
-                super::readers::ReaderToken::register(slot, st)
+                maybe
             }
+            None => true,
         };
-        let start = ScanStart { base: st.base, lockmap: st.lockmap, dynamic_may_contain, reader };
-        drop(_g);
-        drop(held);
-        return start;
-    }
+    let reader = match held.take() {
+        Some(t) if t.covers(slot, st) => t,
+        other => {
+            // An outdated registration is dropped after the lock is
+            // released (deregistering takes it again).
+            held = other;
+            super::readers::ReaderToken::register(slot, st)
+        }
+    };
+    let start = ScanStart { base: st.base, lockmap: st.lockmap, dynamic_may_contain, reader };
+    drop(_g);
+    drop(held);
+    start
 }
 
 /// Entries of the dynamic stage matching a scan range, copied out together
@@ -632,58 +637,51 @@ pub unsafe fn snapshot(
     point_hash: Option<u64>,
     filter: &mut dyn FnMut(&[u8]) -> bool,
 ) -> DynSnapshot {
-    loop {
-        ensure_synced(rel, desc, slot);
-        let _g = slot.shared();
-        let st = &slot.state();
-        let usable = if pg_sys::RecoveryInProgress() { st.synced_in_recovery } else { st.valid };
-        if !usable {
-            continue;
-        }
-        let mut items = Vec::new();
-        let mut complete = false;
-        if st.tree.nentries > 0 {
-            let skip = match point_hash {
-                Some(h) => {
-                    st.bloom_checks.fetch_add(1, AtomicOrdering::Relaxed);
-                    let no = !st.bloom_may_contain(h);
-                    if no {
-                        st.bloom_skips.fetch_add(1, AtomicOrdering::Relaxed);
-                    }
-                    no
+    let _g = shared_usable(rel, desc, slot);
+    let st = &slot.state();
+    let mut items = Vec::new();
+    let mut complete = false;
+    if st.tree.nentries > 0 {
+        let skip = match point_hash {
+            Some(h) => {
+                st.bloom_checks.fetch_add(1, AtomicOrdering::Relaxed);
+                let no = !st.bloom_may_contain(h);
+                if no {
+                    st.bloom_skips.fetch_add(1, AtomicOrdering::Relaxed);
                 }
-                None => false,
-            };
-            if !skip {
-                let merged = st.base.merged_upto;
-                let mut bound = |k: &[u8]| desc.compare_prefix(k, lower);
-                st.tree.scan(&ArenaPool, &mut bound, |k: &[u8], t: Tid, p: u64| {
-                    if let Some(u) = upper {
-                        if desc.compare_prefix(k, u) == Ordering::Greater {
-                            return false;
-                        }
-                    }
-                    if hot_tier::is_marker(t) {
-                        // A tiered index's record of the point key: every
-                        // entry of the key is here, merged ones included.
-                        complete |= upper == Some(lower) && desc.compare_prefix(k, lower) == Ordering::Equal;
-                        return true;
-                    }
-                    if (p >= merged || complete) && filter(k) {
-                        items.push((k.to_vec(), t));
-                    }
-                    true
-                });
+                no
             }
+            None => false,
+        };
+        if !skip {
+            let merged = st.base.merged_upto;
+            let mut bound = |k: &[u8]| desc.compare_prefix(k, lower);
+            st.tree.scan(&ArenaPool, &mut bound, |k: &[u8], t: Tid, p: u64| {
+                if let Some(u) = upper {
+                    if desc.compare_prefix(k, u) == Ordering::Greater {
+                        return false;
+                    }
+                }
+                if hot_tier::is_marker(t) {
+                    // A tiered index's record of the point key: every
+                    // entry of the key is here, merged ones included.
+                    complete |= upper == Some(lower) && desc.compare_prefix(k, lower) == Ordering::Equal;
+                    return true;
+                }
+                if (p >= merged || complete) && filter(k) {
+                    items.push((k.to_vec(), t));
+                }
+                true
+            });
         }
-        if complete {
-            let mut cmp = |a: &[u8], b: &[u8]| desc.compare(a, b);
-            hot_tier::touch(&st.tree, &ArenaPool, &mut cmp, lower);
-        }
-        let static_may_contain = !complete && point_hash.is_none_or(|h| st.key_filter.may_contain(st.base.generation, h));
-        let reader = super::readers::ReaderToken::register(slot, st);
-        return DynSnapshot { base: st.base, items, static_may_contain, reader };
     }
+    if complete {
+        let mut cmp = |a: &[u8], b: &[u8]| desc.compare(a, b);
+        hot_tier::touch(&st.tree, &ArenaPool, &mut cmp, lower);
+    }
+    let static_may_contain = !complete && point_hash.is_none_or(|h| st.key_filter.may_contain(st.base.generation, h));
+    let reader = super::readers::ReaderToken::register(slot, st);
+    DynSnapshot { base: st.base, items, static_may_contain, reader }
 }
 
 /// The engine's state as the payload of a shmem slot (shmem::SlotPayload).
