@@ -418,33 +418,17 @@ fn pack(ents: &[Entry], usable: usize) -> Vec<(usize, usize)> {
     out
 }
 
-/// Marks the entries of `new` (sorted) that `v` holds. One merge pass.
+/// Marks the entries of `new` that `v` holds.
 fn mark_present(v: &BucketView, new: &[Entry], present: &mut [bool]) -> Result<()> {
     if v.is_empty() || new.is_empty() {
         return Ok(());
     }
     // A sync adds a few entries to a page of hundreds: each is looked up
-    // by its hash in the slot array, then by (key, TID) among the entries
-    // of that hash, which the slots keep sorted. A binary search, not a
-    // walk: one key with many TIDs (a low-cardinality column) fills whole
-    // chains with a single hash, and a walk read every entry of every
-    // page of the chain for each new entry.
-    let n = v.len();
+    // (`BucketView::position`), not walked to: one key with many TIDs
+    // fills whole chains with a single hash, and a walk read every entry
+    // of every page of the chain for each new entry.
     for (j, e) in new.iter().enumerate() {
-        let (mut lo, mut hi) = (v.lower_bound(e.hash), n);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            let below = match v.slot_hash(mid).cmp(&e.hash) {
-                std::cmp::Ordering::Equal => v.entry(mid)? < *e,
-                o => o == std::cmp::Ordering::Less,
-            };
-            if below {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        if lo < n && v.slot_hash(lo) == e.hash && v.entry(lo)? == *e {
+        if v.position(e)?.1 {
             present[j] = true;
         }
     }

@@ -474,6 +474,31 @@ impl<'a> BucketView<'a> {
         lo
     }
 
+    /// Where `e` belongs among the slots (slots are sorted by hash, then
+    /// entry): the index of the first slot not below it, and whether that
+    /// slot holds `e` itself. A binary search by hash, then by (key, TID)
+    /// among the entries of that hash, which reads entry bodies only there:
+    /// one key with many TIDs (a low-cardinality column) fills whole pages
+    /// with a single hash.
+    pub fn position(&self, e: &Entry) -> Result<(usize, bool)> {
+        let n = self.len();
+        let (mut lo, mut hi) = (self.lower_bound(e.hash), n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let below = match self.slot_hash(mid).cmp(&e.hash) {
+                std::cmp::Ordering::Equal => self.entry(mid)? < *e,
+                o => o == std::cmp::Ordering::Less,
+            };
+            if below {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let present = lo < n && self.slot_hash(lo) == e.hash && self.entry(lo)? == *e;
+        Ok((lo, present))
+    }
+
     /// Entry `i`, every offset and length checked.
     pub fn entry(&self, i: usize) -> Result<Entry<'a>> {
         const K: PageKind = PageKind::Bucket;
@@ -605,23 +630,11 @@ fn plan_add(b: &[u8], new: &[Entry]) -> Result<AddPlan> {
         if e.key.is_empty() || e.key.len() > MAX_KEY {
             return Err(Error::BadInput("key length out of range"));
         }
-        let (mut lo, mut hi) = (v.lower_bound(e.hash), n);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            let below = match v.slot_hash(mid).cmp(&e.hash) {
-                std::cmp::Ordering::Equal => v.entry(mid)? < *e,
-                o => o == std::cmp::Ordering::Less,
-            };
-            if below {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        if lo < n && v.slot_hash(lo) == e.hash && v.entry(lo)? == *e {
+        let (place, present) = v.position(e)?;
+        if present {
             return Err(Error::BadInput("entry already on the page"));
         }
-        at.push(lo);
+        at.push(place);
     }
     Ok(AddPlan { n, upper: v.upper(), at })
 }
