@@ -349,9 +349,15 @@ impl DualStageState {
         self.bloom.add(h);
     }
 
-    /// False only when the key is certainly not in the dynamic stage.
+    /// False only when the key is certainly not in the dynamic stage;
+    /// counted in `bloom_checks` / `bloom_skips` (index_stats).
     pub fn bloom_may_contain(&self, h: u64) -> bool {
-        self.bloom.may_contain(h)
+        self.bloom_checks.fetch_add(1, AtomicOrdering::Relaxed);
+        let maybe = self.bloom.may_contain(h);
+        if !maybe {
+            self.bloom_skips.fetch_add(1, AtomicOrdering::Relaxed);
+        }
+        maybe
     }
 
     /// Shared memory held: tree, Bloom filter and key filter.
@@ -587,18 +593,7 @@ pub struct ScanStart {
 pub unsafe fn start_scan(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef, point_hash: Option<u64>, mut held: Option<super::readers::ReaderToken>) -> ScanStart {
     let _g = shared_usable(rel, desc, slot);
     let st = slot.state();
-    let dynamic_may_contain = st.tree.nentries > 0
-        && match point_hash {
-            Some(h) => {
-                st.bloom_checks.fetch_add(1, AtomicOrdering::Relaxed);
-                let maybe = st.bloom_may_contain(h);
-                if !maybe {
-                    st.bloom_skips.fetch_add(1, AtomicOrdering::Relaxed);
-                }
-                maybe
-            }
-            None => true,
-        };
+    let dynamic_may_contain = st.tree.nentries > 0 && point_hash.is_none_or(|h| st.bloom_may_contain(h));
     let reader = match held.take() {
         Some(t) if t.covers(slot, st) => t,
         other => {
@@ -642,18 +637,7 @@ pub unsafe fn snapshot(
     let mut items = Vec::new();
     let mut complete = false;
     if st.tree.nentries > 0 {
-        let skip = match point_hash {
-            Some(h) => {
-                st.bloom_checks.fetch_add(1, AtomicOrdering::Relaxed);
-                let no = !st.bloom_may_contain(h);
-                if no {
-                    st.bloom_skips.fetch_add(1, AtomicOrdering::Relaxed);
-                }
-                no
-            }
-            None => false,
-        };
-        if !skip {
+        if point_hash.is_none_or(|h| st.bloom_may_contain(h)) {
             let merged = st.base.merged_upto;
             let mut bound = |k: &[u8]| desc.compare_prefix(k, lower);
             st.tree.scan(&ArenaPool, &mut bound, |k: &[u8], t: Tid, p: u64| {
