@@ -266,14 +266,7 @@ impl LeafData {
     }
 
     pub fn decode_all(&self) -> Vec<(Vec<u8>, Vec<Tid>)> {
-        let mut out = Vec::new();
-        self.decode_all_into(&mut out);
-        out
-    }
-
-    /// `decode_all` into `out`, keeping its capacity (`LeafView::decode_all_into`).
-    pub fn decode_all_into(&self, out: &mut Vec<(Vec<u8>, Vec<Tid>)>) {
-        self.with_view(|v| v.decode_all_into(out).unwrap_or_else(|e| self.bad(e)))
+        self.with_view(|v| v.decode_all().unwrap_or_else(|e| self.bad(e)))
     }
 }
 
@@ -590,15 +583,12 @@ pub struct StageIter {
     rel: pg_sys::Relation,
     stage: Stage,
     leaves: std::vec::IntoIter<u32>,
-    /// The current leaf's entries, handed out from `next_in_leaf` on; the
-    /// array is reused for the next leaf (`decode_all_into`).
-    leaf_entries: Vec<(Vec<u8>, Vec<Tid>)>,
-    next_in_leaf: usize,
+    cur: std::vec::IntoIter<(Vec<u8>, Vec<Tid>)>,
 }
 
 impl StageIter {
     pub unsafe fn new(rel: pg_sys::Relation, stage: &Stage, leaves: Vec<u32>) -> StageIter {
-        StageIter { rel, stage: *stage, leaves: leaves.into_iter(), leaf_entries: Vec::new(), next_in_leaf: 0 }
+        StageIter { rel, stage: *stage, leaves: leaves.into_iter(), cur: Vec::new().into_iter() }
     }
 }
 
@@ -606,14 +596,12 @@ impl Iterator for StageIter {
     type Item = (Vec<u8>, Vec<Tid>);
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if let Some(e) = self.leaf_entries.get_mut(self.next_in_leaf) {
-                self.next_in_leaf += 1;
-                return Some(std::mem::take(e));
+            if let Some(e) = self.cur.next() {
+                return Some(e);
             }
             let blk = self.leaves.next()?;
             let leaf = unsafe { load_leaf(self.rel, blk, &self.stage) };
-            leaf.decode_all_into(&mut self.leaf_entries);
-            self.next_in_leaf = 0;
+            self.cur = leaf.decode_all().into_iter();
         }
     }
 }

@@ -90,11 +90,6 @@ pub struct LeafBuilder {
     ents: Vec<Ent>,
     since_restart: usize,
     a: Acct,
-    /// The restart slots `encode` collects, kept between leaves: a merge
-    /// encodes hundreds of leaves in a row, and a fresh array of about a
-    /// kilobyte per leaf made glibc's malloc consolidate its freed chunks
-    /// (every entry a merge decoded) each time.
-    slot_scratch: Vec<SlotOut>,
 }
 
 impl LeafBuilder {
@@ -116,7 +111,6 @@ impl LeafBuilder {
             ents: Vec::new(),
             since_restart: 0,
             a: Acct::empty(),
-            slot_scratch: Vec::new(),
         }
     }
 
@@ -368,7 +362,7 @@ impl LeafBuilder {
     }
 
     /// Writes the body without resetting; returns its length.
-    pub(crate) fn encode(&mut self, out: &mut [u8]) -> usize {
+    pub(crate) fn encode(&self, out: &mut [u8]) -> usize {
         let size = self.size();
         assert!(out.len() >= size, "leaf output buffer too small");
         let fixed = self.a.kc.fixed().filter(|_| !self.ents.is_empty());
@@ -392,9 +386,7 @@ impl LeafBuilder {
             flags |= F_FENCE;
         }
         let mut pos = HDR;
-        let mut slots = std::mem::take(&mut self.slot_scratch);
-        slots.clear();
-        slots.reserve(self.a.nrestarts);
+        let mut slots = Vec::with_capacity(self.a.nrestarts);
         let mut prev_v = 0u64;
         for i in 0..self.ents.len() {
             let e = self.ents[i];
@@ -434,7 +426,6 @@ impl LeafBuilder {
         out[12] = fixed.unwrap_or(0) as u8;
         out[13] = 0;
         debug_assert_eq!(pos, size);
-        self.slot_scratch = slots;
         pos
     }
 
@@ -674,21 +665,10 @@ impl<'a> LeafView<'a> {
 
     /// Decodes the whole leaf, checking that every byte and count adds up.
     pub fn decode_all(&self) -> Res<Vec<(Vec<u8>, Vec<Tid>)>> {
-        let mut out = Vec::new();
-        self.decode_all_into(&mut out)?;
-        Ok(out)
-    }
-
-    /// `decode_all` into `out` (cleared first), whose capacity a caller
-    /// decoding leaf after leaf keeps: the array of a full leaf's entries
-    /// is tens of kilobytes, and allocating it afresh per leaf made glibc's
-    /// malloc consolidate every chunk freed since the last leaf.
-    pub fn decode_all_into(&self, out: &mut Vec<(Vec<u8>, Vec<Tid>)>) -> Res<()> {
-        out.clear();
+        let mut out = Vec::with_capacity(self.nkeys);
         if self.nkeys == 0 {
-            return Ok(());
+            return Ok(out);
         }
-        out.reserve(self.nkeys);
         let mut c = self.cursor_at_slot(0);
         let mut total = 0;
         while c.step(true)? {
@@ -698,7 +678,7 @@ impl<'a> LeafView<'a> {
         if total != self.ntids || c.at.pos != self.area.len() || c.at.slot != self.slots.n {
             return corrupt("leaf entries do not add up to its header");
         }
-        Ok(())
+        Ok(out)
     }
 
     /// Decodes the whole leaf into flat arrays: four allocations per leaf
