@@ -426,8 +426,17 @@ fn mark_present(v: &BucketView, new: &[Entry], present: &mut [bool]) -> Result<(
     // A sync adds a few entries to a page of hundreds: each is looked up
     // (`BucketView::position`), not walked to: one key with many TIDs
     // fills whole chains with a single hash, and a walk read every entry
-    // of every page of the chain for each new entry.
-    for (j, e) in new.iter().enumerate() {
+    // of every page of the chain for each new entry. Only the new entries
+    // between the page's first and last can be on it (`new` is sorted, and
+    // so is a page): a key whose TIDs only grow (an index on a column with
+    // one value, as TPC-C's history has) puts every new entry past the
+    // last of each full page of its long chain, and looking each up on
+    // every page was most of a sync of such an index.
+    let first = v.entry(0)?;
+    let last = v.entry(v.len() - 1)?;
+    let from = new.partition_point(|e| *e < first);
+    let to = from + new[from..].partition_point(|e| *e <= last);
+    for (j, e) in new.iter().enumerate().take(to).skip(from) {
         if v.position(e)?.1 {
             present[j] = true;
         }
