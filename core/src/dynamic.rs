@@ -1061,19 +1061,24 @@ impl DynTree {
     }
 
     /// Removes the entries whose key equals the bound (`cmp_bound(stored)` =
-    /// stored.cmp(bound)) and whose TID `dead` accepts; returns how many.
-    /// This is the insert path's counterpart of nbtree's simple deletion:
-    /// versions of one key found dead pile up under a hot key, and every
-    /// probe of that key would walk them. Leaves shrink in place (`rewrite_from`).
+    /// stored.cmp(bound)) and whose TID `dead` accepts, among the first
+    /// `max_visit` entries of the key; returns how many. This is the insert
+    /// path's counterpart of nbtree's simple deletion: versions of one key
+    /// found dead pile up under a hot key, and every probe of that key
+    /// would walk them. Leaves shrink in place (`rewrite_from`). The budget
+    /// bounds what one insert pays, as nbtree's deletion is bounded by one
+    /// page: a key with many live entries (a low-cardinality column) would
+    /// otherwise be walked whole by every insert of it.
     pub fn prune_key<P: BlockPool + ?Sized>(
         &mut self,
         pool: &mut P,
         cmp_bound: &mut dyn FnMut(&[u8]) -> Ordering,
+        max_visit: usize,
         dead: &mut dyn FnMut(Tid) -> bool,
     ) -> usize {
         let (leaf, idx) = self.seek(pool, cmp_bound);
         let mut step = |k: &[u8], t: Tid, _v: u64| prune_step(cmp_bound(k) == Ordering::Equal, t, dead);
-        self.rewrite_at(pool, leaf, idx, usize::MAX, &mut step).removed
+        self.rewrite_at(pool, leaf, idx, max_visit, &mut step).removed
     }
 
     /// Removes the entries with `lower <= key <= upper` (by `cmp`) whose
@@ -1840,7 +1845,7 @@ mod tests {
                     let dead =
                         |tid: Tid| mask & (1 << ((tid.block * 4 + tid.offset as u32) % 8)) != 0;
                     let blocks = t.nblocks;
-                    let n = t.prune_key(&mut pool, &mut |s| kcmp(s, &k), &mut |tid| dead(tid));
+                    let n = t.prune_key(&mut pool, &mut |s| kcmp(s, &k), usize::MAX, &mut |tid| dead(tid));
                     let before = o.len();
                     o.retain(|(key, tid), _| key.0 != k || !dead(*tid));
                     assert_eq!(n, before - o.len(), "prune of {k:?}");
@@ -2048,7 +2053,14 @@ mod tests {
         }
         let blocks = t.nblocks;
         // Everything below 2900 is dead: whole leaves of the run empty.
-        let n = t.prune_key(&mut pool, &mut |k| k.cmp(b"hot"), &mut |tid| tid.block < 2900);
+        // A budget stops the walk: 100 entries looked at, none dead among them.
+        let mut looked = 0;
+        let n = t.prune_key(&mut pool, &mut |k| k.cmp(b"hot"), 100, &mut |tid| {
+            looked += 1;
+            tid.block >= 2900
+        });
+        assert_eq!((n, looked), (0, 100));
+        let n = t.prune_key(&mut pool, &mut |k| k.cmp(b"hot"), usize::MAX, &mut |tid| tid.block < 2900);
         assert_eq!(n, 2900);
         assert_eq!(t.nblocks, blocks);
         t.verify(&pool, &mut c).unwrap();
@@ -2063,8 +2075,8 @@ mod tests {
         });
         assert_eq!(hot, (2900..3000).collect::<Vec<_>>());
         // A key that is absent, and a run with nothing dead: no change.
-        assert_eq!(t.prune_key(&mut pool, &mut |k| k.cmp(b"mmm"), &mut |_| true), 0);
-        assert_eq!(t.prune_key(&mut pool, &mut |k| k.cmp(b"zzz"), &mut |_| false), 0);
+        assert_eq!(t.prune_key(&mut pool, &mut |k| k.cmp(b"mmm"), usize::MAX, &mut |_| true), 0);
+        assert_eq!(t.prune_key(&mut pool, &mut |k| k.cmp(b"zzz"), usize::MAX, &mut |_| false), 0);
         // Inserts land in the emptied leaves again.
         for i in 0..3000u32 {
             t.insert(&mut pool, &mut c, b"hot", Tid::new(i, 2), 0).unwrap();
@@ -2073,7 +2085,7 @@ mod tests {
         assert_eq!(t.nentries, 6000 + 100 + 3000);
         // Emptying the whole tree keeps a valid (empty-leaved) tree.
         for k in [&b"aaa"[..], b"hot", b"zzz"] {
-            t.prune_key(&mut pool, &mut |s| s.cmp(k), &mut |_| true);
+            t.prune_key(&mut pool, &mut |s| s.cmp(k), usize::MAX, &mut |_| true);
         }
         assert_eq!(t.nentries, 0);
         t.verify(&pool, &mut c).unwrap();

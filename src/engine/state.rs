@@ -205,6 +205,14 @@ impl KeyFilter {
     }
 }
 
+/// Entries of a key one insert looks at for dead versions to prune
+/// (`prune_dead_versions`). A hot key's run is mostly dead versions and is
+/// tidied a little by every insert of it; an index on a column with few
+/// values holds runs of thousands of live entries, which every insert of
+/// the key walked whole: 100k inserts of one value into a million-row
+/// griffin index took 56 s against 0.45 s without any hint.
+const PRUNE_KEY_VISIT: usize = 128;
+
 #[repr(C)]
 pub struct DualStageState {
     /// Primary: the tree holds every delta-log entry at or above
@@ -366,7 +374,8 @@ impl DualStageState {
     }
 
     /// Drops from the tree the versions of `key` (its key columns) that
-    /// scans hinted dead to all in the current vacuum epoch; the caller
+    /// scans hinted dead to all in the current vacuum epoch, among the
+    /// first `PRUNE_KEY_VISIT` of them; the caller
     /// holds the slot lock exclusively and is about to insert `key`.
     /// nbtree deletes its LP_DEAD items when an insert would split their
     /// page; here every insert of a key tidies that key's run, so a key
@@ -383,10 +392,17 @@ impl DualStageState {
         if self.tree.nentries == 0 || (dead.is_empty() && !self.hints.any()) {
             return 0;
         }
+        // A key the Bloom filter has not seen has no versions in the tree
+        // (the filter holds every key the tree does): most inserts into a
+        // unique index bring a new key, and the descent to find nothing
+        // cost about as much as the insert's own.
+        if desc.key_hash(key).is_some_and(|h| !self.bloom.may_contain(h)) {
+            return 0;
+        }
         let (epoch, hints) = (self.base.vacuum_epoch, &self.hints);
         let keycols = desc.keycols(key);
         // `dead` is sorted (the unique check walks the key's TIDs in order).
-        self.tree.prune_key(&mut ArenaPool, &mut |k| desc.compare_prefix(k, keycols), &mut |t| {
+        self.tree.prune_key(&mut ArenaPool, &mut |k| desc.compare_prefix(k, keycols), PRUNE_KEY_VISIT, &mut |t| {
             dead.binary_search(&t).is_ok() || hints.contains(owner, t, epoch)
         })
     }
