@@ -184,6 +184,32 @@ INSERT INTO gk SELECT c FROM gk ON CONFLICT (c) DO NOTHING;
 INSERT INTO gk VALUES (25000);
 INSERT INTO gk VALUES (119999);
 DROP TABLE gk;
+-- a key with more entries than a point read takes from its bucket (1024)
+-- is read through the tree, in index order from its first entry; unsynced
+-- entries come in from the dynamic stage either way (btree: the oracle)
+CREATE TABLE glow (k int4, v int4);
+CREATE TABLE glowb (k int4, v int4);
+INSERT INTO glow SELECT g % 3, g FROM generate_series(1, 6000) g;
+INSERT INTO glowb SELECT g % 3, g FROM generate_series(1, 6000) g;
+CREATE INDEX glow_k ON glow USING griffin (k);
+CREATE INDEX glowb_k ON glowb USING btree (k);
+INSERT INTO glow SELECT 1, g FROM generate_series(6001, 6500) g;
+INSERT INTO glowb SELECT 1, g FROM generate_series(6001, 6500) g;
+INSERT INTO glow VALUES (7, 1), (7, 2);
+INSERT INTO glowb VALUES (7, 1), (7, 2);
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+SELECT (SELECT array_agg(v) FROM (SELECT v FROM glow WHERE k = 1 ORDER BY k LIMIT 5) a)
+     = (SELECT array_agg(v) FROM (SELECT v FROM glowb WHERE k = 1 ORDER BY k LIMIT 5) b) AS first_five_same,
+       (SELECT array_agg(v) FROM (SELECT v FROM glow WHERE k = 1 ORDER BY k DESC LIMIT 5) a)
+     = (SELECT array_agg(v) FROM (SELECT v FROM glowb WHERE k = 1 ORDER BY k DESC LIMIT 5) b) AS last_five_same,
+       (SELECT sum(v) FROM glow WHERE k = 1) = (SELECT sum(v) FROM glowb WHERE k = 1) AS all_same,
+       (SELECT array_agg(v ORDER BY v) FROM glow WHERE k = 7) AS small_key;
+RESET enable_bitmapscan;
+SELECT count(*) FROM glow WHERE k = 1;
+RESET enable_seqscan;
+SELECT pg_hybrid.verify('glow_k');
+DROP TABLE glow, glowb;
 -- REINDEX and TRUNCATE start both paths over
 REINDEX INDEX gt_c;
 SELECT hash_entries = static_entries AS paths_agree FROM pg_hybrid.index_stats('gt_c');

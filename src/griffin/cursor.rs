@@ -15,6 +15,15 @@ use crate::hash_path::PointHits;
 use crate::keys::IndexDesc;
 use crate::storage::page::NO_BLOCK;
 
+/// Entries of one key past which a point range leaves the hash path for
+/// the tree. The hash path reads a key's whole chain and sorts it before
+/// the first row comes out; the tree reads in order from the first. For a
+/// key of a column with few values (a million rows of one status) that
+/// made `WHERE k = $1 LIMIT 1` read and sort every entry of the key: 54 ms
+/// against btree's 0.8. Past this many the probe stops (after the page it
+/// is on) and the tree takes the range.
+const POINT_HITS_MAX: usize = 1024;
+
 pub struct GriffinCursor {
     index: pg_sys::Relation,
     desc: Rc<IndexDesc>,
@@ -48,12 +57,13 @@ impl GriffinCursor {
 impl BaseCursor for GriffinCursor {
     unsafe fn start(&mut self, dir: Dir, range: &ScanRange) {
         match range.point {
-            true if self.header != NO_BLOCK => {
+            true if self.header != NO_BLOCK
+                && self.hits.load(self.index, &self.desc, self.header, self.generation, range.lower, dir, POINT_HITS_MAX) =>
+            {
                 if let Some(t) = self.tree.as_mut() {
                     t.stop();
                 }
                 self.point = true;
-                self.hits.load(self.index, &self.desc, self.header, self.generation, range.lower, dir);
             }
             _ => {
                 self.point = false;

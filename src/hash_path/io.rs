@@ -291,15 +291,14 @@ unsafe fn ensure_callback() {
 /// Every entry of the hash path at `header_blk` stored under `hash` whose
 /// key `eq` accepts, into `out` (cleared first). `generation` is the
 /// engine generation the caller reads under (a registered reader or the
-/// maintenance lock keeps its retired chains).
-pub unsafe fn lookup(rel: pg_sys::Relation, header_blk: u32, generation: u32, hash: u32, eq: &mut dyn FnMut(&[u8]) -> bool, out: &mut hp::Matches) {
+/// maintenance lock keeps its retired chains). False when it stopped
+/// after more than `limit` hits (`run_probe_upto`).
+pub unsafe fn lookup(rel: pg_sys::Relation, header_blk: u32, generation: u32, hash: u32, eq: &mut dyn FnMut(&[u8]) -> bool, out: &mut hp::Matches, limit: usize) -> bool {
     out.clear();
     let area = open_reader(rel, header_blk);
     if pg_sys::RecoveryInProgress() {
-        if let Err(e) = area.lookup_matches(hash, eq, out) {
-            fail_reader(rel, e);
-        }
-        return;
+        let mut probe = area.probe(hash);
+        return area.run_probe_upto(&mut probe, eq, &mut |k, t| out.push(k, t), limit).unwrap_or_else(|e| fail_reader(rel, e));
     }
     ensure_callback();
     let relid = (*rel).rd_id;
@@ -322,13 +321,12 @@ pub unsafe fn lookup(rel: pg_sys::Relation, header_blk: u32, generation: u32, ha
         let x = r.iter().find(|x| x.rel == relid).expect("kept above");
         hp::Probe::with_directory(header_blk, &x.header, hash, |b| x.primaries.get(b as usize).copied())
     });
-    if let Err(e) = area.run_probe(&mut probe, eq, &mut |k, t| out.push(k, t)) {
-        fail(rel, e);
-    }
+    let complete = area.run_probe_upto(&mut probe, eq, &mut |k, t| out.push(k, t), limit).unwrap_or_else(|e| fail(rel, e));
     if probe.restarts() > 0 {
         // A split overtook the copy: the next probe takes a fresh one.
         ROUTES.with(|r| r.borrow_mut().retain(|x| x.rel != relid));
     }
+    complete
 }
 
 /// A failure of a read: during recovery, replay may have reused a retired

@@ -262,16 +262,23 @@ impl PointHits {
 
     /// Reads the bucket of the key columns `keycols` in the table at
     /// `header` (engine generation `generation`): every entry whose key
-    /// columns equal them, positioned before the first in `dir`.
-    pub unsafe fn load(&mut self, index: pg_sys::Relation, desc: &IndexDesc, header: u32, generation: u32, keycols: &[u8], dir: Dir) {
+    /// columns equal them, positioned before the first in `dir`. False,
+    /// holding nothing, when the key has more than about `limit` entries
+    /// (usize::MAX: no limit).
+    pub unsafe fn load(&mut self, index: pg_sys::Relation, desc: &IndexDesc, header: u32, generation: u32, keycols: &[u8], dir: Dir, limit: usize) -> bool {
         let hash = key_hash(desc, keycols);
-        if desc.hashable {
+        let complete = if desc.hashable {
             // Equal keys have equal bytes.
-            io::lookup(index, header, generation, hash, &mut |k| desc.keycols(k) == keycols, &mut self.hits);
+            io::lookup(index, header, generation, hash, &mut |k| desc.keycols(k) == keycols, &mut self.hits, limit)
         } else {
-            io::lookup(index, header, generation, hash, &mut |k| desc.compare_keycols(k, keycols) == Ordering::Equal, &mut self.hits);
+            io::lookup(index, header, generation, hash, &mut |k| desc.compare_keycols(k, keycols) == Ordering::Equal, &mut self.hits, limit)
+        };
+        if !complete {
+            self.clear();
+            return false;
         }
         self.sort(desc, dir);
+        true
     }
 
     /// Reads every bucket of the table at `header` and keeps the entries

@@ -250,7 +250,8 @@ impl TieredHashCursor {
         }
         let r = &self.range;
         if r.point {
-            self.hits.load(self.index, &self.desc, self.header, self.generation, &r.lower, dir);
+            // The hash path is tiered_hash's only path to a key.
+            self.hits.load(self.index, &self.desc, self.header, self.generation, &r.lower, dir, usize::MAX);
             return;
         }
         let desc = &self.desc;

@@ -673,11 +673,27 @@ impl<P: HashPages> HashArea<P> {
 
     /// Drives a probe to the end over this pool.
     pub fn run_probe(&self, p: &mut Probe, eq: &mut dyn FnMut(&[u8]) -> bool, hit: &mut dyn FnMut(&[u8], Tid)) -> Result<()> {
+        self.run_probe_upto(p, eq, hit, usize::MAX).map(|_| ())
+    }
+
+    /// As [`run_probe`](Self::run_probe), but stops before reading another
+    /// page once more than `limit` entries were hits; false when it stopped
+    /// there (the hits are then a prefix of the chain's, in no useful
+    /// order). A caller with another path to the key (griffin's tree) takes
+    /// it for a key with that many entries rather than read its whole chain.
+    pub fn run_probe_upto(&self, p: &mut Probe, eq: &mut dyn FnMut(&[u8]) -> bool, hit: &mut dyn FnMut(&[u8], Tid), limit: usize) -> Result<bool> {
+        let mut hits = 0usize;
         while let Some(blk) = p.next_block() {
+            if hits > limit {
+                return Ok(false);
+            }
             let page = self.pool.read(blk)?;
-            p.feed(&page, eq, hit)?;
+            p.feed(&page, eq, &mut |k, t| {
+                hits += 1;
+                hit(k, t)
+            })?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// TIDs of every entry with hash `hash` whose key `eq` accepts. `out` is

@@ -351,6 +351,16 @@ fn one_key_many_tids_presence_is_exact() {
     let mut out = Vec::new();
     w.area.lookup(hash_of(Mode::Full, &key(7, 0)), &mut |_| true, &mut out).unwrap();
     assert_eq!(out.len(), 4000);
+    // A limited probe stops before the page after the one that passed the
+    // limit; an unlimited one reads the whole chain.
+    let h = hash_of(Mode::Full, &key(7, 0));
+    let mut n = 0;
+    let mut p = w.area.probe(h);
+    assert!(!w.area.run_probe_upto(&mut p, &mut |_| true, &mut |_, _| n += 1, 100).unwrap());
+    assert!(n > 100 && n < 4000, "{n}");
+    let (mut n, mut p) = (0, w.area.probe(h));
+    assert!(w.area.run_probe_upto(&mut p, &mut |_| true, &mut |_, _| n += 1, 4000).unwrap());
+    assert_eq!(n, 4000);
 }
 
 #[test]
