@@ -297,8 +297,7 @@ pub unsafe fn lookup(rel: pg_sys::Relation, header_blk: u32, generation: u32, ha
     out.clear();
     let area = open_reader(rel, header_blk);
     if pg_sys::RecoveryInProgress() {
-        let mut probe = area.probe(hash);
-        return area.run_probe_upto(&mut probe, eq, &mut |k, t| out.push(k, t), limit).unwrap_or_else(|e| fail_reader(rel, e));
+        return area.lookup_matches(hash, eq, out, limit).unwrap_or_else(|e| fail_reader(rel, e));
     }
     ensure_callback();
     let relid = (*rel).rd_id;

@@ -704,11 +704,12 @@ impl<P: HashPages> HashArea<P> {
         self.run_probe(&mut p, eq, &mut |_, t| out.push(t))
     }
 
-    /// As [`lookup`](Self::lookup), with the stored keys.
-    pub fn lookup_matches(&self, hash: u32, eq: &mut dyn FnMut(&[u8]) -> bool, out: &mut Matches) -> Result<()> {
+    /// As [`lookup`](Self::lookup), with the stored keys, stopping after
+    /// more than `limit` hits: false then (see `run_probe_upto`).
+    pub fn lookup_matches(&self, hash: u32, eq: &mut dyn FnMut(&[u8]) -> bool, out: &mut Matches, limit: usize) -> Result<bool> {
         out.clear();
         let mut p = self.probe(hash);
-        self.run_probe(&mut p, eq, &mut |k, t| out.push(k, t))
+        self.run_probe_upto(&mut p, eq, &mut |k, t| out.push(k, t), limit)
     }
 
     /// Every entry, bucket by bucket, chain order.

@@ -222,7 +222,7 @@ fn colliding_hashes_and_case_equal_keys() {
         // lookup_matches reports the stored spellings.
         let k = key(3, 0);
         let mut m = Matches::new();
-        w.area.lookup_matches(hash_of(mode, &k), &mut |x| x.eq_ignore_ascii_case(&k), &mut m).unwrap();
+        assert!(w.area.lookup_matches(hash_of(mode, &k), &mut |x| x.eq_ignore_ascii_case(&k), &mut m, usize::MAX).unwrap());
         let got: BTreeSet<(Vec<u8>, Tid)> = m.iter().map(|(k, t)| (k.to_vec(), t)).collect();
         let want: BTreeSet<(Vec<u8>, Tid)> = w.oracle.iter().filter(|x| x.1.eq_ignore_ascii_case(&k)).map(|x| (x.1.clone(), x.2)).collect();
         assert_eq!(got, want);
