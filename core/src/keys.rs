@@ -999,15 +999,24 @@ pub fn bytes_cmp(a: &[u8], b: &[u8]) -> Ordering {
     a.len().cmp(&b.len())
 }
 
+/// Byte equality of two keys, as `bytes_cmp` (a libc `bcmp` call for a
+/// 9-byte key costs more than the comparison).
+#[inline]
+pub fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && bytes_cmp(a, b) == Ordering::Equal
+}
+
 #[cfg(test)]
 mod bytes_cmp_tests {
-    use super::bytes_cmp;
+    use super::{bytes_cmp, bytes_eq};
     use proptest::prelude::*;
 
     proptest! {
         #[test]
         fn same_as_slice_cmp(a in proptest::collection::vec(any::<u8>(), 0..40), b in proptest::collection::vec(any::<u8>(), 0..40)) {
             prop_assert_eq!(bytes_cmp(&a, &b), a.cmp(&b));
+            prop_assert_eq!(bytes_eq(&a, &b), a == b);
+            prop_assert!(bytes_eq(&a, &a.clone()));
             let mut c = a.clone();
             c.extend_from_slice(&b);
             prop_assert_eq!(bytes_cmp(&a, &c), a.as_slice().cmp(c.as_slice()));

@@ -7,6 +7,7 @@
 //! are streamed.
 
 use super::*;
+use crate::keys::bytes_eq;
 use crate::tid::Tid;
 
 /// Whether leaves are compressed (the paper's optional Compression rule).
@@ -261,14 +262,16 @@ where
     let mut it = entries.into_iter().peekable();
     while let Some((key, mut tids)) = it.next() {
         while let Some((k2, _)) = it.peek() {
-            if *k2 != key {
+            if !bytes_eq(k2, &key) {
                 break;
             }
-            let (_, t2) = it.next().unwrap();
-            tids.extend(t2);
+            let (k2, t2) = it.next().unwrap();
+            tids.extend_from_slice(&t2);
+            spare::give((k2, t2));
         }
         normalize(&mut tids);
         if tids.is_empty() {
+            spare::give((key, tids));
             continue;
         }
         if key.len() > max {
@@ -288,6 +291,8 @@ where
                 lvl.push(first, &buf[..used], &mut *alloc, &mut *write);
             }
         }
+        // The buffers go to the next leaf a merge step decodes.
+        spare::give((key, tids));
     }
     if last() == LastLeaf::Balanced {
         if let Leaves::Plain(b) = &mut leaves {

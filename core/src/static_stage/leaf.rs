@@ -671,9 +671,17 @@ impl<'a> LeafView<'a> {
         }
         let mut c = self.cursor_at_slot(0);
         let mut total = 0;
-        while c.step(true)? {
-            total += c.at.tids.len();
-            out.push((c.at.key.to_vec(), std::mem::take(&mut c.at.tids)));
+        // Groups come from the spare buffers the leaf writer gives back
+        // (`spare`): a merge step decodes every entry it rewrites.
+        loop {
+            let mut g = super::spare::take();
+            if !c.step_with(Some(&mut g.1))? {
+                super::spare::give(g);
+                break;
+            }
+            total += g.1.len();
+            g.0.extend_from_slice(&c.at.key);
+            out.push(g);
         }
         if total != self.ntids || c.at.pos != self.area.len() || c.at.slot != self.slots.n {
             return corrupt("leaf entries do not add up to its header");

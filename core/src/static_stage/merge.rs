@@ -20,6 +20,8 @@
 use std::cell::Cell;
 use std::cmp::Ordering;
 
+use super::spare;
+use crate::keys::bytes_eq;
 use crate::tid::Tid;
 
 /// One posting list: a key and its TIDs in order.
@@ -111,6 +113,7 @@ where
                 let gone = &mut self.gone;
                 tids.retain(|&t| !gone(&k, t));
                 if tids.is_empty() {
+                    spare::give((k, tids));
                     continue;
                 }
                 return Some((k, tids));
@@ -123,21 +126,23 @@ where
                 }
                 let f0 = &self.fresh[self.fresh_pos];
                 let k = (self.key_of)(f0);
-                let mut tids = Vec::new();
+                let mut group = spare::take();
                 while let Some(f) = self.fresh.get(self.fresh_pos) {
-                    if (self.key_of)(f) != k {
+                    if !bytes_eq((self.key_of)(f), k) {
                         break;
                     }
                     self.fresh_pos += 1;
                     let t = (self.tid_of)(f);
                     if !(self.gone)(k, t) {
-                        tids.push(t);
+                        group.1.push(t);
                     }
                 }
-                if tids.is_empty() {
+                if group.1.is_empty() {
+                    spare::give(group);
                     continue;
                 }
-                return Some((k.to_vec(), tids));
+                group.0.extend_from_slice(k);
+                return Some(group);
             }
             // An old and a fresh key compare equal (or the old list is part
             // taken): pair by pair until the next live entry has other bytes.
@@ -168,7 +173,7 @@ where
                 ((self.key_of)(f), (self.tid_of)(f))
             };
             if let Some((rk, _)) = &run {
-                if rk[..] != *k {
+                if !bytes_eq(rk, k) {
                     // Ends the run without taking the entry: whether it is
                     // gone is asked when it is taken.
                     break;
@@ -178,7 +183,11 @@ where
             if live {
                 match &mut run {
                     Some((_, tids)) => tids.push(t),
-                    None => run = Some((k.to_vec(), vec![t])),
+                    None => {
+                        let mut group = spare::take_with_key(k);
+                        group.1.push(t);
+                        run = Some(group);
+                    }
                 }
             }
             if take_old {
@@ -212,12 +221,13 @@ where
                 return self.out.take();
             };
             match &mut self.out {
-                Some((ok, otids)) if *ok == k => {
-                    for t in tids {
+                Some((ok, otids)) if bytes_eq(ok, &k) => {
+                    for &t in &tids {
                         if otids.last() != Some(&t) {
                             otids.push(t);
                         }
                     }
+                    spare::give((k, tids));
                 }
                 _ => {
                     let mut tids = tids;

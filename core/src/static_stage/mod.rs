@@ -18,6 +18,7 @@ pub mod inner;
 pub mod leaf;
 pub mod merge;
 pub mod segment;
+pub mod spare;
 
 pub use build::{
     build_inner, build_leaves, build_static, max_key_len, InnerLevels, LastLeaf, LeafLevel, BuildError, BuildResult, Compression, PageOut,
