@@ -121,8 +121,9 @@ pub unsafe extern "C-unwind" fn ambuild(
     if nblocks(index) != 0 {
         pgrx::error!("index \"{}\" already contains data", page::rel_name(index));
     }
-    let desc = index_desc(index);
     let base = ams::base(index);
+    crate::keys::opfamily::check_index(index, base.ordered());
+    let desc = index_desc(index);
     base.check_definition(index, &desc);
     let order: KeyOrder = {
         let desc = desc.clone();

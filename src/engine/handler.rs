@@ -53,7 +53,7 @@ unsafe fn routine(amoptions: pg_sys::amoptions_function, ordered: bool) -> pg_sy
     (*r).amoptions = amoptions;
     (*r).amproperty = None;
     (*r).ambuildphasename = Some(build::ambuildphasename);
-    (*r).amvalidate = Some(amvalidate);
+    (*r).amvalidate = Some(if ordered { amvalidate_ordered } else { amvalidate_unordered });
     (*r).amadjustmembers = None;
     (*r).ambeginscan = Some(scan::ambeginscan);
     (*r).amrescan = Some(scan::amrescan);
@@ -68,8 +68,42 @@ unsafe fn routine(amoptions: pg_sys::amoptions_function, ordered: bool) -> pg_sy
     pg_sys::Datum::from(r)
 }
 
-/// Operator classes come only from our generated scripts; accept them.
+/// `amvalidate(opclass)`: whether the class's family agrees with btree in
+/// every operator and comparison function (keys::opfamily), and has `=`
+/// for its own input type; each problem is an INFO, as btvalidate
+/// reports them.
+unsafe fn validate(opclassoid: pg_sys::Oid, ordered: bool) -> bool {
+    let opfamily = pg_sys::get_opclass_family(opclassoid);
+    let intype = pg_sys::get_opclass_input_type(opclassoid);
+    let mut problems = crate::keys::opfamily::disagreements(opfamily, ordered);
+    if pg_sys::get_opfamily_member(opfamily, intype, intype, pg_sys::BTEqualStrategyNumber as i16) == pg_sys::InvalidOid {
+        let t = std::ffi::CStr::from_ptr(pg_sys::format_type_be(intype)).to_string_lossy().into_owned();
+        problems.push(format!("it has no = operator for its input type {t}"));
+    }
+    let name = opclass_name(opclassoid);
+    for p in &problems {
+        pgrx::ereport!(pgrx::PgLogLevel::INFO, pgrx::PgSqlErrorCode::ERRCODE_INVALID_OBJECT_DEFINITION, format!("operator class \"{name}\": {p}"));
+    }
+    problems.is_empty()
+}
+
+unsafe fn opclass_name(opclassoid: pg_sys::Oid) -> String {
+    let tup = pg_sys::SearchSysCache1(pg_sys::SysCacheIdentifier::CLAOID as i32, pg_sys::Datum::from(opclassoid));
+    if tup.is_null() {
+        return opclassoid.to_u32().to_string();
+    }
+    let form = pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_opclass>(tup);
+    let name = std::ffi::CStr::from_ptr((*form).opcname.data.as_ptr()).to_string_lossy().into_owned();
+    pg_sys::ReleaseSysCache(tup);
+    name
+}
+
 #[pgrx::pg_guard]
-unsafe extern "C-unwind" fn amvalidate(_opclassoid: pg_sys::Oid) -> bool {
-    true
+unsafe extern "C-unwind" fn amvalidate_ordered(opclassoid: pg_sys::Oid) -> bool {
+    validate(opclassoid, true)
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn amvalidate_unordered(opclassoid: pg_sys::Oid) -> bool {
+    validate(opclassoid, false)
 }

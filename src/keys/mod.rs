@@ -6,6 +6,8 @@
 //! depends only on the index definition, which never changes for a given
 //! (oid, relfilenode), so backends cache it by that pair.
 
+pub mod opfamily;
+
 use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::rc::Rc;
