@@ -126,6 +126,21 @@ pub mod pg_test {
     }
 }
 
+/// Opens the relation a caller of our SQL functions named by OID, or raises
+/// a clear ERROR when none has it (a regclass argument can carry any
+/// number, and `relation_open` reports a missing one as an internal error).
+pub unsafe fn open_relation(oid: pgrx::pg_sys::Oid, lock: pgrx::pg_sys::LOCKMODE) -> pgrx::pg_sys::Relation {
+    let rel = pgrx::pg_sys::try_relation_open(oid, lock);
+    if rel.is_null() {
+        raise(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+            format!("relation with OID {} does not exist", oid.to_u32()),
+            "Pass the name of an existing relation (a regclass such as 'orders'::regclass).",
+        );
+    }
+    rel
+}
+
 /// Raises an ERROR with a HINT (pgrx's ereport! puts a fourth argument in DETAIL).
 pub fn raise(code: PgSqlErrorCode, msg: impl Into<String>, hint: impl Into<String>) -> ! {
     let msg: String = msg.into();

@@ -98,10 +98,7 @@ fn one_of(items: &[String]) -> String {
 /// Opens `oid` as an index of ours or raises a clear ERROR.
 pub unsafe fn open_index(oid: pg_sys::Oid, lockmode: i32) -> pg_sys::Relation {
     crate::require_preload();
-    let rel = pg_sys::try_relation_open(oid, lockmode);
-    if rel.is_null() {
-        pgrx::ereport!(ERROR, PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT, format!("relation with OID {} does not exist", oid.to_u32()));
-    }
+    let rel = crate::open_relation(oid, lockmode);
     if base_of(rel).is_none() {
         let name = crate::storage::page::rel_name(rel);
         pg_sys::relation_close(rel, lockmode);

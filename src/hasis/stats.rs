@@ -10,7 +10,7 @@ use crate::storage::buffer::{Buf, Lock};
 
 /// Opens `oid` and checks that it is a hasis table.
 pub unsafe fn open_table(oid: pg_sys::Oid, lock: pg_sys::LOCKMODE) -> pg_sys::Relation {
-    let rel = pg_sys::relation_open(oid, lock);
+    let rel = crate::open_relation(oid, lock);
     if !super::handler::is_hasis(rel) {
         let name = crate::storage::page::rel_name(rel);
         pg_sys::relation_close(rel, lock);

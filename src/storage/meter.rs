@@ -38,7 +38,7 @@ unsafe fn has_storage(rel: pg_sys::Relation) -> bool {
 /// locked) and appends a row per existing fork.
 unsafe fn meter_relation(oid: pg_sys::Oid, out: &mut Vec<ForkFigures>) {
     let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-    let rel = pg_sys::relation_open(oid, lock);
+    let rel = crate::open_relation(oid, lock);
     if (*(*rel).rd_rel).relpersistence == pg_sys::RELPERSISTENCE_TEMP as i8 && !(*rel).rd_islocaltemp {
         let name = super::page::rel_name(rel);
         pg_sys::relation_close(rel, lock);
@@ -80,7 +80,7 @@ unsafe fn relations_to_meter(oid: pg_sys::Oid, with_dependents: bool) -> Vec<pg_
         return oids;
     }
     let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-    let rel = pg_sys::relation_open(oid, lock);
+    let rel = crate::open_relation(oid, lock);
     let index_oids = |r: pg_sys::Relation, into: &mut Vec<pg_sys::Oid>| {
         let list = pg_sys::RelationGetIndexList(r);
         for i in 0..pg_sys::list_length(list) {
