@@ -319,15 +319,15 @@ ph_index_vs_seq() {
         probe=$(sed -E 's/([^,]+)/t.\1 = d.\1/g; s/,/ AND /g' <<<"$cols")
         where="$where AND $(sed -E 's/([^,]+)/\1 IS NOT NULL/g; s/,/ AND /g' <<<"$cols")"
         from="FROM (SELECT DISTINCT $cols FROM $tab WHERE $where) d CROSS JOIN LATERAL (SELECT * FROM $tab t WHERE $where AND $probe OFFSET 0) t"
-        # The probes must go through INDEX, not another index on some of
-        # its columns: the others are marked invalid for the length of a
-        # transaction that is rolled back.
-        # (Not on a standby, which cannot write: run the check there on
-        # tables whose other indexes do not compete.)
-        if [[ $(cluster_sql "$dir" "$db" "SELECT pg_is_in_recovery()") == f ]]; then
-            pre=("BEGIN" "UPDATE pg_index SET indisvalid = false WHERE indrelid = '$tab'::regclass AND indexrelid <> '$idx'::regclass")
-            post=("ROLLBACK")
-        fi
+    fi
+    # The scans must go through INDEX, not another index on some of its
+    # columns: the others are marked invalid for the length of a
+    # transaction that is rolled back. (Not on a standby, which cannot
+    # write: run the check there on tables whose other indexes do not
+    # compete.)
+    if [[ $(cluster_sql "$dir" "$db" "SELECT pg_is_in_recovery()") == f ]]; then
+        pre=("BEGIN" "UPDATE pg_index SET indisvalid = false WHERE indrelid = '$tab'::regclass AND indexrelid <> '$idx'::regclass")
+        post=("ROLLBACK")
     fi
     q="SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, E'\\n' ORDER BY t::text)), '-') FROM $tab t WHERE $where"
     seq=$(cluster_sql "$dir" "$db" "SET enable_indexscan=off" "SET enable_bitmapscan=off" "SET enable_indexonlyscan=off" "$q")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — idempotent setup on Debian 12 (run as root):
 #   1. apt packages (only the missing ones): PostgreSQL 15 + server headers,
-#      clang/libclang (bindgen), build tools, python3, procps
+#      clang/libclang (bindgen), build tools, python3, procps, sqlsmith (tests/sqlsmith.sh)
 #   2. checks cargo/rustup (assumed installed; clear error if not)
 #   3. cargo-pgrx 0.18.1 (installed only if `cargo pgrx --version` differs)
 #   4. `cargo pgrx init --pg15=<pg_config>` (only if ~/.pgrx/config.toml lacks pg15)
@@ -27,7 +27,7 @@ pgrx_version=0.18.1
 
 # ------------------------------------------------------------------ apt --
 pkgs=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config build-essential
-      python3 procps util-linux ca-certificates)
+      python3 procps util-linux ca-certificates sqlsmith)
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

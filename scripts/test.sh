@@ -19,6 +19,10 @@
 #   corrupt       tests/corrupt.sh      (damaged index pages: clean XX002 ERROR, no crash, REINDEX repairs)
 #   arena         tests/arena.sh        (8MB pg_hybrid.shared_memory: merges under arena pressure,
 #                                        background merge on/off, restart rebuilds the dynamic stages)
+#   sqlsmith      tests/sqlsmith.sh     (Debian's SQLsmith sends random statements at tables with
+#                                        every AM's indexes and a hasis table, as two unprivileged roles;
+#                                        every pg_hybrid SQL function on every relation; no crash, no
+#                                        internal error, then verify and index-vs-seqscan on every index)
 #   bench         bench/smoke.sh        (every benchmark suite in --smoke size, AM vs btree; bad
 #                                        input fails cleanly; TPC-H answers checked; no timing limits)
 # Third pass, with griffin (skipped when the AM under test is griffin or
@@ -74,7 +78,7 @@
 #                      no preload, tests/standin_shim.sql instead of the extension)
 #   --keep             keep scratch data directories (PH_KEEP=1)
 #   --jobs N           1 or 2 (default 2 on a machine with 2 or more CPUs): with 2,
-#                      the steps crash, standby, hasis, csd and bench run in a second
+#                      the steps crash, standby, hasis, csd, sqlsmith and bench run in a second
 #                      lane beside the others, as a child test.sh on port PH_PORT+20
 #                      (bench PH_BENCH_PORT+20) and scratch root PH_SCRATCH-lane2; its
 #                      output is printed when it ends, its steps count in the summary
@@ -88,7 +92,7 @@ ELASTIC_STEPS=(differential-elastic crash-elastic standby-elastic concurrency-el
 GRIFFIN_STEPS=(differential-griffin crash-griffin standby-griffin concurrency-griffin isolation-griffin corrupt-griffin)
 TIERED_STEPS=(differential-tiered crash-tiered standby-tiered concurrency-tiered isolation-tiered corrupt-tiered
     differential-thash crash-thash standby-thash concurrency-thash isolation-thash corrupt-thash)
-ALL_STEPS=(setup core regress differential crash standby concurrency isolation hasis csd corrupt arena bench "${ELASTIC_STEPS[@]}" "${GRIFFIN_STEPS[@]}" "${TIERED_STEPS[@]}")
+ALL_STEPS=(setup core regress differential crash standby concurrency isolation hasis csd corrupt arena sqlsmith bench "${ELASTIC_STEPS[@]}" "${GRIFFIN_STEPS[@]}" "${TIERED_STEPS[@]}")
 quick=0
 only=()
 skip=()
@@ -175,7 +179,7 @@ record() {
 # starts its own clusters, so the child only needs its own ports and scratch
 # root; the steps were chosen to balance the two lanes' times (about 25 min
 # each in CI when run alone).
-LANE2_STEPS=(crash standby hasis csd bench)
+LANE2_STEPS=(crash standby hasis csd sqlsmith bench)
 LANE2_PID=
 LANE2_OUT=
 LANE2_RESULTS=
@@ -406,7 +410,7 @@ run_step setup step_setup
 if selected setup && [[ ${results[-1]} == *FAIL* ]]; then setup_ok=0; fi
 
 if ((setup_ok == 0)); then
-    ns=(core regress differential crash standby concurrency isolation hasis csd corrupt arena bench)
+    ns=(core regress differential crash standby concurrency isolation hasis csd corrupt arena sqlsmith bench)
     ((ELASTIC_PASS)) && ns+=("${ELASTIC_STEPS[@]}")
     ((GRIFFIN_PASS)) && ns+=("${GRIFFIN_STEPS[@]}")
     ((TIERED_PASS || THASH_PASS)) && ns+=("${TIERED_STEPS[@]}")
@@ -444,6 +448,7 @@ else
     run_step csd bash "$PH_REPO/tests/csd.sh" "${qarg[@]}"
     run_step corrupt bash "$PH_REPO/tests/corrupt.sh" "${qarg[@]}"
     run_step arena bash "$PH_REPO/tests/arena.sh" "${qarg[@]}"
+    run_step sqlsmith bash "$PH_REPO/tests/sqlsmith.sh" "${qarg[@]}"
     run_step bench bash "$PH_REPO/bench/smoke.sh" "${qarg[@]}"
     if ((ELASTIC_PASS)); then
         run_step crash-elastic elastic_step crash.sh "${PH_ELASTIC_BOUND_CRASH:-1MB}" "${eqarg[@]}"

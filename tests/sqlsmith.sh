@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# tests/sqlsmith.sh [--quick] — every access method under SQLsmith, a random
+# query generator we did not write (Debian's sqlsmith package).
+#
+# One cluster, one database (tests/sqlsmith/schema.sql): a heap table per
+# index AM with indexes of every shape it accepts (unique, multi-column,
+# INCLUDE, partial, expression, collated, DESC), a tiered_hash table, a
+# hasis table with indexes of ours and PostgreSQL's, and a plain heap table.
+# SQLsmith then sends random SELECT, INSERT, UPDATE, DELETE and MERGE
+# statements that call whatever functions and operators the catalog offers,
+# with TABLESAMPLE, window functions, lateral joins and FOR UPDATE, as two
+# roles that are not superusers: one with the planner's defaults, one with
+# seqscans and sorts disabled so index paths (ours) are taken wherever
+# possible. A background loop syncs every index of ours (pg_hybrid.merge)
+# every few seconds, so statements meet indexes in the middle of merges.
+# Then tests/sqlsmith/api.sql calls every pg_hybrid SQL function on every
+# relation of the database, on NULL and on OIDs that name nothing, as the
+# superuser and as the unprivileged role.
+#
+# Required:
+#   - no crash: the postmaster is the one started, and the server log has no
+#     PANIC, "terminated by signal", "was terminated" or reinitialisation;
+#   - no internal error (SQLSTATE class XX) in the server log, except two
+#     of PostgreSQL's own that SQLsmith provokes in any database: "cache
+#     lookup failed" for an OID it hands to a catalog function
+#     (amvalidate(0) and the like) and unknownin() on a non-literal
+#     ("failed to find conversion function from unknown"); counted, printed;
+#   - the SQL-function sweep raises no internal error;
+#   - afterwards (the tables changed under SQLsmith's DML): every index of
+#     ours passes pg_hybrid.verify(idx, heapallindexed => true), the hasis
+#     table passes pg_hybrid.verify_table, and each index returns the rows a
+#     seqscan returns (ph_index_vs_seq: plain, bitmap and count(*) scans).
+# Queries: 2 x 4000 (2 x 2000 with --quick; PH_SQLSMITH_QUERIES), seeds 1
+# and 2 (PH_SQLSMITH_SEED=K makes them K+1 and K+2), so a failure can be
+# replayed with `sqlsmith --seed=N`. SQLsmith's own error rate (most of
+# its statements fail type checks) and the statements' SQLSTATE classes are
+# printed for the record.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+
+ph_parse_quick "$0" "$@"
+queries=4000
+rows=20000
+if ((quick)); then
+    queries=2000
+    rows=10000
+fi
+queries=${PH_SQLSMITH_QUERIES:-$queries}
+seed0=${PH_SQLSMITH_SEED:-0}
+[[ $PH_STANDIN == 1 ]] && { echo "SKIP: sqlsmith.sh needs pg_hybrid (am=$PH_AM)"; exit 77; }
+SQLSMITH=$(command -v sqlsmith || true)
+[[ -n $SQLSMITH ]] || ph_die "sqlsmith is not installed (scripts/setup.sh installs Debian's sqlsmith package: apt-get install sqlsmith)"
+
+ph_trap_install
+DIR=$(ph_scratch sqlsmith)
+DB=smith
+cluster_init "$DIR" "$PH_PORT" "log_line_prefix = '%m [%p] %e '"
+cluster_start "$DIR"
+ph_prepare_db "$DIR" "$DB"
+pm_pid=$(ph_cluster_pid "$DIR")
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+say() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+say "schema: $rows rows per table"
+cluster_psql "$DIR" "$DB" -v rows="$rows" <"$PH_REPO/tests/sqlsmith/schema.sql" 2>"$DIR/schema.err" ||
+    { cat "$DIR/schema.err" >&2; ph_die "tests/sqlsmith/schema.sql failed"; }
+grep -o 'refused by .*' "$DIR/schema.err" | sed 's/^/  /' || true
+cluster_sql "$DIR" "$DB" "SELECT '  ' || a.amname || ': ' || count(*) || ' indexes' FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam JOIN pg_class t ON t.oid = i.indrelid WHERE t.relname LIKE 't\_%' GROUP BY a.amname ORDER BY 1"
+
+ours="SELECT c.oid::regclass FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE c.relkind = 'i' AND a.amname IN ('hybrid_btree', 'elastic_btree', 'griffin', 'tiered_btree', 'tiered_hash') AND c.relnamespace = 'public'::regnamespace ORDER BY 1"
+
+# Syncs every index of ours every 3 s while SQLsmith runs.
+merger() {
+    local idx
+    while :; do
+        for idx in $(cluster_sql "$DIR" "$DB" "$ours"); do
+            cluster_sql "$DIR" "$DB" "SELECT pg_hybrid.merge('$idx')" >/dev/null 2>>"$DIR/merger.err" || true
+        done
+        sleep 3
+    done
+}
+merger &
+merger_pid=$!
+disown "$merger_pid"   # no "Killed" notice when it is stopped
+ph_bg_add "$merger_pid"
+
+logpos=$(stat -c %s "$DIR/postgres.log")
+sock=$(cluster_sockdir "$DIR")
+port=$(cluster_port "$DIR")
+for run in "smith $((seed0 + 1))" "smith_idx $((seed0 + 2))"; do
+    read -r role seed <<<"$run"
+    say "sqlsmith as $role: $queries queries, seed $seed"
+    rc=0
+    ph_as_user timeout 900 "$SQLSMITH" --target="host=$sock port=$port dbname=$DB user=$role" \
+        --exclude-catalog --seed="$seed" --max-queries="$queries" --verbose \
+        >"$DIR/sqlsmith-$role.out" 2>"$DIR/sqlsmith-$role.err" || rc=$?
+    rate=$(grep -o 'error rate: [0-9.]*' "$DIR/sqlsmith-$role.err" | tail -n1 || true)
+    echo "  exit $rc, ${rate:-no error rate printed}"
+    if ((rc != 0)); then
+        fail "sqlsmith as $role exited with $rc (replay: sqlsmith --seed=$seed); its last words:"
+        tail -n 5 "$DIR/sqlsmith-$role.err" | sed 's/^/    /' >&2
+    fi
+done
+ph_kill_tree "$merger_pid"
+if grep -qE 'XX[0-9A-Z]{3}|PANIC|terminat' "$DIR/merger.err" 2>/dev/null; then
+    fail "pg_hybrid.merge failed during the run:"
+    grep -E 'ERROR' "$DIR/merger.err" | sort | uniq -c | head -n 5 >&2
+fi
+
+say "SQL functions on every relation"
+for role in "$PH_USER" smith; do
+    PGOPTIONS="-c statement_timeout=0" ph_as_user "$PH_PGBIN/psql" -X -q -h "$sock" -p "$port" -U "$role" -d "$DB" \
+        -f - <"$PH_REPO/tests/sqlsmith/api.sql" >"$DIR/api-$role.out" 2>&1 || fail "tests/sqlsmith/api.sql as $role did not run to its end (see $DIR/api-$role.out)"
+    grep -o 'API-SUMMARY.*' "$DIR/api-$role.out" | sed 's/^API-SUMMARY/ /' || true
+    if grep -q 'API-INTERNAL' "$DIR/api-$role.out"; then
+        fail "internal errors from pg_hybrid's SQL functions as $role:"
+        grep -o 'API-INTERNAL.*' "$DIR/api-$role.out" | head -n 10 | sed 's/^/    /' >&2
+    fi
+done
+
+say "server log"
+log=$(tail -c +$((logpos + 1)) "$DIR/postgres.log")
+echo "  SQLSTATE classes of the statements that failed:"
+grep -oE '^[0-9-]+ [0-9:.]+ [A-Z]+ \[[0-9]+\] [0-9A-Z]{5} ERROR' <<<"$log" | awk '{print substr($5, 1, 2)}' | sort | uniq -c | sort -rn | head -n 12 | sed 's/^/   /'
+crash=$(grep -E 'PANIC|terminated by signal|was terminated|reinitializing|server process .* exited' <<<"$log" || true)
+if [[ -n $crash ]]; then
+    fail "the server crashed:"
+    head -n 10 <<<"$crash" | sed 's/^/    /' >&2
+fi
+[[ $(ph_cluster_pid "$DIR") == "$pm_pid" ]] || fail "the postmaster changed (was $pm_pid)"
+# PostgreSQL's own catalog functions raise "cache lookup failed" for an OID
+# that names nothing (SQLsmith passes them whatever an expression yields),
+# and its unknownin() fails so on anything but a literal.
+core='XX000 ERROR:  (cache lookup failed for (operator class|operator family|access method|type|function|relation|attribute|collation|operator|constraint|namespace|index) [0-9]+|failed to find conversion function from unknown to [a-z ]+)$'
+n_core=$(grep -cE "$core" <<<"$log" || true)
+echo "  PostgreSQL's own internal errors that SQLsmith provokes (cache lookups of OIDs that name nothing, unknownin): $n_core"
+internal=$(grep -E '\] XX[0-9A-Z]{3} ERROR' <<<"$log" | grep -vE "$core" || true)
+if [[ -n $internal ]]; then
+    fail "internal errors (SQLSTATE class XX) in the server log:"
+    sort <<<"$internal" | cut -d' ' -f5- | sort | uniq -c | head -n 10 | sed 's/^/    /' >&2
+    echo "  their statements:" >&2
+    grep -A 30 -E '\] XX[0-9A-Z]{3} ERROR' <<<"$log" | grep -vE "$core" | head -n 60 | sed 's/^/    /' >&2
+fi
+
+say "indexes against seqscans"
+for idx in $(cluster_sql "$DIR" "$DB" "SELECT c.oid::regclass FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid WHERE t.relname LIKE 't\_%' ORDER BY 1"); do
+    info="FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam LEFT JOIN pg_attribute att ON att.attrelid = i.indrelid AND att.attnum = i.indkey[0] WHERE i.indexrelid = '$idx'::regclass"
+    tab=$(cluster_sql "$DIR" "$DB" "SELECT i.indrelid::regclass $info")
+    am=$(cluster_sql "$DIR" "$DB" "SELECT a.amname $info")
+    # the leading key column (or expression) and the partial index's predicate
+    lead=$(cluster_sql "$DIR" "$DB" "SELECT CASE WHEN i.indkey[0] <> 0 THEN quote_ident(att.attname) ELSE pg_get_indexdef(i.indexrelid, 1, true) END $info")
+    pred=$(cluster_sql "$DIR" "$DB" "SELECT coalesce(pg_get_expr(i.indpred, i.indrelid, true), 'true') $info")
+    case $am in
+        hybrid_btree | elastic_btree | griffin | tiered_btree | tiered_hash) ph_verify "$DIR" "$DB" "$idx" || fail "verify($idx)" ;;
+    esac
+    ph_index_vs_seq "$DIR" "$DB" "$tab" "$idx" "($pred) AND $lead IS NOT NULL" || fail "$idx ($am) disagrees with seqscan"
+done
+cluster_sql "$DIR" "$DB" "SELECT pg_hybrid.verify_table('t_hasis')" >/dev/null && echo "  verify_table(t_hasis): ok" || fail "verify_table(t_hasis)"
+
+if ((failures)); then
+    echo "sqlsmith: $failures failure(s); cluster kept: $DIR"
+    exit 1
+fi
+echo "sqlsmith: ok"
