@@ -29,7 +29,11 @@
 #   - afterwards (the tables changed under SQLsmith's DML): every index of
 #     ours passes pg_hybrid.verify(idx, heapallindexed => true), the hasis
 #     table passes pg_hybrid.verify_table, and each index returns the rows a
-#     seqscan returns (ph_index_vs_seq: plain, bitmap and count(*) scans).
+#     seqscan returns (ph_index_vs_seq: plain, bitmap and count(*) scans);
+#   - pg_dump -Fc and pg_restore -j 2 into a new database bring back every
+#     index definition (pg_indexes.indexdef: AM, operator classes,
+#     collations, INCLUDE, predicate, reloptions) and every table's rows,
+#     and the rebuilt indexes pass the same checks.
 # Queries: 2 x 4000 (2 x 2000 with --quick; PH_SQLSMITH_QUERIES), seeds 1
 # and 2 (PH_SQLSMITH_SEED=K makes them K+1 and K+2), so a failure can be
 # replayed with `sqlsmith --seed=N`. SQLsmith's own error rate (most of
@@ -143,20 +147,50 @@ if [[ -n $internal ]]; then
     grep -A 30 -E '\] XX[0-9A-Z]{3} ERROR' <<<"$log" | grep -vE "$core" | head -n 60 | sed 's/^/    /' >&2
 fi
 
+# check_indexes DB: verify every index of ours, and every index against a seqscan
+check_indexes() {
+    local db=$1 idx info tab am lead pred
+    for idx in $(cluster_sql "$DIR" "$db" "SELECT c.oid::regclass FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid WHERE t.relname LIKE 't\_%' ORDER BY 1"); do
+        info="FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam LEFT JOIN pg_attribute att ON att.attrelid = i.indrelid AND att.attnum = i.indkey[0] WHERE i.indexrelid = '$idx'::regclass"
+        tab=$(cluster_sql "$DIR" "$db" "SELECT i.indrelid::regclass $info")
+        am=$(cluster_sql "$DIR" "$db" "SELECT a.amname $info")
+        # the leading key column (or expression) and the partial index's predicate
+        lead=$(cluster_sql "$DIR" "$db" "SELECT CASE WHEN i.indkey[0] <> 0 THEN quote_ident(att.attname) ELSE pg_get_indexdef(i.indexrelid, 1, true) END $info")
+        pred=$(cluster_sql "$DIR" "$db" "SELECT coalesce(pg_get_expr(i.indpred, i.indrelid, true), 'true') $info")
+        case $am in
+            hybrid_btree | elastic_btree | griffin | tiered_btree | tiered_hash) ph_verify "$DIR" "$db" "$idx" || fail "$db: verify($idx)" ;;
+        esac
+        ph_index_vs_seq "$DIR" "$db" "$tab" "$idx" "($pred) AND $lead IS NOT NULL" || fail "$db: $idx ($am) disagrees with seqscan"
+    done
+    cluster_sql "$DIR" "$db" "SELECT pg_hybrid.verify_table('t_hasis')" >/dev/null && echo "  verify_table(t_hasis): ok" || fail "$db: verify_table(t_hasis)"
+}
+
 say "indexes against seqscans"
-for idx in $(cluster_sql "$DIR" "$DB" "SELECT c.oid::regclass FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid WHERE t.relname LIKE 't\_%' ORDER BY 1"); do
-    info="FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam LEFT JOIN pg_attribute att ON att.attrelid = i.indrelid AND att.attnum = i.indkey[0] WHERE i.indexrelid = '$idx'::regclass"
-    tab=$(cluster_sql "$DIR" "$DB" "SELECT i.indrelid::regclass $info")
-    am=$(cluster_sql "$DIR" "$DB" "SELECT a.amname $info")
-    # the leading key column (or expression) and the partial index's predicate
-    lead=$(cluster_sql "$DIR" "$DB" "SELECT CASE WHEN i.indkey[0] <> 0 THEN quote_ident(att.attname) ELSE pg_get_indexdef(i.indexrelid, 1, true) END $info")
-    pred=$(cluster_sql "$DIR" "$DB" "SELECT coalesce(pg_get_expr(i.indpred, i.indrelid, true), 'true') $info")
-    case $am in
-        hybrid_btree | elastic_btree | griffin | tiered_btree | tiered_hash) ph_verify "$DIR" "$DB" "$idx" || fail "verify($idx)" ;;
-    esac
-    ph_index_vs_seq "$DIR" "$DB" "$tab" "$idx" "($pred) AND $lead IS NOT NULL" || fail "$idx ($am) disagrees with seqscan"
+check_indexes "$DB"
+
+# pg_dump and pg_restore, clients we did not write either: every index
+# comes back with its AM, operator classes, collations, INCLUDE columns,
+# predicate and reloptions, built anew from the restored rows.
+say "pg_dump -Fc, pg_restore -j 2 into a new database"
+ph_as_user "$PH_PGBIN/pg_dump" -h "$sock" -p "$port" -U "$PH_USER" -Fc -f "$DIR/smith.dump" "$DB"
+cluster_psql "$DIR" postgres -c "CREATE DATABASE smith_restored TEMPLATE template0"
+ph_as_user "$PH_PGBIN/pg_restore" -h "$sock" -p "$port" -U "$PH_USER" --exit-on-error -j 2 -d smith_restored "$DIR/smith.dump" >"$DIR/restore.log" 2>&1 ||
+    { fail "pg_restore failed:"; head -n 20 "$DIR/restore.log" >&2; }
+SEQ=("SET enable_indexscan = off" "SET enable_bitmapscan = off" "SET enable_indexonlyscan = off")
+defs() { cluster_sql "$DIR" "$1" "SELECT indexdef FROM pg_indexes WHERE schemaname = 'public' ORDER BY indexdef"; }
+rows() { cluster_sql "$DIR" "$1" "${SEQ[@]}" "SELECT count(*) || ' ' || md5(coalesce(string_agg(x::text, E'\n' ORDER BY x::text), '')) FROM $2 x"; }
+if [[ $(defs "$DB") != "$(defs smith_restored)" ]]; then
+    fail "the restored index definitions differ:"
+    diff <(defs "$DB") <(defs smith_restored) | head -n 20 >&2 || true
+else
+    echo "  $(defs "$DB" | wc -l) index definitions, the same"
+fi
+for t in $(cluster_sql "$DIR" "$DB" "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname LIKE 't\_%' ORDER BY 1"); do
+    a=$(rows "$DB" "$t")
+    b=$(rows smith_restored "$t")
+    [[ $a == "$b" ]] && echo "  $t: ${a%% *} rows, the same" || fail "$t restored: '$b', the source: '$a'"
 done
-cluster_sql "$DIR" "$DB" "SELECT pg_hybrid.verify_table('t_hasis')" >/dev/null && echo "  verify_table(t_hasis): ok" || fail "verify_table(t_hasis)"
+check_indexes smith_restored
 
 if ((failures)); then
     echo "sqlsmith: $failures failure(s); cluster kept: $DIR"

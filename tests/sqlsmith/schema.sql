@@ -66,6 +66,13 @@ CREATE INDEX t_hasis_i8 ON t_hasis USING griffin (i8);
 CREATE INDEX t_hasis_ts ON t_hasis USING hybrid_btree (ts);
 CREATE INDEX t_hasis_u ON t_hasis USING hash (u);
 
+-- reloptions, which a dump must carry
+CREATE INDEX t_hybrid_btree_opt ON t_hybrid_btree USING hybrid_btree (i2, i4) WITH (merge_ratio = 20, compression = lz4);
+CREATE INDEX t_elastic_btree_opt ON t_elastic_btree USING elastic_btree (i2, i4) WITH (size_bound = '512kB');
+CREATE INDEX t_griffin_opt ON t_griffin USING griffin (i2, i4) WITH (sync_ratio = 20, bucket_fill = 60);
+CREATE INDEX t_tiered_btree_opt ON t_tiered_btree USING tiered_btree (i2, i4) WITH (hot_size = '256kB', sample_rate = 0.5);
+CREATE INDEX t_tiered_hash_opt ON t_tiered_hash USING tiered_hash (i2) WITH (hot_size = '256kB');
+
 CREATE TABLE t_heap AS SELECT * FROM src;
 CREATE INDEX t_heap_i4 ON t_heap (i4);
 DROP TABLE src;
