@@ -1,8 +1,10 @@
 -- tests/sqlsmith/schema.sql: the database sqlsmith explores (tests/sqlsmith.sh).
--- One heap table per index AM, each with indexes of every shape that AM
--- accepts (unique, multi-column, INCLUDE, partial, expression, collated),
--- a hasis table with indexes of ours and PostgreSQL's, and a heap table
--- with a btree as the odd one out. Data have NULLs, duplicates and every
+-- One table per index AM with indexes of every shape that AM accepts
+-- (unique, multi-column, INCLUDE, partial, expression, collated, DESC,
+-- reloptions), three of them heap and two (tiered_btree's, tiered_hash's)
+-- hasis, a hasis table with indexes of ours and PostgreSQL's, and a heap
+-- table with a btree as the odd one out. A wide column has TOASTed
+-- values. Data have NULLs, duplicates and every
 -- opclass type pg_hybrid supports. An index an AM refuses is reported as a
 -- NOTICE (the refusals are the AM's documented limits: elastic_btree has
 -- neither INCLUDE nor expressions, and needs byte-ordered keys).
@@ -14,7 +16,8 @@ CREATE TABLE src AS
          timestamptz '2020-01-01' + g * interval '41 minutes' AS tz, (g % 2 = 0) AS b,
          ('00000000-0000-0000-0000-' || lpad(to_hex(g), 12, '0'))::uuid AS u,
          decode(to_hex(g * 31), 'escape') AS by, g * interval '1 second' AS iv,
-         time '00:00' + g * interval '3 seconds' AS tm
+         time '00:00' + g * interval '3 seconds' AS tm,
+         CASE WHEN g % 50 = 0 THEN (SELECT string_agg(md5((g * k)::text), '') FROM generate_series(1, 80) k) END AS w
   FROM generate_series(1, :rows) g;
 UPDATE src SET tx = NULL WHERE i4 % 101 = 0;
 UPDATE src SET i8 = NULL WHERE i4 % 103 = 0;
@@ -28,7 +31,9 @@ DECLARE
   ddl text;
 BEGIN
   FOREACH am IN ARRAY ARRAY['hybrid_btree', 'elastic_btree', 'griffin', 'tiered_btree'] LOOP
-    EXECUTE format('CREATE TABLE t_%s AS SELECT * FROM src', am);
+    -- tiered_btree's table is a hasis table: hasis under every scan kind
+    -- (elastic_btree reads keys back from heap pages and needs heap)
+    EXECUTE format('CREATE TABLE t_%s %s AS SELECT * FROM src', am, CASE WHEN am = 'tiered_btree' THEN 'USING hasis' ELSE '' END);
     FOREACH ddl IN ARRAY ARRAY[
         'CREATE UNIQUE INDEX t_%1$s_i4 ON t_%1$s USING %1$s (i4)',
         'CREATE INDEX t_%1$s_i8 ON t_%1$s USING %1$s (i8, tx)',
@@ -53,7 +58,7 @@ BEGIN
   END LOOP;
 END $$;
 
-CREATE TABLE t_tiered_hash AS SELECT * FROM src;
+CREATE TABLE t_tiered_hash USING hasis AS SELECT * FROM src;
 CREATE UNIQUE INDEX t_tiered_hash_i4 ON t_tiered_hash USING tiered_hash (i4);
 CREATE INDEX t_tiered_hash_i8 ON t_tiered_hash USING tiered_hash (i8, tx);
 CREATE INDEX t_tiered_hash_u ON t_tiered_hash USING tiered_hash (u);
