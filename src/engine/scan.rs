@@ -852,7 +852,7 @@ impl ScanState {
         if !self.started || self.exhausted && self.cur.is_none() {
             // A fresh scan, or a scan restarted after running off an end.
             if !self.started {
-                count_index_scan(index);
+                crate::storage::pgstat::count_scan(index);
             }
             self.started = true;
             self.exhausted = false;
@@ -1263,16 +1263,3 @@ pub unsafe extern "C-unwind" fn amcanreturn(index: pg_sys::Relation, attno: i32)
     ams::base(index).can_return(index, &desc, attno)
 }
 
-/// pgstat_count_index_scan(), a macro in C: feeds idx_scan of pg_stat_*_indexes.
-unsafe fn count_index_scan(rel: pg_sys::Relation) {
-    if (*rel).pgstat_info.is_null() {
-        if !(*rel).pgstat_enabled {
-            return;
-        }
-        pg_sys::pgstat_assoc_relation(rel);
-        if (*rel).pgstat_info.is_null() {
-            return;
-        }
-    }
-    (*(*rel).pgstat_info).t_counts.t_numscans += 1;
-}

@@ -9,6 +9,7 @@ use pgrx::prelude::*;
 
 use super::visibility::from_item_pointer;
 use super::{build, ddl, dml, relation, scan, tuple};
+use crate::storage::pgstat;
 
 #[no_mangle]
 pub extern "C" fn pg_finfo_hasis_handler() -> &'static pg_sys::Pg_finfo_record {
@@ -49,7 +50,26 @@ unsafe extern "C-unwind" fn scan_begin(
     flags: u32,
 ) -> pg_sys::TableScanDesc {
     crate::require_preload();
-    scan::begin(rel, snapshot, nkeys, key, parallel, flags)
+    let s = scan::begin(rel, snapshot, nkeys, key, parallel, flags);
+    count_seq_scan(s);
+    s
+}
+
+/// `seq_scan` of pg_stat_*_tables counts each start of a sequential scan,
+/// rescans included, as heap's initscan counts them.
+unsafe fn count_seq_scan(s: pg_sys::TableScanDesc) {
+    if (*s).rs_flags & pg_sys::ScanOptions::SO_TYPE_SEQSCAN != 0 {
+        pgstat::count_scan((*s).rs_rd);
+    }
+}
+
+/// `seq_tup_read` (sequential, sample and TID range scans) or
+/// `idx_tup_fetch` (bitmap heap scans) counts a returned row, as heap's do.
+unsafe fn counted(s: pg_sys::TableScanDesc, found: bool, count: unsafe fn(pg_sys::Relation)) -> bool {
+    if found {
+        count((*s).rs_rd);
+    }
+    found
 }
 
 #[pg_guard]
@@ -61,13 +81,14 @@ unsafe extern "C-unwind" fn scan_end(s: pg_sys::TableScanDesc) {
 #[pg_guard]
 unsafe extern "C-unwind" fn scan_rescan(s: pg_sys::TableScanDesc, key: pg_sys::ScanKey, _set_params: bool, _allow_strat: bool, _allow_sync: bool, _allow_pagemode: bool) {
     crate::require_preload();
-    scan::rescan(s, key)
+    scan::rescan(s, key);
+    count_seq_scan(s);
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn scan_getnextslot(s: pg_sys::TableScanDesc, dir: pg_sys::ScanDirection::Type, slot: *mut pg_sys::TupleTableSlot) -> bool {
     crate::require_preload();
-    scan::getnextslot(s, dir, slot)
+    counted(s, scan::getnextslot(s, dir, slot), pgstat::count_returned)
 }
 
 #[pg_guard]
@@ -399,7 +420,7 @@ unsafe extern "C-unwind" fn scan_bitmap_next_block(s: pg_sys::TableScanDesc, tbm
 #[pg_guard]
 unsafe extern "C-unwind" fn scan_bitmap_next_tuple(s: pg_sys::TableScanDesc, tbmres: *mut pg_sys::TBMIterateResult, slot: *mut pg_sys::TupleTableSlot) -> bool {
     crate::require_preload();
-    scan::bitmap_next_tuple(s, tbmres, slot)
+    counted(s, scan::bitmap_next_tuple(s, tbmres, slot), pgstat::count_fetched)
 }
 
 #[pg_guard]
@@ -411,7 +432,7 @@ unsafe extern "C-unwind" fn scan_sample_next_block(s: pg_sys::TableScanDesc, sta
 #[pg_guard]
 unsafe extern "C-unwind" fn scan_sample_next_tuple(s: pg_sys::TableScanDesc, state: *mut pg_sys::SampleScanState, slot: *mut pg_sys::TupleTableSlot) -> bool {
     crate::require_preload();
-    scan::sample_next_tuple(s, state, slot)
+    counted(s, scan::sample_next_tuple(s, state, slot), pgstat::count_returned)
 }
 
 #[pg_guard]
@@ -423,7 +444,7 @@ unsafe extern "C-unwind" fn scan_set_tidrange(s: pg_sys::TableScanDesc, min: pg_
 #[pg_guard]
 unsafe extern "C-unwind" fn scan_getnextslot_tidrange(s: pg_sys::TableScanDesc, dir: pg_sys::ScanDirection::Type, slot: *mut pg_sys::TupleTableSlot) -> bool {
     crate::require_preload();
-    scan::getnextslot_tidrange(s, dir, slot)
+    counted(s, scan::getnextslot_tidrange(s, dir, slot), pgstat::count_returned)
 }
 
 /// Whether `rel` is stored by this table access method (its relcache entry

@@ -57,22 +57,6 @@ fn recent_slot(relnode: u32, blkno: u32) -> usize {
     (h >> (64 - RECENT_SLOTS.trailing_zeros())) as usize
 }
 
-/// pgstat_count_buffer_read and _hit of a block found in the buffer pool:
-/// the relation's statistics entry is linked again when a flush of the
-/// pending statistics unlinked it (`pgstat_should_count_relation`).
-unsafe fn count_hit(rel: pg_sys::Relation) {
-    if (*rel).pgstat_info.is_null() {
-        if !(*rel).pgstat_enabled {
-            return;
-        }
-        pg_sys::pgstat_assoc_relation(rel);
-    }
-    let stats = (*rel).pgstat_info;
-    if !stats.is_null() {
-        (*stats).t_counts.t_blocks_fetched += 1;
-        (*stats).t_counts.t_blocks_hit += 1;
-    }
-}
 
 /// Pins block `blkno` of the main fork. A block this backend read before
 /// is first tried in the buffer it was in (`ReadRecentBuffer`, which
@@ -92,7 +76,7 @@ unsafe fn read_buffer(rel: pg_sys::Relation, blkno: u32, strategy: pg_sys::Buffe
         let guess = RECENT.with(|r| r.borrow().get(i).filter(|s| s.relnode == relnode && s.blkno == blkno && s.buffer != 0).map(|s| s.buffer));
         if let Some(buffer) = guess {
             if pg_sys::ReadRecentBuffer(node, pg_sys::ForkNumber::MAIN_FORKNUM, blkno, buffer) {
-                count_hit(rel);
+                super::pgstat::count_buffer_hit(rel);
                 return buffer;
             }
         }

@@ -9,4 +9,5 @@ pub mod alloc;
 pub mod buffer;
 pub mod meter;
 pub mod page;
+pub mod pgstat;
 pub mod wal;

@@ -265,6 +265,9 @@ impl ColumnScan {
     unsafe fn load_next(&mut self, econtext: *mut pg_sys::ExprContext) -> bool {
         if !self.started {
             self.started = true;
+            // seq_scan of pg_stat_*_tables, as the sequential scan this
+            // replaces counts each start
+            crate::storage::pgstat::count_scan(self.rel);
             self.meta = relation::read_meta(self.rel);
             let blocks = crate::storage::buffer::nblocks(self.rel);
             if self.strategy.is_null() && blocks as i32 > pg_sys::NBuffers / 4 {
@@ -497,6 +500,7 @@ unsafe extern "C-unwind" fn next(ss: *mut pg_sys::ScanState) -> *mut pg_sys::Tup
     let slot = (*ss).ss_ScanTupleSlot;
     loop {
         if scan.emit(slot) {
+            crate::storage::pgstat::count_returned(scan.rel);
             return slot;
         }
         if !scan.load_next((*ss).ps.ps_ExprContext) {
