@@ -31,8 +31,10 @@
 #   - the SQL-function sweep raises no internal error;
 #   - afterwards (the tables changed under SQLsmith's DML): every index of
 #     ours passes pg_hybrid.verify(idx, heapallindexed => true), the hasis
-#     tables pass pg_hybrid.verify_table, and each index returns the rows a
-#     seqscan returns (ph_index_vs_seq: plain, bitmap and count(*) scans);
+#     tables pass pg_hybrid.verify_table, btree indexes (on hasis too) pass
+#     amcheck's bt_index_parent_check with heapallindexed, pg_amcheck passes
+#     on the heap tables, and each index returns the rows a seqscan returns
+#     (ph_index_vs_seq: plain, bitmap and count(*) scans);
 #   - pg_dump -Fc and pg_restore -j 2 into a new database bring back every
 #     index definition (pg_indexes.indexdef: AM, operator classes,
 #     collations, INCLUDE, predicate, reloptions) and every table's rows,
@@ -171,15 +173,23 @@ check_indexes() {
         pred=$(cluster_sql "$DIR" "$db" "SELECT coalesce(pg_get_expr(i.indpred, i.indrelid, true), 'true') $info")
         case $am in
             hybrid_btree | elastic_btree | griffin | tiered_btree | tiered_hash) ph_verify "$DIR" "$db" "$idx" || fail "$db: verify($idx)" ;;
+            # amcheck reads the table through its AM's index build scan (hasis's too)
+            btree) cluster_sql "$DIR" "$db" "SELECT bt_index_parent_check('$idx', heapallindexed => true, rootdescend => true)" >/dev/null &&
+                echo "  bt_index_parent_check($idx, heapallindexed): ok" || fail "$db: bt_index_parent_check($idx)" ;;
         esac
         ph_index_vs_seq "$DIR" "$db" "$tab" "$idx" "($pred) AND $lead IS NOT NULL" || fail "$db: $idx ($am) disagrees with seqscan"
     done
+    # pg_amcheck, one more client we did not write: the heap tables and
+    # their btree indexes after SQLsmith's DML
+    ph_as_user "$PH_PGBIN/pg_amcheck" -h "$sock" -p "$port" -U "$PH_USER" -d "$db" --heapallindexed --no-dependent-toast >"$DIR/amcheck-$db.out" 2>&1 &&
+        echo "  pg_amcheck --heapallindexed: ok" || { fail "$db: pg_amcheck found problems:"; head -n 10 "$DIR/amcheck-$db.out" >&2; }
     for t in $(cluster_sql "$DIR" "$db" "SELECT c.relname FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE a.amname = 'hasis' AND c.relname LIKE 't\_%' ORDER BY 1"); do
         cluster_sql "$DIR" "$db" "SELECT pg_hybrid.verify_table('$t')" >/dev/null && echo "  verify_table($t): ok" || fail "$db: verify_table($t)"
     done
 }
 
 say "indexes against seqscans"
+cluster_sql "$DIR" "$DB" "CREATE EXTENSION amcheck" >/dev/null
 check_indexes "$DB"
 
 # pg_dump and pg_restore, clients we did not write either: every index
