@@ -350,10 +350,15 @@ fn balance_last_two(
             rest = &rest[n..];
             if !rest.is_empty() {
                 // Half of the bytes plus a long first key (a leaf stores
-                // its first key whole) can overflow: a third leaf.
+                // its first key whole) can overflow: a third leaf. The
+                // first half goes back to `lvl` before `buf` takes the
+                // second's body (it wrote its own body into `buf`, over the
+                // second's, and the second leaf went out as a copy of the
+                // first under the second's separator: entries lost,
+                // others twice, keys below their separator).
                 let f = second.first_key().unwrap_or_default().to_vec();
-                let u = second.finish(&mut buf);
                 flush_first(&mut first, blk, left, lvl, &mut buf);
+                let u = second.finish(&mut buf);
                 lvl.push(f, &buf[..u], &mut *alloc, &mut *write);
             }
         }
@@ -698,6 +703,49 @@ mod tests {
         assert!(bsizes.iter().all(|&s| s >= cap * 2 / 5), "{bsizes:?} (packed {psizes:?})");
         assert_eq!(balanced.concat(), input);
         assert_eq!(lvl.nkeys, input.len() as u64);
+    }
+
+    /// Long keys (up to a third of the page) with long shared prefixes,
+    /// versions of a row differing only at the end: the balanced last two
+    /// leaves can take a third leaf (a long first key stored whole), and
+    /// every leaf must still hold its own entries under its own separator
+    /// (`leaves_mem` checks each separator). The third-leaf path once wrote
+    /// a copy of the first half under the second half's separator.
+    #[test]
+    fn balanced_last_leaves_with_long_keys_keep_every_entry() {
+        let cap = 8136;
+        let mut seed = 12345u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut third_leaf_seen = false;
+        for _ in 0..200 {
+            let mut keys: Vec<Vec<u8>> = Vec::new();
+            for _ in 0..5 + rnd() % 200 {
+                let base = (rnd() % 40) as usize;
+                let len = 20 + (rnd() % 2600) as usize;
+                let text: Vec<u8> = (0..len).map(|j| b'a' + ((base * 7 + j * 13) % 16) as u8).collect();
+                for v in 0..1 + rnd() % 4 {
+                    let mut k = text.clone();
+                    k.extend_from_slice(&[0, 0, v as u8]);
+                    keys.push(k);
+                }
+                keys.push(text[..len / 2].to_vec());
+            }
+            keys.retain(|k| k.len() <= max_key_len(cap));
+            keys.sort();
+            keys.dedup();
+            let input: Entries = keys.into_iter().enumerate().map(|(i, k)| (k, vec![Tid::new(i as u32 + 1, 1)])).collect();
+            let (packed, psizes, _) = leaves_mem(input.clone(), cap, LastLeaf::Packed);
+            let (balanced, bsizes, _) = leaves_mem(input.clone(), cap, LastLeaf::Balanced);
+            assert_eq!(packed.concat(), input);
+            assert_eq!(balanced.concat(), input);
+            third_leaf_seen |= bsizes.len() > psizes.len();
+        }
+        assert!(third_leaf_seen, "no input took the third-leaf path");
     }
 
     proptest! {
