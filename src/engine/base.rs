@@ -270,6 +270,11 @@ pub trait BaseStructure: Sync {
     /// cannot serve; called by CREATE INDEX.
     unsafe fn check_definition(&self, _index: pg_sys::Relation, _desc: &IndexDesc) {}
 
+    /// Raises an ERROR for an encoded key the structure cannot hold, beyond
+    /// the engine's own limit (`keys::MAX_KEY_BYTES`); called by `aminsert`
+    /// before the entry is logged, so no merge meets a key it must refuse.
+    unsafe fn check_key(&self, _index: pg_sys::Relation, _key: &[u8]) {}
+
     /// Merge trigger: a merge runs when the delta log holds the structure's
     /// `merge_basis` / merge_ratio (`state::merge_threshold`).
     unsafe fn merge_ratio(&self, index: pg_sys::Relation) -> i32;

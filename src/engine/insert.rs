@@ -34,6 +34,7 @@ pub unsafe extern "C-unwind" fn aminsert(
     let desc = index_desc(index);
     let mut key = Vec::with_capacity(64);
     desc.encode_tuple(values, isnull, &mut key);
+    ams::base(index).check_key(index, &key);
     let tid = item_to_tid(heap_tid);
     let slot = shmem::slot_for(index);
     ensure_synced(index, &desc, slot);

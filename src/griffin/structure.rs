@@ -107,6 +107,10 @@ impl BaseStructure for Griffin {
         hash::check_definition(index, desc, "griffin's hash path needs a hash function that agrees with the type's equality. Use hybrid_btree for this column.");
     }
 
+    unsafe fn check_key(&self, index: pg_sys::Relation, key: &[u8]) {
+        hash::check_key(index, key);
+    }
+
     unsafe fn merge_ratio(&self, index: pg_sys::Relation) -> i32 {
         options::sync_ratio(index)
     }

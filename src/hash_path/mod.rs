@@ -49,6 +49,17 @@ pub unsafe fn check_definition(index: pg_sys::Relation, desc: &IndexDesc, hint: 
     }
 }
 
+/// An ERROR for a key longer than a bucket page takes, raised by
+/// `aminsert` before the entry reaches the delta log: a sync that met it
+/// there failed on it every time (the buckets refuse it), and the index
+/// synced nothing more until the entry died.
+pub unsafe fn check_key(index: pg_sys::Relation, key: &[u8]) {
+    let max = hp::max_key_len(page::BODY_CAP);
+    if key.len() > max {
+        io::fail(index, hp::Error::KeyTooLong { len: key.len(), max });
+    }
+}
+
 /// Ends a failed hash-path operation with an ERROR naming the index.
 pub fn ok<T>(index: pg_sys::Relation, r: hp::Result<T>) -> T {
     match r {

@@ -79,6 +79,10 @@ impl BaseStructure for TieredHash {
         hash::check_definition(index, desc, "tiered_hash's buckets need a hash function that agrees with the type's equality. Use tiered_btree for this column.");
     }
 
+    unsafe fn check_key(&self, index: pg_sys::Relation, key: &[u8]) {
+        hash::check_key(index, key);
+    }
+
     unsafe fn merge_ratio(&self, _index: pg_sys::Relation) -> i32 {
         super::MERGE_RATIO
     }
