@@ -14,21 +14,26 @@
 # seqscans and sorts disabled so index paths (ours) are taken wherever
 # possible. A background loop syncs every index of ours (pg_hybrid.merge)
 # every few seconds, so statements meet indexes in the middle of merges.
+# Meanwhile a third SQLsmith reads from a hot standby that replays it all.
 # Then tests/sqlsmith/api.sql calls every pg_hybrid SQL function on every
 # relation of the database, on NULL and on OIDs that name nothing, as the
 # superuser and as the unprivileged role.
 #
 # Required:
-#   - no crash: the postmaster is the one started, and the server log has no
+#   - no crash, on the primary or the standby: the postmaster is the one
+#     started, and the server log has no
 #     PANIC, "terminated by signal", "was terminated" or reinitialisation;
 #   - no internal error (SQLSTATE class XX) in the server log, except
 #     those of PostgreSQL's own C code that SQLsmith provokes in any
 #     database by making up arguments: "cache lookup failed" for an OID it
 #     hands to a catalog function (amvalidate(0) and the like), a typmod
 #     output function given a typmod the type never makes, unknownin() on
-#     a non-literal; counted and printed. An internal error raised from
-#     pg_hybrid's Rust code always fails;
+#     a non-literal, a new OID or xid wanted on the standby; counted and printed.
+#     An internal error raised from pg_hybrid's Rust code always fails;
 #   - the SQL-function sweep raises no internal error;
+#   - the standby, once it replayed everything, has every table's rows and
+#     every index of ours passes verify there (of its structure: heapallindexed
+#     needs the primary);
 #   - afterwards (the tables changed under SQLsmith's DML): every index of
 #     ours passes pg_hybrid.verify(idx, heapallindexed => true), the hasis
 #     tables pass pg_hybrid.verify_table, btree indexes (on hasis too) pass
@@ -94,27 +99,59 @@ merger_pid=$!
 disown "$merger_pid"   # no "Killed" notice when it is stopped
 ph_bg_add "$merger_pid"
 
-logpos=$(stat -c %s "$DIR/postgres.log")
 sock=$(cluster_sockdir "$DIR")
 port=$(cluster_port "$DIR")
+
+# A hot standby, which replays SQLsmith's DML and the syncs while a third
+# SQLsmith reads from it (its DML fails there, read-only, as it should).
+S=$(ph_scratch sqlsmith-standby)
+SPORT=$((PH_PORT + 1))
+say "hot standby: pg_basebackup -R into $S (port $SPORT)"
+[[ -z $(ph_cluster_pid "$S") ]] || ph_die "a cluster is still running in $S, left by an earlier run; not touching it"
+ph_port_check "$SPORT"
+rm -rf "$S"
+mkdir -p "$S/sock"
+chmod 755 "$S" "$S/sock"
+echo "$SPORT" >"$S/port"
+: >"$S/postgres.log"
+chown -R "$PH_USER:" "$S"
+ph_as_user "$PH_PGBIN/pg_basebackup" -h "$sock" -p "$port" -U "$PH_USER" -D "$S/data" -R -X stream -c fast
+cluster_conf "$S" "port = $SPORT" "unix_socket_directories = '$S/sock'" "hot_standby = on"
+cluster_start "$S"
+cluster_wait_ready "$S"
+s_pid=$(ph_cluster_pid "$S")
+
+# run_sqlsmith HOST PORT ROLE SEED LABEL: one SQLsmith run; fails the test if it does not end well
+run_sqlsmith() {
+    local host=$1 p=$2 role=$3 seed=$4 label=$5 rc=0 rate
+    ph_as_user timeout 900 "$SQLSMITH" --target="host=$host port=$p dbname=$DB user=$role" \
+        --exclude-catalog --seed="$seed" --max-queries="$queries" --verbose \
+        >"$DIR/sqlsmith-$label.out" 2>"$DIR/sqlsmith-$label.err" || rc=$?
+    rate=$(grep -o 'error rate: [0-9.]*' "$DIR/sqlsmith-$label.err" | tail -n1 || true)
+    echo "  $label: exit $rc, ${rate:-no error rate printed}"
+    if ((rc != 0)); then
+        fail "sqlsmith ($label) exited with $rc (replay: sqlsmith --seed=$seed); its last words:"
+        tail -n 5 "$DIR/sqlsmith-$label.err" | sed 's/^/    /' >&2
+    fi
+}
+
+logpos=$(stat -c %s "$DIR/postgres.log")
+s_logpos=$(stat -c %s "$S/postgres.log")
+say "sqlsmith on the standby as smith_idx: $queries queries, seed $((seed0 + 3)) (in the background)"
+run_sqlsmith "$S/sock" "$SPORT" smith_idx $((seed0 + 3)) standby >"$DIR/standby-run.out" 2>&1 &
+standby_run=$!
 for run in "smith $((seed0 + 1))" "smith_idx $((seed0 + 2))"; do
     read -r role seed <<<"$run"
     say "sqlsmith as $role: $queries queries, seed $seed"
-    rc=0
-    ph_as_user timeout 900 "$SQLSMITH" --target="host=$sock port=$port dbname=$DB user=$role" \
-        --exclude-catalog --seed="$seed" --max-queries="$queries" --verbose \
-        >"$DIR/sqlsmith-$role.out" 2>"$DIR/sqlsmith-$role.err" || rc=$?
-    rate=$(grep -o 'error rate: [0-9.]*' "$DIR/sqlsmith-$role.err" | tail -n1 || true)
-    echo "  exit $rc, ${rate:-no error rate printed}"
-    if ((rc != 0)); then
-        fail "sqlsmith as $role exited with $rc (replay: sqlsmith --seed=$seed); its last words:"
-        tail -n 5 "$DIR/sqlsmith-$role.err" | sed 's/^/    /' >&2
-    fi
+    run_sqlsmith "$sock" "$port" "$role" "$seed" "$role"
 done
+wait "$standby_run" || true
+cat "$DIR/standby-run.out"
+grep -q '^FAIL' "$DIR/standby-run.out" && failures=$((failures + 1))
 ph_kill_tree "$merger_pid"
 if grep -qE 'XX[0-9A-Z]{3}|PANIC|terminat' "$DIR/merger.err" 2>/dev/null; then
     fail "pg_hybrid.merge failed during the run:"
-    grep -E 'ERROR' "$DIR/merger.err" | sort | uniq -c | head -n 5 >&2
+    grep -E 'ERROR' "$DIR/merger.err" | sort | uniq -c | head -n 5 >&2 || true
 fi
 
 say "SQL functions on every relation"
@@ -124,42 +161,67 @@ for role in "$PH_USER" smith; do
     grep -o 'API-SUMMARY.*' "$DIR/api-$role.out" | sed 's/^API-SUMMARY/ /' || true
     if grep -q 'API-INTERNAL' "$DIR/api-$role.out"; then
         fail "internal errors from pg_hybrid's SQL functions as $role:"
-        grep -o 'API-INTERNAL.*' "$DIR/api-$role.out" | head -n 10 | sed 's/^/    /' >&2
+        grep -o 'API-INTERNAL.*' "$DIR/api-$role.out" | head -n 10 | sed 's/^/    /' >&2 || true
     fi
 done
 
-say "server log"
-log=$(tail -c +$((logpos + 1)) "$DIR/postgres.log")
-echo "  SQLSTATE classes of the statements that failed:"
-grep -oE '^[0-9-]+ [0-9:.]+ [A-Z]+ \[[0-9]+\] [0-9A-Z]{5} ERROR' <<<"$log" | awk '{print substr($5, 1, 2)}' | sort | uniq -c | sort -rn | head -n 12 | sed 's/^/   /'
-crash=$(grep -E 'PANIC|terminated by signal|was terminated|reinitializing|server process .* exited' <<<"$log" || true)
-if [[ -n $crash ]]; then
-    fail "the server crashed:"
-    head -n 10 <<<"$crash" | sed 's/^/    /' >&2
-fi
-[[ $(ph_cluster_pid "$DIR") == "$pm_pid" ]] || fail "the postmaster changed (was $pm_pid)"
-# Internal errors (SQLSTATE class XX), each with the LOCATION the server
-# logged for it (log_error_verbosity = verbose): "message | function,
-# file:line". Ours are raised from Rust (a .rs file), whatever the message.
-# SQLsmith also calls PostgreSQL's own SQL functions with arguments nothing
-# checks before their internal elog()s: catalog functions with an OID that
-# names nothing ("cache lookup failed for ..."), typmod output functions
-# with a typmod the type never makes, unknownin() on a non-literal. Those,
-# raised in PostgreSQL's C code, are counted and printed apart.
-xx=$(awk '
-    match($0, /\] XX[0-9A-Z][0-9A-Z][0-9A-Z] ERROR:  /) { msg = substr($0, RSTART + RLENGTH); want = 1; next }
-    want && match($0, /\] XX[0-9A-Z][0-9A-Z][0-9A-Z] LOCATION:  /) { print msg " | " substr($0, RSTART + RLENGTH); want = 0 }' <<<"$log")
-core='^(cache lookup failed for [a-z ]+ [0-9]+|failed to find conversion function from unknown to [a-z ]+|invalid [A-Za-z ]+ typmod: .*) \| [a-z_0-9]+, [a-z_0-9]+\.c:[0-9]+$'
-n_core=$(grep -cE "$core" <<<"$xx" || true)
-echo "  PostgreSQL's own internal errors on arguments SQLsmith made up: $n_core"
-grep -E "$core" <<<"$xx" | sort | uniq -c | head -n 5 | sed 's/^/    /' || true
-internal=$(grep -vE "$core" <<<"$xx" | grep . || true)
-if [[ -n $internal ]]; then
-    fail "internal errors (SQLSTATE class XX) in the server log:"
-    sort <<<"$internal" | uniq -c | head -n 10 | sed 's/^/    /' >&2
-    echo "  their statements:" >&2
-    grep -A 30 -E '\] XX[0-9A-Z]{3} ERROR' <<<"$log" | head -n 60 | sed 's/^/    /' >&2
-fi
+# check_log NAME CLUSTER POS PID: no crash, no internal error of ours in the
+# cluster's log since byte POS, and its postmaster is still PID
+check_log() {
+    local name=$1 dir=$2 pos=$3 pid=$4 log crash xx core n_core internal
+    say "server log of the $name"
+    log=$(tail -c +$((pos + 1)) "$dir/postgres.log")
+    echo "  SQLSTATE classes of the statements that failed:"
+    grep -oE '^[0-9-]+ [0-9:.]+ [A-Z]+ \[[0-9]+\] [0-9A-Z]{5} ERROR' <<<"$log" | awk '{print substr($5, 1, 2)}' | sort | uniq -c | sort -rn | head -n 12 | sed 's/^/   /' || true
+    crash=$(grep -E 'PANIC|terminated by signal|was terminated|reinitializing|server process .* exited' <<<"$log" || true)
+    if [[ -n $crash ]]; then
+        fail "the $name crashed:"
+        head -n 10 <<<"$crash" | sed 's/^/    /' >&2
+    fi
+    [[ $(ph_cluster_pid "$dir") == "$pid" ]] || fail "the $name's postmaster changed (was $pid)"
+    # Internal errors (SQLSTATE class XX), each with the LOCATION the server
+    # logged for it (log_error_verbosity = verbose): "message | function,
+    # file:line". Ours are raised from Rust (a .rs file), whatever the message.
+    # SQLsmith also calls PostgreSQL's own SQL functions with arguments nothing
+    # checks before their internal elog()s: catalog functions with an OID that
+    # names nothing ("cache lookup failed for ..."), typmod output functions
+    # with a typmod the type never makes, unknownin() on a non-literal, and
+    # on the standby a function that needs a new OID or a transaction ID
+    # (lo_create, txid_current and the like). Those, raised in PostgreSQL's C code, are counted and printed
+    # apart.
+    xx=$(awk '
+        match($0, /\] XX[0-9A-Z][0-9A-Z][0-9A-Z] ERROR:  (XX[0-9A-Z][0-9A-Z][0-9A-Z]: )?/) { msg = substr($0, RSTART + RLENGTH); want = 1; next }
+        want && match($0, /\] XX[0-9A-Z][0-9A-Z][0-9A-Z] LOCATION:  /) { print msg " | " substr($0, RSTART + RLENGTH); want = 0 }' <<<"$log")
+    core='^(cache lookup failed for [a-z ]+ [0-9]+|failed to find conversion function from unknown to [a-z ]+|invalid [A-Za-z ]+ typmod: .*|cannot assign (OIDs|TransactionIds) during recovery) \| [A-Za-z_0-9]+, [A-Za-z_0-9]+\.c:[0-9]+$'
+    n_core=$(grep -cE "$core" <<<"$xx" || true)
+    echo "  PostgreSQL's own internal errors on arguments SQLsmith made up: $n_core"
+    grep -E "$core" <<<"$xx" | sort | uniq -c | head -n 5 | sed 's/^/    /' || true
+    internal=$(grep -vE "$core" <<<"$xx" | grep . || true)
+    if [[ -n $internal ]]; then
+        fail "internal errors (SQLSTATE class XX) in the $name's log:"
+        sort <<<"$internal" | uniq -c | head -n 10 | sed 's/^/    /' >&2 || true
+        echo "  their statements:" >&2
+        grep -A 30 -E '\] XX[0-9A-Z]{3} ERROR' <<<"$log" | head -n 60 | sed 's/^/    /' >&2 || true
+    fi
+}
+ph_wait_replay "$DIR" "$S" "$DB"
+check_log primary "$DIR" "$logpos" "$pm_pid"
+check_log standby "$S" "$s_logpos" "$s_pid"
+
+say "the standby against the primary"
+SEQ=("SET enable_indexscan = off" "SET enable_bitmapscan = off" "SET enable_indexonlyscan = off")
+rows() { cluster_sql "$1" "$2" "${SEQ[@]}" "SELECT count(*) || ' ' || md5(coalesce(string_agg(x::text, E'\n' ORDER BY x::text), '')) FROM $3 x"; }
+for t in $(cluster_sql "$DIR" "$DB" "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname LIKE 't\_%' ORDER BY 1"); do
+    a=$(rows "$DIR" "$DB" "$t")
+    b=$(rows "$S" "$DB" "$t")
+    [[ $a == "$b" ]] && echo "  $t: ${a%% *} rows, as on the primary" || fail "$t on the standby: '$b', on the primary: '$a'"
+done
+# (heapallindexed needs the primary: replay changes the heap under it)
+n=0
+for idx in $(cluster_sql "$S" "$DB" "$ours"); do
+    cluster_sql "$S" "$DB" "SELECT pg_hybrid.verify('$idx', heapallindexed => false)" >/dev/null && n=$((n + 1)) || fail "verify($idx) on the standby"
+done
+echo "  verify of the structure of $n indexes of ours on the standby: ok"
 
 # check_indexes DB: verify every index of ours, and every index against a seqscan
 check_indexes() {
@@ -200,9 +262,7 @@ ph_as_user "$PH_PGBIN/pg_dump" -h "$sock" -p "$port" -U "$PH_USER" -Fc -f "$DIR/
 cluster_psql "$DIR" postgres -c "CREATE DATABASE smith_restored TEMPLATE template0"
 ph_as_user "$PH_PGBIN/pg_restore" -h "$sock" -p "$port" -U "$PH_USER" --exit-on-error -j 2 -d smith_restored "$DIR/smith.dump" >"$DIR/restore.log" 2>&1 ||
     { fail "pg_restore failed:"; head -n 20 "$DIR/restore.log" >&2; }
-SEQ=("SET enable_indexscan = off" "SET enable_bitmapscan = off" "SET enable_indexonlyscan = off")
 defs() { cluster_sql "$DIR" "$1" "SELECT indexdef FROM pg_indexes WHERE schemaname = 'public' ORDER BY indexdef"; }
-rows() { cluster_sql "$DIR" "$1" "${SEQ[@]}" "SELECT count(*) || ' ' || md5(coalesce(string_agg(x::text, E'\n' ORDER BY x::text), '')) FROM $2 x"; }
 if [[ $(defs "$DB") != "$(defs smith_restored)" ]]; then
     fail "the restored index definitions differ:"
     diff <(defs "$DB") <(defs smith_restored) | head -n 20 >&2 || true
@@ -210,8 +270,8 @@ else
     echo "  $(defs "$DB" | wc -l) index definitions, the same"
 fi
 for t in $(cluster_sql "$DIR" "$DB" "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname LIKE 't\_%' ORDER BY 1"); do
-    a=$(rows "$DB" "$t")
-    b=$(rows smith_restored "$t")
+    a=$(rows "$DIR" "$DB" "$t")
+    b=$(rows "$DIR" smith_restored "$t")
     [[ $a == "$b" ]] && echo "  $t: ${a%% *} rows, the same" || fail "$t restored: '$b', the source: '$a'"
 done
 check_indexes smith_restored
