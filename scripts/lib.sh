@@ -238,6 +238,30 @@ cluster_kill9() {
     ph_die "cluster_kill9: processes of $dir did not exit"
 }
 
+# ph_standby PRIMARY STANDBY PORT [CONF-LINE...]: a streaming hot standby of
+# the running cluster PRIMARY, made by pg_basebackup -R -X stream into the
+# directory STANDBY on PORT (its own socket directory), with the extra
+# settings given, started and checked to be in recovery.
+ph_standby() {
+    local p=$1 s=$2 port=$3 pid
+    shift 3
+    pid=$(ph_cluster_pid "$s")
+    [[ -z $pid ]] || ph_die "a cluster is still running in $s (pid $pid), left by an earlier run; not touching it"
+    ph_port_check "$port"
+    rm -rf "$s"
+    mkdir -p "$s/sock"
+    chmod 755 "$s" "$s/sock"
+    echo "$port" >"$s/port"
+    : >"$s/postgres.log"
+    chown -R "$PH_USER:" "$s"
+    ph_as_user "$PH_PGBIN/pg_basebackup" -h "$p/sock" -p "$(cluster_port "$p")" -U "$PH_USER" -D "$s/data" -R -X stream -c fast
+    cluster_conf "$s" "" "# ---- standby overrides (ph_standby) ----" \
+        "port = $port" "unix_socket_directories = '$s/sock'" "hot_standby = on" "$@"
+    cluster_start "$s"
+    cluster_wait_ready "$s"
+    [[ $(cluster_sql "$s" postgres "SELECT pg_is_in_recovery()") == t ]] || ph_die "the standby in $s is not in recovery"
+}
+
 # cluster_psql DIR DB [PSQL-ARGS...]: psql as $PH_USER, ON_ERROR_STOP, quiet.
 cluster_psql() {
     local dir=$1 db=$2; shift 2

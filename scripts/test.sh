@@ -20,7 +20,8 @@
 #   arena         tests/arena.sh        (8MB pg_hybrid.shared_memory: merges under arena pressure,
 #                                        background merge on/off, restart rebuilds the dynamic stages)
 #   sqlsmith      tests/sqlsmith.sh     (Debian's SQLsmith sends random statements at tables with
-#                                        every AM's indexes and a hasis table, as two unprivileged roles;
+#                                        every AM's indexes and a hasis table, as two unprivileged roles,
+#                                        and reads from a hot standby;
 #                                        every pg_hybrid SQL function on every relation; no crash, no
 #                                        internal error, then verify and index-vs-seqscan on every index)
 #   bench         bench/smoke.sh        (every benchmark suite in --smoke size, AM vs btree; bad

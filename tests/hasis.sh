@@ -583,22 +583,7 @@ sub_standby() {
     cluster_start "$P"
     ph_prepare_db "$P" "$db"
     say "pg_basebackup -R into $S (port $SPORT)"
-    pid=$(ph_cluster_pid "$S")
-    [[ -z $pid ]] || ph_die "a cluster is still running in $S (pid $pid), left by an earlier run; not touching it"
-    ph_port_check "$SPORT"
-    rm -rf "$S"
-    mkdir -p "$S/sock"
-    chmod 755 "$S" "$S/sock"
-    echo "$SPORT" >"$S/port"
-    : >"$S/postgres.log"
-    chown -R "$PH_USER:" "$S"
-    ph_as_user "$PH_PGBIN/pg_basebackup" -h "$P/sock" -p "$PH_PORT" -U "$PH_USER" -D "$S/data" -R -X stream -c fast
-    cluster_conf "$S" "" "# ---- standby overrides (tests/hasis.sh) ----" \
-        "port = $SPORT" "unix_socket_directories = '$S/sock'" "hot_standby = on" \
-        "max_standby_streaming_delay = -1"
-    cluster_start "$S"
-    cluster_wait_ready "$S"
-    [[ $(cluster_sql "$S" "$db" "SELECT pg_is_in_recovery()") == t ]] || ph_die "the standby is not in recovery"
+    ph_standby "$P" "$S" "$SPORT" "max_standby_streaming_delay = -1"
 
     # queries: "MODE|SQL" with @ for the table; each runs on the primary and on
     # the standby against sh (hasis, MODE's settings) and on the primary

@@ -107,18 +107,7 @@ port=$(cluster_port "$DIR")
 S=$(ph_scratch sqlsmith-standby)
 SPORT=$((PH_PORT + 1))
 say "hot standby: pg_basebackup -R into $S (port $SPORT)"
-[[ -z $(ph_cluster_pid "$S") ]] || ph_die "a cluster is still running in $S, left by an earlier run; not touching it"
-ph_port_check "$SPORT"
-rm -rf "$S"
-mkdir -p "$S/sock"
-chmod 755 "$S" "$S/sock"
-echo "$SPORT" >"$S/port"
-: >"$S/postgres.log"
-chown -R "$PH_USER:" "$S"
-ph_as_user "$PH_PGBIN/pg_basebackup" -h "$sock" -p "$port" -U "$PH_USER" -D "$S/data" -R -X stream -c fast
-cluster_conf "$S" "port = $SPORT" "unix_socket_directories = '$S/sock'" "hot_standby = on"
-cluster_start "$S"
-cluster_wait_ready "$S"
+ph_standby "$DIR" "$S" "$SPORT"
 s_pid=$(ph_cluster_pid "$S")
 
 # run_sqlsmith HOST PORT ROLE SEED LABEL: one SQLsmith run; fails the test if it does not end well
