@@ -45,6 +45,16 @@ unsafe fn each_member<T: Copy>(cache: pg_sys::SysCacheIdentifier::Type, opfamily
     rows
 }
 
+/// The members of a family for one (left type, right type) pair: which
+/// strategies have an operator, and whether the comparison function is
+/// there.
+struct TypePair {
+    left: pg_sys::Oid,
+    right: pg_sys::Oid,
+    strategies: [bool; 5],
+    has_comparison: bool,
+}
+
 /// What makes `opfamily` (of one of our AMs) disagree with btree, one
 /// sentence each; empty when it agrees. An `ordered` AM needs all five
 /// strategies for each pair of types it has operators for; one without
@@ -53,13 +63,12 @@ pub unsafe fn disagreements(opfamily: pg_sys::Oid, ordered: bool) -> Vec<String>
     let mut problems = Vec::new();
     let ops: Vec<pg_sys::FormData_pg_amop> = each_member(pg_sys::SysCacheIdentifier::AMOPSTRATEGY, opfamily);
     let procs: Vec<pg_sys::FormData_pg_amproc> = each_member(pg_sys::SysCacheIdentifier::AMPROCNUM, opfamily);
-    // (left type, right type) -> strategies present, and whether a comparison function is there
-    let mut pairs: Vec<((pg_sys::Oid, pg_sys::Oid), [bool; 5], bool)> = Vec::new();
-    fn pair_of(pairs: &mut Vec<((pg_sys::Oid, pg_sys::Oid), [bool; 5], bool)>, key: (pg_sys::Oid, pg_sys::Oid)) -> usize {
-        match pairs.iter().position(|p| p.0 == key) {
+    let mut pairs: Vec<TypePair> = Vec::new();
+    fn pair_of(pairs: &mut Vec<TypePair>, left: pg_sys::Oid, right: pg_sys::Oid) -> usize {
+        match pairs.iter().position(|p| p.left == left && p.right == right) {
             Some(i) => i,
             None => {
-                pairs.push((key, [false; 5], false));
+                pairs.push(TypePair { left, right, strategies: [false; 5], has_comparison: false });
                 pairs.len() - 1
             }
         }
@@ -75,8 +84,8 @@ pub unsafe fn disagreements(opfamily: pg_sys::Oid, ordered: bool) -> Vec<String>
             problems.push(format!("operator {name} has strategy {strategy}; only 1 to 5 (<, <=, =, >=, >) exist"));
             continue;
         }
-        let i = pair_of(&mut pairs, (op.amoplefttype, op.amoprighttype));
-        pairs[i].1[strategy as usize - 1] = true;
+        let i = pair_of(&mut pairs, op.amoplefttype, op.amoprighttype);
+        pairs[i].strategies[strategy as usize - 1] = true;
         match btree_family(op.amoplefttype) {
             None => problems.push(format!("type {} has no default btree operator class to agree with", type_name(op.amoplefttype))),
             Some(bt) => {
@@ -97,8 +106,8 @@ pub unsafe fn disagreements(opfamily: pg_sys::Oid, ordered: bool) -> Vec<String>
             problems.push(format!("function {name} has support number {}; only 1 (the comparison) exists", p.amprocnum));
             continue;
         }
-        let i = pair_of(&mut pairs, (p.amproclefttype, p.amprocrighttype));
-        pairs[i].2 = true;
+        let i = pair_of(&mut pairs, p.amproclefttype, p.amprocrighttype);
+        pairs[i].has_comparison = true;
         let theirs = btree_family(p.amproclefttype)
             .map(|bt| pg_sys::get_opfamily_proc(bt, p.amproclefttype, p.amprocrighttype, BTORDER_PROC))
             .unwrap_or(pg_sys::InvalidOid);
@@ -111,14 +120,14 @@ pub unsafe fn disagreements(opfamily: pg_sys::Oid, ordered: bool) -> Vec<String>
             ));
         }
     }
-    for ((lt, rt), strategies, has_proc) in &pairs {
-        let types = format!("({}, {})", type_name(*lt), type_name(*rt));
+    for TypePair { left, right, strategies, has_comparison } in &pairs {
+        let types = format!("({}, {})", type_name(*left), type_name(*right));
         let required: &[usize] = if ordered { &[1, 2, 3, 4, 5] } else { &[3] };
         let missing: Vec<String> = required.iter().filter(|&&s| !strategies[s - 1]).map(|s| s.to_string()).collect();
         if !missing.is_empty() {
             problems.push(format!("operators for {types} lack strateg{} {}", if missing.len() == 1 { "y" } else { "ies" }, missing.join(", ")));
         }
-        if !has_proc {
+        if !has_comparison {
             problems.push(format!("operators for {types} have no comparison function (support function 1)"));
         }
     }
