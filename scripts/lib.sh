@@ -332,14 +332,20 @@ ph_wait_replay() {
 # any mismatch.
 ph_index_vs_seq() {
     local dir=$1 db=$2 tab=$3 idx=$4 where=$5
-    local q seq res mode plan rc=0 ordered cols probe from pre=() post=()
+    local q seq res mode plan rc=0 ordered cols probe from pre=() post=() idxoid
     from="FROM $tab t WHERE $where"
+    # INDEX by OID: its name may be unqualified beside a schema-qualified TABLE
+    idxoid=$(cluster_sql "$dir" "$db" "SELECT i.indexrelid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = '$tab'::regclass AND c.relname = '${idx##*.}'")
+    if [[ -z $idxoid ]]; then
+        echo "  $tab/$idx: no such index on $tab" >&2
+        return 1
+    fi
     # An index without order (tiered_hash) answers equality only: each
     # distinct key (all key columns, none NULL) of the rows is looked up
     # through it, in a nested loop, and must bring back exactly its rows.
-    ordered=$(cluster_sql "$dir" "$db" "SELECT pg_indexam_has_property(relam, 'can_order') FROM pg_class WHERE oid = '$idx'::regclass")
+    ordered=$(cluster_sql "$dir" "$db" "SELECT pg_indexam_has_property(relam, 'can_order') FROM pg_class WHERE oid = $idxoid")
     if [[ $ordered == f ]]; then
-        cols=$(cluster_sql "$dir" "$db" "SELECT string_agg(quote_ident(a.attname), ',' ORDER BY k.n) FROM pg_index i, unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, n), pg_attribute a WHERE i.indexrelid = '$idx'::regclass AND k.n <= i.indnkeyatts AND a.attrelid = i.indrelid AND a.attnum = k.attnum")
+        cols=$(cluster_sql "$dir" "$db" "SELECT string_agg(quote_ident(a.attname), ',' ORDER BY k.n) FROM pg_index i, unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, n), pg_attribute a WHERE i.indexrelid = $idxoid AND k.n <= i.indnkeyatts AND a.attrelid = i.indrelid AND a.attnum = k.attnum")
         probe=$(sed -E 's/([^,]+)/t.\1 = d.\1/g; s/,/ AND /g' <<<"$cols")
         where="$where AND $(sed -E 's/([^,]+)/\1 IS NOT NULL/g; s/,/ AND /g' <<<"$cols")"
         from="FROM (SELECT DISTINCT $cols FROM $tab WHERE $where) d CROSS JOIN LATERAL (SELECT * FROM $tab t WHERE $where AND $probe OFFSET 0) t"
@@ -350,7 +356,7 @@ ph_index_vs_seq() {
     # write: run the check there on tables whose other indexes do not
     # compete.)
     if [[ $(cluster_sql "$dir" "$db" "SELECT pg_is_in_recovery()") == f ]]; then
-        pre=("BEGIN" "UPDATE pg_index SET indisvalid = false WHERE indrelid = '$tab'::regclass AND indexrelid <> '$idx'::regclass")
+        pre=("BEGIN" "UPDATE pg_index SET indisvalid = false WHERE indrelid = '$tab'::regclass AND indexrelid <> $idxoid")
         post=("ROLLBACK")
     fi
     q="SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, E'\\n' ORDER BY t::text)), '-') FROM $tab t WHERE $where"
