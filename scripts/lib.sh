@@ -311,6 +311,16 @@ ph_prepare_db() {
     fi
 }
 
+# ph_internal_errors < LOG: the internal errors (SQLSTATE class XX) of a
+# server log written with log_line_prefix '%m [%p] %e ' and
+# log_error_verbosity = verbose, one per line as "message | function,
+# file:line" (the LOCATION logged for it): ours are raised from a .rs file.
+ph_internal_errors() {
+    awk '
+        match($0, /\] XX[0-9A-Z][0-9A-Z][0-9A-Z] ERROR:  (XX[0-9A-Z][0-9A-Z][0-9A-Z]: )?/) { msg = substr($0, RSTART + RLENGTH); want = 1; next }
+        want && match($0, /\] XX[0-9A-Z][0-9A-Z][0-9A-Z] LOCATION:  /) { print msg " | " substr($0, RSTART + RLENGTH); want = 0 }'
+}
+
 # ph_wait_replay PRIMARY STANDBY DB [SECONDS]: wait until the standby replayed
 # everything the primary has written so far.
 ph_wait_replay() {

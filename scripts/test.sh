@@ -24,6 +24,10 @@
 #                                        and reads from a hot standby;
 #                                        every pg_hybrid SQL function on every relation; no crash, no
 #                                        internal error, then verify and index-vs-seqscan on every index)
+#   sqlalchemy    tests/sqlalchemy.sh   (SQLAlchemy's own test suite, PostgreSQL dialect, SQL and ORM
+#                                        tests, with every table it creates USING hasis; what fails
+#                                        there runs again on heap, the oracle; verify_table before
+#                                        every DROP; no crash, no internal error; --quick: no ORM)
 #   bench         bench/smoke.sh        (every benchmark suite in --smoke size, AM vs btree; bad
 #                                        input fails cleanly; TPC-H answers checked; no timing limits)
 # Third pass, with griffin (skipped when the AM under test is griffin or
@@ -93,7 +97,7 @@ ELASTIC_STEPS=(differential-elastic crash-elastic standby-elastic concurrency-el
 GRIFFIN_STEPS=(differential-griffin crash-griffin standby-griffin concurrency-griffin isolation-griffin corrupt-griffin)
 TIERED_STEPS=(differential-tiered crash-tiered standby-tiered concurrency-tiered isolation-tiered corrupt-tiered
     differential-thash crash-thash standby-thash concurrency-thash isolation-thash corrupt-thash)
-ALL_STEPS=(setup core regress differential crash standby concurrency isolation hasis csd corrupt arena sqlsmith bench "${ELASTIC_STEPS[@]}" "${GRIFFIN_STEPS[@]}" "${TIERED_STEPS[@]}")
+ALL_STEPS=(setup core regress differential crash standby concurrency isolation hasis csd corrupt arena sqlsmith sqlalchemy bench "${ELASTIC_STEPS[@]}" "${GRIFFIN_STEPS[@]}" "${TIERED_STEPS[@]}")
 quick=0
 only=()
 skip=()
@@ -411,7 +415,7 @@ run_step setup step_setup
 if selected setup && [[ ${results[-1]} == *FAIL* ]]; then setup_ok=0; fi
 
 if ((setup_ok == 0)); then
-    ns=(core regress differential crash standby concurrency isolation hasis csd corrupt arena sqlsmith bench)
+    ns=(core regress differential crash standby concurrency isolation hasis csd corrupt arena sqlsmith sqlalchemy bench)
     ((ELASTIC_PASS)) && ns+=("${ELASTIC_STEPS[@]}")
     ((GRIFFIN_PASS)) && ns+=("${GRIFFIN_STEPS[@]}")
     ((TIERED_PASS || THASH_PASS)) && ns+=("${TIERED_STEPS[@]}")
@@ -450,6 +454,7 @@ else
     run_step corrupt bash "$PH_REPO/tests/corrupt.sh" "${qarg[@]}"
     run_step arena bash "$PH_REPO/tests/arena.sh" "${qarg[@]}"
     run_step sqlsmith bash "$PH_REPO/tests/sqlsmith.sh" "${qarg[@]}"
+    run_step sqlalchemy bash "$PH_REPO/tests/sqlalchemy.sh" "${qarg[@]}"
     run_step bench bash "$PH_REPO/bench/smoke.sh" "${qarg[@]}"
     if ((ELASTIC_PASS)); then
         run_step crash-elastic elastic_step crash.sh "${PH_ELASTIC_BOUND_CRASH:-1MB}" "${eqarg[@]}"

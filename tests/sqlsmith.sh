@@ -178,9 +178,7 @@ check_log() {
     # on the standby a function that needs a new OID or a transaction ID
     # (lo_create, txid_current and the like). Those, raised in PostgreSQL's C code, are counted and printed
     # apart.
-    xx=$(awk '
-        match($0, /\] XX[0-9A-Z][0-9A-Z][0-9A-Z] ERROR:  (XX[0-9A-Z][0-9A-Z][0-9A-Z]: )?/) { msg = substr($0, RSTART + RLENGTH); want = 1; next }
-        want && match($0, /\] XX[0-9A-Z][0-9A-Z][0-9A-Z] LOCATION:  /) { print msg " | " substr($0, RSTART + RLENGTH); want = 0 }' <<<"$log")
+    xx=$(ph_internal_errors <<<"$log")
     core='^(cache lookup failed for [a-z ]+ [0-9]+|failed to find conversion function from unknown to [a-z ]+|invalid [A-Za-z ]+ typmod: .*|cannot assign (OIDs|TransactionIds) during recovery) \| [A-Za-z_0-9]+, [A-Za-z_0-9]+\.c:[0-9]+$'
     n_core=$(grep -cE "$core" <<<"$xx" || true)
     echo "  PostgreSQL's own internal errors on arguments SQLsmith made up: $n_core"
