@@ -182,15 +182,7 @@ ensure_venv() {
         return 0
     fi
     ph_log "setting up $venv (${PY_PKGS[*]})"
-    if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
-        ph_log "python3 lacks venv/ensurepip; installing python3-venv"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >/dev/null 2>&1 ||
-            { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >/dev/null; } ||
-            ph_die "cannot create a Python venv: python3-venv is missing and could not be installed"
-    fi
-    [[ -x $venv/bin/python ]] || python3 -m venv "$venv" || ph_die "python3 -m venv $venv failed"
-    "$venv/bin/pip" install -q --disable-pip-version-check "${PY_PKGS[@]}" ||
-        ph_die "pip could not install ${PY_PKGS[*]} into $venv (PyPI reachable?)"
+    ph_venv "$venv" "${PY_PKGS[@]}"
 }
 
 # go-tpc v1.0.9 needs go >= 1.18; the module in bench/tpcc says 1.21.

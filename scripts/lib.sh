@@ -311,6 +311,22 @@ ph_prepare_db() {
     fi
 }
 
+# ph_venv DIR PKG...: a Python venv in DIR with PKG... installed from PyPI
+# (python3-venv installed first where Debian's python3 lacks it).
+ph_venv() {
+    local dir=$1
+    shift
+    if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+        ph_log "python3 lacks venv/ensurepip; installing python3-venv"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >/dev/null 2>&1 ||
+            { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >/dev/null; } ||
+            ph_die "cannot create a Python venv: python3-venv is missing and could not be installed"
+    fi
+    [[ -x $dir/bin/python ]] || python3 -m venv "$dir" || ph_die "python3 -m venv $dir failed"
+    "$dir/bin/pip" install -q --disable-pip-version-check "$@" ||
+        ph_die "pip could not install $* into $dir (PyPI reachable?)"
+}
+
 # ph_internal_errors < LOG: the internal errors (SQLSTATE class XX) of a
 # server log written with log_line_prefix '%m [%p] %e ' and
 # log_error_verbosity = verbose, one per line as "message | function,

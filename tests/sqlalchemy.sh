@@ -45,14 +45,7 @@ venv=$PH_REPO/tests/.venv-sqlalchemy
 src=$venv/src/sqlalchemy-$SQLA_VERSION
 if ! [[ -x $venv/bin/pytest && -d $src/test ]]; then
     say "setting up $venv (SQLAlchemy $SQLA_VERSION's sdist, ${PY_PKGS[*]})"
-    if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >/dev/null 2>&1 ||
-            { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >/dev/null; } ||
-            ph_die "cannot create a Python venv: python3-venv is missing and could not be installed"
-    fi
-    [[ -x $venv/bin/python ]] || python3 -m venv "$venv" || ph_die "python3 -m venv $venv failed"
-    "$venv/bin/pip" install -q --disable-pip-version-check "${PY_PKGS[@]}" ||
-        ph_die "pip could not install ${PY_PKGS[*]} into $venv (PyPI reachable?)"
+    ph_venv "$venv" "${PY_PKGS[@]}"
     mkdir -p "$venv/src"
     "$venv/bin/pip" download -q --disable-pip-version-check --no-deps --no-binary :all: \
         "sqlalchemy==$SQLA_VERSION" -d "$venv/src" || ph_die "pip could not download SQLAlchemy $SQLA_VERSION's sdist"
