@@ -94,13 +94,15 @@ if ((${#on_hasis[@]})); then
     mapfile -t files < <(printf '%s\n' "${on_hasis[@]}" | sed 's/::.*//' | sort -u)
     say "the ${#files[@]} test files with the ${#on_hasis[@]} tests that failed there, against heap tables"
     pytest_run test_heap "$DIR/heap.out" "$DIR/heap.failed" "${files[@]}"
-    mapfile -t only_hasis < <(sort -u "$DIR/heap.failed" | comm -23 "$DIR/hasis.failed" -)
+    sort -u "$DIR/heap.failed" -o "$DIR/heap.failed"
+    mapfile -t only_hasis < <(comm -23 "$DIR/hasis.failed" "$DIR/heap.failed")
     echo "  failing on both (the environment): $((${#on_hasis[@]} - ${#only_hasis[@]}))"
-    comm -12 "$DIR/hasis.failed" <(sort -u "$DIR/heap.failed") | head -n 5 | sed 's/^/    /'
+    comm -12 "$DIR/hasis.failed" "$DIR/heap.failed" | head -n 5 | sed 's/^/    /'
 fi
 expected=$PH_REPO/tests/sqlalchemy/expected.txt
+listed=$(grep -v '^#' "$expected" | cut -f1)
 for t in "${only_hasis[@]}"; do
-    if grep -qxF -- "$t" <(grep -v '^#' "$expected" | cut -f1); then
+    if grep -qxF -- "$t" <<<"$listed"; then
         echo "  fails on hasis only, as listed in tests/sqlalchemy/expected.txt: $t"
     else
         fail "fails on hasis, passes on heap: $t"

@@ -10,8 +10,9 @@
 -- after all of its DML, while it still exists. A table that fails stops the
 -- DROP with verify_table's error, which the suite then reports as an error
 -- of that test (and the heap database has no hasis table to fail).
--- Tables another session holds locked (lock_timeout), has just dropped, or
--- keeps as its own temporary tables are skipped and counted in the log.
+-- Tables another session holds locked (lock_timeout) or has just dropped
+-- are skipped and counted in the log; other sessions' temporary tables are
+-- not looked at (this session's are checked).
 CREATE EXTENSION IF NOT EXISTS hstore;
 CREATE EXTENSION IF NOT EXISTS citext;
 CREATE SCHEMA test_schema;
