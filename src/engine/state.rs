@@ -420,7 +420,14 @@ impl DualStageState {
 
     pub fn insert(&mut self, desc: &IndexDesc, key: &[u8], tid: Tid, pos: u64) -> bool {
         let mut cmp = |a: &[u8], b: &[u8]| desc.compare(a, b);
-        match self.tree.insert(&mut ArenaPool, &mut cmp, key, tid, pos) {
+        // Keys ordered by their bytes let the leaf search read the slot
+        // array's key hints instead of the entries (core/src/DYNAMIC.md).
+        let done = if desc.memcmp {
+            self.tree.insert_bytewise(&mut ArenaPool, key, tid, pos)
+        } else {
+            self.tree.insert(&mut ArenaPool, &mut cmp, key, tid, pos)
+        };
+        match done {
             Ok(()) => {
                 if let Some(h) = desc.key_hash(key) {
                     self.bloom_add(h);
