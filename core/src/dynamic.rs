@@ -942,6 +942,55 @@ impl DynTree {
         self.walk(pool, leaf, idx, &mut visit);
     }
 
+    /// `scan` for a byte-ordered tree (see `insert_bytewise`): forward from
+    /// the first entry whose key is >= `bound` in byte order, which for
+    /// keys whose columns are prefix-free is the first entry a bound on
+    /// their leading columns does not place below it.
+    pub fn scan_bytewise<P: BlockPool + ?Sized>(
+        &self,
+        pool: &P,
+        bound: &[u8],
+        mut visit: impl FnMut(&[u8], Tid, u64) -> bool,
+    ) {
+        let (leaf, idx, _) = self.locate_bytewise(pool, bound, Tid::new(0, 0));
+        self.walk(pool, leaf, idx, &mut visit);
+    }
+
+    /// `scan_after` for a byte-ordered tree.
+    pub fn scan_after_bytewise<P: BlockPool + ?Sized>(
+        &self,
+        pool: &P,
+        key: &[u8],
+        tid: Tid,
+        mut visit: impl FnMut(&[u8], Tid, u64) -> bool,
+    ) {
+        let (leaf, idx, exists) = self.locate_bytewise(pool, key, tid);
+        self.walk(pool, leaf, idx + exists as usize, &mut visit);
+    }
+
+    /// Leaf and index of the first entry not below (key, tid) in byte
+    /// order, and whether it equals it; the leaf search reads key hints.
+    fn locate_bytewise<P: BlockPool + ?Sized>(&self, pool: &P, key: &[u8], tid: Tid) -> (u32, usize, bool) {
+        let mut id = self.root;
+        if id == NONE {
+            return (NONE, 0, false);
+        }
+        let bytes = &mut |x: &[u8], y: &[u8]| x.cmp(y);
+        for lvl in (1..self.height as usize).rev() {
+            // SAFETY: read-only view of a live block.
+            let b = unsafe { self.node(pool, id) };
+            id = val_at(b, lvl, off(b, inner_child(b, lvl, bytes, key, tid))) as u32;
+            if lvl == 1 {
+                // SAFETY: the child is a live block of this tree.
+                prefetch_leaf_head(unsafe { self.node(pool, id) });
+            }
+        }
+        // SAFETY: as above.
+        let b = unsafe { self.node(pool, id) };
+        let (idx, exists) = leaf_lower_bound_bytewise(b, key, tid);
+        (id, idx, exists)
+    }
+
     /// Forward scan of every entry.
     pub fn scan_all<P: BlockPool + ?Sized>(
         &self,
@@ -1996,10 +2045,15 @@ mod tests {
                 }
                 Op::Scan(k, limit) => {
                     let mut got = Vec::new();
-                    t.scan(&pool, &mut |s| kcmp(s, &k), |key, tid, p| {
+                    let visit = |key: &[u8], tid, p| {
                         got.push((key.to_vec(), tid, p));
                         got.len() < limit
-                    });
+                    };
+                    if bytewise {
+                        t.scan_bytewise(&pool, &k, visit);
+                    } else {
+                        t.scan(&pool, &mut |s| kcmp(s, &k), visit);
+                    }
                     let want: Vec<_> = o
                         .range((Included((K(k.clone()), Tid::new(0, 0))), Unbounded))
                         .take(limit.max(1))
@@ -2010,10 +2064,15 @@ mod tests {
                 Op::After(k, b, off) => {
                     let tid = Tid::new(b, off);
                     let mut got = Vec::new();
-                    t.scan_after(&pool, &mut kcmp, &k, tid, |key, tid, p| {
+                    let visit = |key: &[u8], tid, p| {
                         got.push((key.to_vec(), tid, p));
                         got.len() < 10
-                    });
+                    };
+                    if bytewise {
+                        t.scan_after_bytewise(&pool, &k, tid, visit);
+                    } else {
+                        t.scan_after(&pool, &mut kcmp, &k, tid, visit);
+                    }
                     let want: Vec<_> = o
                         .range((Excluded((K(k.clone()), tid)), Unbounded))
                         .take(10)

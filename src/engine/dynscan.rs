@@ -223,8 +223,12 @@ impl DynReader {
                     }
                     take(k, t, p)
                 };
+                // Keys that compare as bytes find their place through the
+                // leaves' key hints (core/src/DYNAMIC.md).
                 match &from {
+                    Resume::Edge if desc.memcmp => st.tree.scan_bytewise(&ArenaPool, lower, visit),
                     Resume::Edge => st.tree.scan(&ArenaPool, &mut |k| desc.compare_prefix(k, lower), visit),
+                    Resume::After(key, tid) if desc.memcmp => st.tree.scan_after_bytewise(&ArenaPool, key, *tid, &mut visit),
                     Resume::After(key, tid) => st.tree.scan_after(&ArenaPool, &mut cmp, key, *tid, &mut visit),
                 }
             }

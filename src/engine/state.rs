@@ -662,8 +662,7 @@ pub unsafe fn snapshot(
     if st.tree.nentries > 0 {
         if point_hash.is_none_or(|h| st.bloom_may_contain(h)) {
             let merged = st.base.merged_upto;
-            let mut bound = |k: &[u8]| desc.compare_prefix(k, lower);
-            st.tree.scan(&ArenaPool, &mut bound, |k: &[u8], t: Tid, p: u64| {
+            let visit = |k: &[u8], t: Tid, p: u64| {
                 if let Some(u) = upper {
                     if desc.compare_prefix(k, u) == Ordering::Greater {
                         return false;
@@ -679,7 +678,12 @@ pub unsafe fn snapshot(
                     items.push((k.to_vec(), t));
                 }
                 true
-            });
+            };
+            if desc.memcmp {
+                st.tree.scan_bytewise(&ArenaPool, lower, visit);
+            } else {
+                st.tree.scan(&ArenaPool, &mut |k: &[u8]| desc.compare_prefix(k, lower), visit);
+            }
         }
     }
     if complete {
