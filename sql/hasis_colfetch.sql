@@ -33,6 +33,11 @@ BEGIN
   RETURN (j->0->'Plan'->>'Shared Hit Blocks')::bigint + (j->0->'Plan'->>'Shared Read Blocks')::bigint;
 END $$;
 
+-- snapshots_gone(): sql/include/snapshots_gone.sql
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set include_file :abs_srcdir '/sql/include/snapshots_gone.sql'
+\i :include_file
+
 CREATE TABLE cf_h (k int8, g int4, c3 int4, c4 numeric(12,2), c5 float8, c6 date, c7 text, c8 text,
     c9 int4, c10 timestamptz, c11 text, c12 int2, c13 text, c14 float8, c15 text, c16 text) USING hasis;
 CREATE TABLE cf_x (LIKE cf_h) USING heap;
@@ -187,17 +192,9 @@ INSERT INTO cf_rh SELECT g, g, repeat('p', g % 30) FROM generate_series(1, 3000)
 INSERT INTO cf_rx SELECT * FROM cf_rh;
 UPDATE cf_rh SET v = v + 1000000 WHERE k % 3 = 0;
 UPDATE cf_rx SET v = v + 1000000 WHERE k % 3 = 0;
--- VACUUM compacts only what no snapshot sees: wait (up to 30 s) until no
--- other session holds one (an autovacuum ANALYZE, a worker of an earlier
--- test), so the counts below do not depend on timing.
-DO $$
-BEGIN
-  FOR i IN 1..300 LOOP
-    PERFORM pg_stat_clear_snapshot();
-    EXIT WHEN NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL));
-    PERFORM pg_sleep(0.1);
-  END LOOP;
-END $$;
+-- VACUUM compacts only what no snapshot sees: so the counts below do not
+-- depend on timing, wait until no other session holds one.
+SELECT snapshots_gone();
 VACUUM cf_rh; VACUUM cf_rx;
 SELECT redirect_slots > 0 AS redirects, delta_versions = 0 AS no_delta FROM pg_hybrid.table_stats('cf_rh');
 SET enable_seqscan = off; SET enable_bitmapscan = off;
@@ -245,4 +242,4 @@ SELECT :one_column > 1.5 * :one_column_off AS fetches_cost_more, :all_columns > 
        :all_columns_off = :one_column_off AS off_as_heap, :by_key < 1.2 * :by_key_off AS correlated_about_as_heap;
 RESET ALL;
 DROP TABLE cf_h, cf_x, cf_probe;
-DROP FUNCTION cf_twin_diff(text), cf_nodes(text), cf_buffers(text), cf_cost(text);
+DROP FUNCTION cf_twin_diff(text), cf_nodes(text), cf_buffers(text), cf_cost(text), snapshots_gone();
