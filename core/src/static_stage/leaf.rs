@@ -9,7 +9,13 @@
 //! entry is a signed gap from the previous entry's last TID: in a table loaded
 //! in key order (serial keys, timestamps) that gap is a byte or less.
 //!
-//! Each flag (FIXLEN, SINGLE, CHAIN) is chosen per leaf at `finish`, from
+//! With the FIXTID flag, the first TID of every entry is a fixed-width
+//! little-endian number of as many bytes as the leaf's largest TID value
+//! needs: TIDs in random heap order (a unique key loaded out of heap order)
+//! are uniform over the heap, and LEB128 spends a fourth byte on every value
+//! of 2^21 or more where three bytes hold the number.
+//!
+//! Each flag (FIXLEN, SINGLE, CHAIN, FIXTID) is chosen per leaf at `finish`, from
 //! sizes the builder keeps for every choice as entries come in, so a leaf is
 //! as small as this format allows for its content.
 
@@ -23,7 +29,18 @@ const F_CHAIN: u8 = 0x04;
 /// Restart keys live in the restart slots (fence slots, see `Slots`); set on
 /// every FIXLEN leaf written since format 0x01 gained it, accepted absent.
 const F_FENCE: u8 = 0x08;
-const F_ALL: u8 = F_FIXLEN | F_SINGLE | F_CHAIN | F_FENCE;
+/// First TIDs are `tidw` (header byte 13) bytes, little-endian; never with
+/// CHAIN.
+const F_FIXTID: u8 = 0x10;
+const F_ALL: u8 = F_FIXLEN | F_SINGLE | F_CHAIN | F_FENCE | F_FIXTID;
+/// Widest FIXTID number: TID values stay below 2^48.
+const MAX_TIDW: usize = 6;
+
+/// Bytes a FIXTID leaf spends on each first TID when its largest value is `v`.
+#[inline]
+fn fixed_tid_width(v: u64) -> usize {
+    ((64 - v.leading_zeros() as usize + 7) / 8).max(1)
+}
 
 /// TID values stay below 2^48 (u32 block times R <= 2^16); the reciprocal
 /// division in `LeafView::tid` is exact only there.
@@ -50,6 +67,13 @@ struct Acct {
     maxoff: u16,
     tid_abs: usize,
     tid_chain: usize,
+    /// Varint bytes of the TIDs after each entry's first: the same under
+    /// every coding of first TIDs.
+    tid_rest: usize,
+    /// Largest TID value in the leaf (the FIXTID width comes from it; all
+    /// TIDs, not only first ones, so that dropping TIDs never widens it).
+    max_v: u64,
+    nents: usize,
     last_v: u64,
     nrestarts: usize,
 }
@@ -63,8 +87,37 @@ impl Acct {
             maxoff: 0,
             tid_abs: 0,
             tid_chain: 0,
+            tid_rest: 0,
+            max_v: 0,
+            nents: 0,
             last_v: 0,
             nrestarts: 0,
+        }
+    }
+
+    fn set_tid_costs(&mut self, c: TidCosts) {
+        self.tid_abs = c.abs;
+        self.tid_chain = c.chain;
+        self.tid_rest = c.rest;
+        self.max_v = c.max_v;
+        self.last_v = c.last_v;
+    }
+
+    /// TID bytes under FIXTID.
+    fn tid_fixed(&self) -> usize {
+        self.nents * fixed_tid_width(self.max_v) + self.tid_rest
+    }
+
+    /// How the leaf codes its first TIDs: the smallest coding, the older one
+    /// on a tie.
+    fn tid_coding(&self) -> TidCoding {
+        let fixed = self.tid_fixed();
+        if fixed < self.tid_abs && fixed < self.tid_chain {
+            TidCoding::Fixed
+        } else if self.tid_chain < self.tid_abs {
+            TidCoding::Chain
+        } else {
+            TidCoding::Plain
         }
     }
 
@@ -72,8 +125,29 @@ impl Acct {
         HDR + SLOT * self.nrestarts
             + self.kc.total()
             + if self.single { 0 } else { self.cnt }
-            + self.tid_abs.min(self.tid_chain)
+            + self.tid_abs.min(self.tid_chain).min(self.tid_fixed())
     }
+}
+
+/// The coding of each entry's first TID (further TIDs are always varint
+/// gaps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TidCoding {
+    /// `varint(v)`.
+    Plain,
+    /// `varint(zigzag(v - previous entry's last v))`, restarts plain.
+    Chain,
+    /// `v` in `fixed_tid_width(max v)` bytes, little-endian.
+    Fixed,
+}
+
+/// TID sizes of a leaf's entries under every coding (`LeafBuilder::tid_costs`).
+struct TidCosts {
+    abs: usize,
+    chain: usize,
+    rest: usize,
+    max_v: u64,
+    last_v: u64,
 }
 
 /// Packs sorted entries into one leaf body of at most `cap` bytes.
@@ -246,14 +320,15 @@ impl LeafBuilder {
         take
     }
 
-    /// TID sizes (plain, chained) and the last value, for all entries under R.
-    fn tid_costs(&self, r: u64) -> (usize, usize, u64) {
-        let (mut abs, mut chain, mut prev) = (0, 0, 0u64);
+    /// TID sizes under every coding, for all entries under R.
+    fn tid_costs(&self, r: u64) -> TidCosts {
+        let mut c = TidCosts { abs: 0, chain: 0, rest: 0, max_v: 0, last_v: 0 };
+        let mut prev = 0u64;
         for i in 0..self.ents.len() {
             let t = self.ptids(i);
             let v0 = tv(t[0], r);
-            abs += var_len(v0);
-            chain += if self.ents[i].restart {
+            c.abs += var_len(v0);
+            c.chain += if self.ents[i].restart {
                 var_len(v0)
             } else {
                 var_len(zigzag(v0 as i64 - prev as i64))
@@ -262,12 +337,15 @@ impl LeafBuilder {
             for &x in &t[1..] {
                 let v = tv(x, r);
                 let d = var_len(v - prev - 1);
-                abs += d;
-                chain += d;
+                c.abs += d;
+                c.chain += d;
+                c.rest += d;
                 prev = v;
             }
+            c.max_v = c.max_v.max(prev);
         }
-        (abs, chain, prev)
+        c.last_v = prev;
+        c
     }
 
     fn plan(&self, key: &[u8], tids: &[Tid], merge: bool, restart: bool) -> Acct {
@@ -278,10 +356,7 @@ impl LeafBuilder {
         let newmax = tids.iter().map(|t| t.offset).max().unwrap().max(a.maxoff);
         let r = newmax as u64 + 1;
         if newmax != a.maxoff {
-            let (abs, chain, last) = self.tid_costs(r);
-            a.tid_abs = abs;
-            a.tid_chain = chain;
-            a.last_v = last;
+            a.set_tid_costs(self.tid_costs(r));
             a.maxoff = newmax;
         }
         let mut prev = a.last_v;
@@ -296,6 +371,7 @@ impl LeafBuilder {
             a.cnt += var_len(tids.len() as u64);
             a.single = a.single && tids.len() == 1;
             a.nrestarts += restart as usize;
+            a.nents += 1;
             let v0 = tv(tids[0], r);
             a.tid_abs += var_len(v0);
             a.tid_chain += if restart { var_len(v0) } else { var_len(zigzag(v0 as i64 - prev as i64)) };
@@ -307,8 +383,10 @@ impl LeafBuilder {
             let d = var_len(v - prev - 1);
             a.tid_abs += d;
             a.tid_chain += d;
+            a.tid_rest += d;
             prev = v;
         }
+        a.max_v = a.max_v.max(prev);
         a.last_v = prev;
         a
     }
@@ -327,12 +405,10 @@ impl LeafBuilder {
             a.cnt += var_len(n as u64);
             a.single &= n == 1;
             a.nrestarts += e.restart as usize;
+            a.nents += 1;
             since = if e.restart { 1 } else { since + 1 };
         }
-        let (abs, chain, last) = self.tid_costs(r);
-        a.tid_abs = abs;
-        a.tid_chain = chain;
-        a.last_v = last;
+        a.set_tid_costs(self.tid_costs(r));
         self.a = a;
         self.since_restart = since;
     }
@@ -367,7 +443,8 @@ impl LeafBuilder {
         assert!(out.len() >= size, "leaf output buffer too small");
         let fixed = self.a.kc.fixed().filter(|_| !self.ents.is_empty());
         let single = self.a.single && !self.ents.is_empty();
-        let chain = self.a.tid_chain < self.a.tid_abs;
+        let coding = self.a.tid_coding();
+        let tidw = fixed_tid_width(self.a.max_v);
         let r = self.a.maxoff as u64 + 1;
         let mut flags = 0;
         if fixed.is_some() {
@@ -376,8 +453,10 @@ impl LeafBuilder {
         if single {
             flags |= F_SINGLE;
         }
-        if chain {
-            flags |= F_CHAIN;
+        match coding {
+            TidCoding::Plain => {}
+            TidCoding::Chain => flags |= F_CHAIN,
+            TidCoding::Fixed => flags |= F_FIXTID,
         }
         // Fence slots whenever keys are fixed-length: the restart key moves
         // from its entry into its slot, so the size is the same.
@@ -402,10 +481,13 @@ impl LeafBuilder {
                 put_var(out, &mut pos, t.len() as u64);
             }
             let v0 = tv(t[0], r);
-            if e.restart || !chain {
-                put_var(out, &mut pos, v0);
-            } else {
-                put_var(out, &mut pos, zigzag(v0 as i64 - prev_v as i64));
+            match coding {
+                TidCoding::Fixed => {
+                    out[pos..pos + tidw].copy_from_slice(&v0.to_le_bytes()[..tidw]);
+                    pos += tidw;
+                }
+                TidCoding::Chain if !e.restart => put_var(out, &mut pos, zigzag(v0 as i64 - prev_v as i64)),
+                _ => put_var(out, &mut pos, v0),
             }
             prev_v = v0;
             for &x in &t[1..] {
@@ -424,7 +506,7 @@ impl LeafBuilder {
         wr_u16(out, 8, restart_off);
         wr_u16(out, 10, slots.len());
         out[12] = fixed.unwrap_or(0) as u8;
-        out[13] = 0;
+        out[13] = if coding == TidCoding::Fixed { tidw as u8 } else { 0 };
         debug_assert_eq!(pos, size);
         pos
     }
@@ -465,6 +547,8 @@ pub struct LeafView<'a> {
     r: u64,
     recip: u128,
     fixed: Option<usize>,
+    /// Bytes of each first TID under FIXTID, else 0.
+    tidw: usize,
     slots: Slots<'a>,
 }
 
@@ -478,7 +562,15 @@ impl<'a> LeafView<'a> {
             return corrupt("not a plain leaf body");
         }
         let flags = body[1];
-        if flags & !F_ALL != 0 || body[13] != 0 {
+        if flags & !F_ALL != 0 {
+            return corrupt("unknown leaf flags");
+        }
+        let tidw = body[13] as usize;
+        if flags & F_FIXTID != 0 {
+            if flags & F_CHAIN != 0 || tidw == 0 || tidw > MAX_TIDW {
+                return corrupt("bad fixed TID width");
+            }
+        } else if tidw != 0 {
             return corrupt("unknown leaf flags");
         }
         let nkeys = rd_u16(body, 2) as usize;
@@ -512,6 +604,7 @@ impl<'a> LeafView<'a> {
             r,
             recip: (1u128 << 64) / r as u128 + 1,
             fixed,
+            tidw,
             slots,
         })
     }
@@ -941,11 +1034,15 @@ impl<'a> LeafCursor<'a> {
 /// the last TID value (the chain base of the next entry).
 #[inline]
 fn walk(v: &LeafView<'_>, restart: bool, base: u64, cnt: usize, rd: &mut Rd<'_>, mut out: Option<&mut Vec<Tid>>) -> Res<u64> {
-    let raw = rd.var()?;
-    let mut x = if restart || v.flags & F_CHAIN == 0 {
-        raw
+    let mut x = if v.tidw != 0 {
+        let b = rd.bytes(v.tidw)?;
+        let mut le = [0u8; 8];
+        le[..b.len()].copy_from_slice(b);
+        u64::from_le_bytes(le)
+    } else if restart || v.flags & F_CHAIN == 0 {
+        rd.var()?
     } else {
-        match (base as i64).checked_add(unzigzag(raw)) {
+        match (base as i64).checked_add(unzigzag(rd.var()?)) {
             Some(y) if y >= 0 => y as u64,
             _ => return corrupt("TID chain out of range"),
         }
@@ -1231,6 +1328,86 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn fixed_tids_for_a_heap_out_of_key_order() {
+        // A unique key over a 5M-row heap in another order: TID values up to
+        // about 2^22.3, 42% of them under 2^21. LEB128 spends 4 bytes on
+        // most; FIXTID 3 on each.
+        let mut x = 0x9E3779B97F4A7C15u64;
+        let e: Vec<_> = (0..400u64)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let row = x % 5_000_000;
+                (((1u64 << 40) + i * 1000).to_be_bytes().to_vec(), vec![t((row / 185) as u32, (row % 185) as u16 + 1)])
+            })
+            .collect();
+        let (body, used) = build(&e, 8100);
+        assert_eq!(body[1], F_FIXLEN | F_SINGLE | F_FENCE | F_FIXTID);
+        assert_eq!(body[13], 3);
+        let v = LeafView::parse(&body[..used]).unwrap();
+        assert_eq!(v.decode_all().unwrap(), e);
+        for (i, (k, tids)) in e.iter().enumerate() {
+            assert_eq!(v.seek(|s| s.cmp(k)).unwrap(), i);
+            assert_eq!(v.entry(i).unwrap().1, *tids);
+        }
+        // Without FIXTID the same leaf would be larger: plain varints cost
+        // more than three bytes a TID on average here.
+        let mut b = LeafBuilder::new(8100);
+        for (k, tids) in &e {
+            b.add(k, tids);
+        }
+        assert!(b.a.tid_abs > b.a.tid_fixed() + e.len() / 4, "abs {} fixed {}", b.a.tid_abs, b.a.tid_fixed());
+        // A width the reader cannot take, or FIXTID with CHAIN, is corrupt.
+        let mut bad = body[..used].to_vec();
+        bad[13] = 7;
+        assert!(LeafView::parse(&bad).is_err());
+        bad[13] = 3;
+        bad[1] |= F_CHAIN;
+        assert!(LeafView::parse(&bad).is_err());
+        bad[1] = body[1];
+        bad[13] = 0;
+        assert!(LeafView::parse(&bad).is_err());
+    }
+
+    #[test]
+    fn vacuum_never_widens_fixed_tids() {
+        // First TIDs all take two bytes (v = block * 101 + offset < 2^16, but
+        // most >= 2^14, three varint bytes), and one posting list goes on to a
+        // TID of about 2^20. Dropping that list's first TID makes the large
+        // one a first TID: the width must have counted it from the start, or
+        // the rewritten leaf would be larger than the page it replaces.
+        // Blocks in random order, so that chained gaps cost as much as
+        // plain values.
+        let mut x = 0x2545F4914F6CDD1Du64;
+        let mut e: Vec<_> = (0..300u64)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (((1u64 << 40) + i * 7).to_be_bytes().to_vec(), vec![t(200 + (x % 400) as u32, 100)])
+            })
+            .collect();
+        e[150].1 = vec![t(170, 1), t(10_000, 50)];
+        // Another posting list keeps the leaf out of SINGLE after the VACUUM.
+        e[20].1 = vec![t(300, 1), t(301, 1)];
+        let mut b = LeafBuilder::new(8100);
+        for (k, tids) in &e {
+            assert_eq!(b.add(k, tids), tids.len());
+        }
+        let mut body = vec![0; 8100];
+        let n = b.finish(&mut body);
+        let v = LeafView::parse(&body[..n]).unwrap();
+        let mut out = vec![0; n];
+        let (used, removed) = v.rewrite_without(|x| x == t(170, 1), &mut out).unwrap();
+        assert_eq!(removed, 1);
+        assert!(used <= n);
+        let mut want = e.clone();
+        want[150].1 = vec![t(10_000, 50)];
+        assert_eq!(LeafView::parse(&out[..used]).unwrap().decode_all().unwrap(), want);
+    }
+
+    #[test]
     fn truncate_tids_returns_tail() {
         let mut b = LeafBuilder::new(4000);
         b.add(b"a", &[t(1, 1), t(1, 2)]);
@@ -1255,16 +1432,24 @@ pub(crate) mod tests {
             });
         let tid = (prop_oneof![4 => 0u32..50, 1 => any::<u32>()], prop_oneof![4 => 1u16..300, 1 => any::<u16>()])
             .prop_map(|(b, o)| Tid::new(b, o));
+        // TIDs spread evenly over a heap of up to 60k blocks, nothing larger:
+        // the leaves FIXTID codes (a table not in key order).
+        let spread = (0u32..60_000, 1u16..200).prop_map(|(b, o)| Tid::new(b, o));
         let tids = prop_oneof![
             3 => prop::collection::btree_set(tid.clone(), 1..3),
             1 => prop::collection::btree_set(tid, 1..60),
+        ];
+        let spread_tids = prop_oneof![
+            3 => prop::collection::btree_set(spread.clone(), 1..2),
+            1 => prop::collection::btree_set(spread, 1..20),
         ];
         // A third of the cases have fixed-length keys only (FIXLEN and fence
         // slots); mixed lengths almost never produce such a leaf.
         let fixed_key = (0u64..4000).prop_map(|x| (x * 37).to_be_bytes().to_vec());
         prop_oneof![
-            2 => prop::collection::btree_map(key, tids.clone(), 0..120),
-            1 => prop::collection::btree_map(fixed_key, tids, 0..120),
+            4 => prop::collection::btree_map(key, tids.clone(), 0..120),
+            2 => prop::collection::btree_map(fixed_key.clone(), tids, 0..120),
+            1 => prop::collection::btree_map(fixed_key, spread_tids, 0..120),
         ]
         .prop_map(|m| m.into_iter().map(|(k, s)| (k, s.into_iter().collect())).collect())
     }
