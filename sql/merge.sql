@@ -12,16 +12,17 @@ SELECT dynamic_entries, static_entries, static_keys, merges, generation FROM pg_
 SELECT static_entries, static_keys FROM pg_hybrid.index_stats('mg_grp');
 -- the ratio trigger compares sizes: a merge starts when the delta log
 -- (about 18 bytes per int8 entry) reaches the static stage's body bytes /
--- merge_ratio. The 10000 keys take about 37.6 kB, so below 209 dynamic
--- entries nothing merges
-INSERT INTO mg SELECT g, g % 10 FROM generate_series(10001, 10208) g;
+-- merge_ratio. The 10000 keys take about 28 kB (serial keys: a one-byte
+-- key gap and a one-byte TID gap each), so below 156 dynamic entries
+-- nothing merges
+INSERT INTO mg SELECT g, g % 10 FROM generate_series(10001, 10155) g;
 SELECT dynamic_entries, static_entries, merges FROM pg_hybrid.index_stats('mg_k');
--- the 209th dynamic entry triggers a merge in the inserting backend
-INSERT INTO mg VALUES (10209, 0);
+-- the 156th dynamic entry triggers a merge in the inserting backend
+INSERT INTO mg VALUES (10156, 0);
 SELECT dynamic_entries, static_entries, merges FROM pg_hybrid.index_stats('mg_k');
 -- a smaller ratio lets the dynamic stage grow larger before a merge
 ALTER INDEX mg_k SET (merge_ratio = 1);
-INSERT INTO mg SELECT g, g % 10 FROM generate_series(10210, 11000) g;
+INSERT INTO mg SELECT g, g % 10 FROM generate_series(10157, 11000) g;
 SELECT dynamic_entries, static_entries, merges FROM pg_hybrid.index_stats('mg_k');
 -- readers see the same rows before and after a manual merge
 INSERT INTO mg SELECT g, g % 10 FROM generate_series(20001, 20500) g;

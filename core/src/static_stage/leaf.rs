@@ -1,4 +1,4 @@
-//! Compact leaf: front-coded keys, each with its whole posting list of heap
+//! Compact leaf: front-coded or gap-coded keys, each with its whole posting list of heap
 //! TIDs, restart points for binary search, no per-entry line pointers.
 //!
 //! TIDs are coded as one number `v = block * R + offset`, where `R` is the
@@ -15,7 +15,12 @@
 //! are uniform over the heap, and LEB128 spends a fourth byte on every value
 //! of 2^21 or more where three bytes hold the number.
 //!
-//! Each flag (FIXLEN, SINGLE, CHAIN, FIXTID) is chosen per leaf at `finish`, from
+//! With the KDELTA flag (fixed-length keys of at most 16 bytes), a key after
+//! a restart is the varint difference to the previous key read as a
+//! big-endian number: one byte for a serial key instead of a shared-length
+//! byte and the last byte.
+//!
+//! Each flag (FIXLEN, SINGLE, CHAIN, FIXTID, KDELTA) is chosen per leaf at `finish`, from
 //! sizes the builder keeps for every choice as entries come in, so a leaf is
 //! as small as this format allows for its content.
 
@@ -32,7 +37,10 @@ const F_FENCE: u8 = 0x08;
 /// First TIDs are `tidw` (header byte 13) bytes, little-endian; never with
 /// CHAIN.
 const F_FIXTID: u8 = 0x10;
-const F_ALL: u8 = F_FIXLEN | F_SINGLE | F_CHAIN | F_FENCE | F_FIXTID;
+/// Keys (fixed length <= 16, fenced) after a restart are varint gaps from
+/// the previous key read as a big-endian number.
+const F_KDELTA: u8 = 0x20;
+const F_ALL: u8 = F_FIXLEN | F_SINGLE | F_CHAIN | F_FENCE | F_FIXTID | F_KDELTA;
 /// Widest FIXTID number: TID values stay below 2^48.
 const MAX_TIDW: usize = 6;
 
@@ -123,7 +131,7 @@ impl Acct {
 
     fn size(&self) -> usize {
         HDR + SLOT * self.nrestarts
-            + self.kc.total()
+            + self.kc.leaf_total()
             + if self.single { 0 } else { self.cnt }
             + self.tid_abs.min(self.tid_chain).min(self.tid_fixed())
     }
@@ -464,6 +472,10 @@ impl LeafBuilder {
         if fence {
             flags |= F_FENCE;
         }
+        let gaps = self.a.kc.delta_coded();
+        if gaps {
+            flags |= F_KDELTA;
+        }
         let mut pos = HDR;
         let mut slots = Vec::with_capacity(self.a.nrestarts);
         let mut prev_v = 0u64;
@@ -472,7 +484,9 @@ impl LeafBuilder {
             if e.restart {
                 slots.push(SlotOut { off: pos, idx: i });
             }
-            if !(e.restart && fence) {
+            if gaps && !e.restart {
+                put_var(out, &mut pos, key_gap(self.key(i - 1), self.key(i)).expect("KDELTA keys ascend"));
+            } else if !(e.restart && fence) {
                 let prev_key = if i == 0 { &[][..] } else { self.key(i - 1) };
                 put_key(out, &mut pos, prev_key, self.key(i), e.restart, fixed.is_some());
             }
@@ -584,6 +598,9 @@ impl<'a> LeafView<'a> {
         }
         if flags & F_FENCE != 0 && fixed.is_none() {
             return corrupt("fence slots without a fixed key length");
+        }
+        if flags & F_KDELTA != 0 && (flags & F_FENCE == 0 || fixed.is_some_and(|l| l > KDELTA_MAX_LEN)) {
+            return corrupt("key gaps without fence slots of at most 16 bytes");
         }
         let fence = if flags & F_FENCE != 0 { fixed.unwrap_or(0) } else { 0 };
         if restart_off < HDR || restart_off + nslots * (SLOT + fence) > body.len() {
@@ -949,6 +966,8 @@ impl<'a> LeafCursor<'a> {
         let mut rd = Rd::new(v.area, self.at.pos);
         if restart && v.slots.fenced() {
             self.at.key.set(0, v.slots.fence_key(self.at.slot - 1));
+        } else if v.flags & F_KDELTA != 0 {
+            read_key_gap(&mut rd, &mut self.at.key, v.fixed.unwrap_or(0))?;
         } else {
             read_key(&mut rd, &mut self.at.key, restart, v.fixed)?;
         }
@@ -1273,8 +1292,9 @@ pub(crate) mod tests {
         assert_eq!(v.entry(0).unwrap().1, vec![t(1, 1), t(1, 2), t(2, 1)]);
     }
 
-    /// The README's example, byte for byte: fence slots for fixed-length keys,
-    /// and the layout without them (written before F_FENCE) still reads.
+    /// The README's example, byte for byte: key gaps and fence slots for
+    /// fixed-length keys; the layouts written before F_KDELTA (front-coded
+    /// keys) and before F_FENCE (restart keys at their entries) still read.
     #[test]
     fn fence_slots_layout_and_old_layout() {
         let e: Vec<_> = [(1000u64, 1u16), (1003, 2), (1010, 3)]
@@ -1282,13 +1302,19 @@ pub(crate) mod tests {
             .map(|&(k, o)| (k.to_be_bytes().to_vec(), vec![t(5, o)]))
             .collect();
         let (body, used) = build(&e, 500);
+        let gaps: &[u8] = &[
+            0x01, 0x2b, 3, 0, 3, 0, 3, 0, 0x13, 0, 1, 0, 8, 0, // header
+            0x15, // restart entry: no key, v = 21
+            3, 0x16, 7, 0x17, // key gap, v
+            0x0e, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x03, 0xe8, // slot + fence key
+        ];
+        assert_eq!(&body[..used], gaps);
         let fenced: &[u8] = &[
             0x01, 0x0b, 3, 0, 3, 0, 3, 0, 0x15, 0, 1, 0, 8, 0, // header
             0x15, // restart entry: no key, v = 21
             7, 0xeb, 0x16, 7, 0xf2, 0x17, // shared 7 + last byte, v
             0x0e, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x03, 0xe8, // slot + fence key
         ];
-        assert_eq!(&body[..used], fenced);
         let old: &[u8] = &[
             0x01, 0x03, 3, 0, 3, 0, 3, 0, 0x1d, 0, 1, 0, 8, 0, // header
             0, 0, 0, 0, 0, 0, 0x03, 0xe8, 0x15, // restart entry with its key
@@ -1296,7 +1322,8 @@ pub(crate) mod tests {
             0x0e, 0, 0, 0, // slot
         ];
         assert_eq!(old.len(), fenced.len());
-        for b in [fenced, old] {
+        assert_eq!(gaps.len() + 2, fenced.len());
+        for b in [gaps, fenced, old] {
             let v = LeafView::parse(b).unwrap();
             assert_eq!(v.decode_all().unwrap(), e);
             assert_eq!(v.used_len(), b.len());
@@ -1309,10 +1336,53 @@ pub(crate) mod tests {
             assert!(n <= b.len());
             assert_eq!(LeafView::parse(&out[..n]).unwrap().decode_all().unwrap(), e[1..].to_vec());
         }
-        // Fence flag without FIXLEN is corruption, not a misread.
+        // Fence flag without FIXLEN is corruption, not a misread; so are key
+        // gaps without fence slots, and a gap that overflows the key.
         let mut bad = fenced.to_vec();
         bad[1] = 0x0a;
         assert!(LeafView::parse(&bad).is_err());
+        bad = gaps.to_vec();
+        bad[1] = 0x23;
+        assert!(LeafView::parse(&bad).is_err());
+        let mut wide = LeafBuilder::new(500);
+        wide.add(&[0xff, 0xfe], &[t(1, 1)]);
+        wide.add(&[0xff, 0xff], &[t(1, 2)]);
+        let mut two = vec![0; 500];
+        let n = wide.finish(&mut two);
+        assert_eq!(two[1] & F_KDELTA, F_KDELTA);
+        assert_eq!(two[15], 1);
+        two[15] = 2;
+        assert!(LeafView::parse(&two[..n]).unwrap().decode_all().is_err());
+    }
+
+    #[test]
+    fn key_gaps_for_engine_encoded_integers() {
+        // The engine's int8 encoding: a marker byte and the value's 8 bytes
+        // (sign bit flipped). Serial keys cost one gap byte each.
+        let key = |v: i64| {
+            let mut k = vec![0x02];
+            k.extend_from_slice(&((v as u64) ^ (1 << 63)).to_be_bytes());
+            k
+        };
+        let e: Vec<_> = (-150..150i64).map(|v| (key(v), vec![t(7, (v + 151) as u16)])).collect();
+        let (body, used) = build(&e, 8100);
+        assert_eq!(body[1] & F_KDELTA, F_KDELTA);
+        let v = LeafView::parse(&body[..used]).unwrap();
+        assert_eq!(v.decode_all().unwrap(), e);
+        assert_eq!(v.seek(|k| k.cmp(&key(3)[..])).unwrap(), 153);
+        // 16-byte keys whose gap needs more than 64 bits stay front-coded.
+        let wide: Vec<_> = [0u128, 1 << 70, (1 << 70) + 1]
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| (x.to_be_bytes().to_vec(), vec![t(1, i as u16 + 1)]))
+            .collect();
+        let (body, used) = build(&wide, 500);
+        assert_eq!(body[1] & F_KDELTA, 0);
+        assert_eq!(LeafView::parse(&body[..used]).unwrap().decode_all().unwrap(), wide);
+        // 17-byte keys (uuid columns) are never gap-coded.
+        let long: Vec<_> = (0..50u8).map(|i| (vec![i; 17], vec![t(1, i as u16 + 1)])).collect();
+        let (body, _) = build(&long, 2000);
+        assert_eq!(body[1] & F_KDELTA, 0);
     }
 
     #[test]
@@ -1321,9 +1391,9 @@ pub(crate) mod tests {
             .map(|i| ((1_000_000 + i * 3).to_be_bytes().to_vec(), vec![t(5000 + (i / 100) as u32, (i % 100) as u16 + 1)]))
             .collect();
         let (body, used) = build(&e, 8100);
-        assert_eq!(body[1], F_FIXLEN | F_SINGLE | F_CHAIN | F_FENCE);
-        // ~1 shared byte + 1 suffix byte + 1 TID byte per entry.
-        assert!(used < 300 * 4, "used {used}");
+        assert_eq!(body[1], F_FIXLEN | F_SINGLE | F_CHAIN | F_FENCE | F_KDELTA);
+        // 1 key gap byte + 1 TID byte per entry.
+        assert!(used < 300 * 3, "used {used}");
         assert_eq!(LeafView::parse(&body).unwrap().decode_all().unwrap(), e);
     }
 
@@ -1343,7 +1413,7 @@ pub(crate) mod tests {
             })
             .collect();
         let (body, used) = build(&e, 8100);
-        assert_eq!(body[1], F_FIXLEN | F_SINGLE | F_FENCE | F_FIXTID);
+        assert_eq!(body[1], F_FIXLEN | F_SINGLE | F_FENCE | F_FIXTID | F_KDELTA);
         assert_eq!(body[13], 3);
         let v = LeafView::parse(&body[..used]).unwrap();
         assert_eq!(v.decode_all().unwrap(), e);

@@ -194,13 +194,38 @@ impl<'a> Rd<'a> {
 // timestamps), the node sets a FIXLEN flag: restart keys are L raw bytes, other
 // entries a one-byte shared count and L - shared bytes.
 
-/// Key-part sizes of a node under both codings, maintained incrementally.
+/// Key-part sizes of a node under each coding, maintained incrementally.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct KeyCosts {
     len: Option<usize>,
     mixed: bool,
     fix: usize,
     var: usize,
+    /// Leaves only (`leaf_total`): keys of at most 16 bytes as varint gaps
+    /// between neighbours read as big-endian numbers (KDELTA); impossible
+    /// once a key is longer, below its predecessor bytewise, or a gap
+    /// exceeds 64 bits.
+    delta: usize,
+    no_delta: bool,
+}
+
+/// Longest key KDELTA codes: a u128 (an encoded int8 or timestamp column
+/// is 9 bytes, a marker and the value).
+pub(crate) const KDELTA_MAX_LEN: usize = 16;
+
+/// A key of at most 16 bytes as the big-endian number it spells.
+#[inline]
+pub(crate) fn key_number(key: &[u8]) -> u128 {
+    let mut be = [0u8; KDELTA_MAX_LEN];
+    be[KDELTA_MAX_LEN - key.len()..].copy_from_slice(key);
+    u128::from_be_bytes(be)
+}
+
+/// The KDELTA gap from `prev` to `key` (same length, at most 16 bytes), if
+/// `key` is not below `prev` and the gap fits a u64.
+#[inline]
+pub(crate) fn key_gap(prev: &[u8], key: &[u8]) -> Option<u64> {
+    key_number(key).checked_sub(key_number(prev)).and_then(|g| u64::try_from(g).ok())
 }
 
 impl KeyCosts {
@@ -222,11 +247,37 @@ impl KeyCosts {
         if restart {
             k.fix += key.len();
             k.var += var_len(key.len() as u64) + key.len();
+            k.delta += key.len();
         } else {
             k.fix += 1 + suffix;
             k.var += var_len(shared as u64) + var_len(suffix as u64) + suffix;
         }
+        if key.len() > KDELTA_MAX_LEN {
+            k.no_delta = true;
+        } else if let (false, Some(p)) = (restart, prev) {
+            match (p.len() == key.len()).then(|| key_gap(p, key)).flatten() {
+                Some(g) => k.delta += var_len(g),
+                None => k.no_delta = true,
+            }
+        }
         k
+    }
+
+    /// Whether a leaf codes its keys as gaps (KDELTA): fixed-length keys of
+    /// at most 16 bytes in ascending byte order, and fewer bytes than front
+    /// coding.
+    pub fn delta_coded(&self) -> bool {
+        matches!(self.fixed(), Some(l) if l <= KDELTA_MAX_LEN) && !self.no_delta && self.delta < self.fix
+    }
+
+    /// Key bytes of a leaf under its smallest coding (inner nodes never use
+    /// KDELTA: `total`).
+    pub fn leaf_total(&self) -> usize {
+        if self.delta_coded() {
+            self.delta
+        } else {
+            self.total()
+        }
     }
 
     /// The common key length, if FIXLEN coding applies. Not for empty keys:
@@ -355,6 +406,22 @@ pub(crate) fn read_key(rd: &mut Rd<'_>, buf: &mut KeyBuf, restart: bool, fixed: 
     }
     let bytes = rd.bytes(suffix)?;
     buf.set(shared, bytes);
+    Ok(())
+}
+
+/// Decodes the key of a non-restart KDELTA entry into `buf`, which holds
+/// the previous key (`len` bytes).
+#[inline]
+pub(crate) fn read_key_gap(rd: &mut Rd<'_>, buf: &mut KeyBuf, len: usize) -> Res<()> {
+    if buf.len() != len || len > KDELTA_MAX_LEN {
+        return corrupt("key gap without a previous key of the leaf's length");
+    }
+    let gap = rd.var()?;
+    let next = match key_number(buf).checked_add(gap as u128) {
+        Some(n) if len == KDELTA_MAX_LEN || n >> (8 * len) == 0 => n,
+        _ => return corrupt("key gap past the key length"),
+    };
+    buf.set(0, &next.to_be_bytes()[KDELTA_MAX_LEN - len..]);
     Ok(())
 }
 
