@@ -17,6 +17,12 @@ pub fn len_u64(v: u64) -> usize {
     bits.div_ceil(7)
 }
 
+/// Bytes a fixed-width field needs to hold `v` (at least one): what a
+/// coding that gives up varints for a fixed width per value pays.
+pub fn fixed_len(v: u128) -> usize {
+    ((128 - v.leading_zeros()) as usize).div_ceil(8).max(1)
+}
+
 /// Decodes a varint at the start of `buf`: (value, bytes consumed), or None if
 /// the buffer ends inside the varint or it is longer than 10 bytes.
 pub fn get_u64(buf: &[u8]) -> Option<(u64, usize)> {

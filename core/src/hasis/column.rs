@@ -221,7 +221,7 @@ impl DecimalRange {
     fn frame(&self) -> Option<DecimalFrame> {
         match *self {
             DecimalRange::Within { dscale, lo, hi } => {
-                let width = span_bytes(hi.wrapping_sub(lo) as u64 as u128) as u8;
+                let width = crate::varint::fixed_len(hi.wrapping_sub(lo) as u64 as u128) as u8;
                 Some(DecimalFrame { dscale, lo, hi, width })
             }
             _ => None,
@@ -277,19 +277,13 @@ fn packed_width(desc: &ColumnDesc, range: Option<(i128, i128)>) -> Option<u8> {
     if !packable(desc) || hi < lo {
         return None;
     }
-    let w = span_bytes((hi - lo) as u128);
+    let w = crate::varint::fixed_len((hi - lo) as u128);
     (w < n as usize).then_some(w as u8)
-}
-
-/// The fewest bytes that hold `span` (at least one): a frame-of-reference
-/// column's bytes a row (packed and decimal).
-fn span_bytes(span: u128) -> usize {
-    ((128 - span.leading_zeros()) as usize).div_ceil(8).max(1)
 }
 
 /// Bits a row of a frame-of-reference column whose values lie `span`
 /// apart takes when they are stored bit by bit, where that saves at least
-/// two bits a row over whole bytes (`w` of them, `span_bytes`): TPC-H's
+/// two bits a row over whole bytes (`w` of them, `varint::fixed_len`): TPC-H's
 /// dates span about 2,500 days (12 bits, not 16), its quantities 50 (6, not
 /// 8), discounts 11 (4). A span that fills its bytes but a bit keeps them:
 /// a drive compresses repeated whole-byte values (an ascending key's
@@ -2907,7 +2901,7 @@ mod tests {
                 .collect();
             let g = geo(64);
             let (blocks, p) = build(&g, &schema, &rs, 3).unwrap();
-            let w = span_bytes(span as u128);
+            let w = crate::varint::fixed_len(span as u128);
             let want_bits = (bits as usize + 2 <= 8 * w).then_some(bits as u8);
             if w < 8 {
                 assert_eq!(p.columns[0].packed, Some(w as u8), "bits {bits}");

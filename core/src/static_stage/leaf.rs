@@ -47,7 +47,7 @@ const MAX_TIDW: usize = 6;
 /// Bytes a FIXTID leaf spends on each first TID when its largest value is `v`.
 #[inline]
 fn fixed_tid_width(v: u64) -> usize {
-    ((64 - v.leading_zeros() as usize + 7) / 8).max(1)
+    crate::varint::fixed_len(v as u128)
 }
 
 /// TID values stay below 2^48 (u32 block times R <= 2^16); the reciprocal
