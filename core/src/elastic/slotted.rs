@@ -452,15 +452,19 @@ pub fn split_point_at(v: &SlotView, left_pct: usize) -> Result<usize> {
     let sizes: Vec<usize> = (0..v.len()).map(|i| v.tuple_len(i).map(|l| l + 2)).collect::<Result<_>>()?;
     let total: usize = sizes.iter().sum();
     let goal = total * left_pct.clamp(1, 99) / 100;
+    // Left gets [0, i) plus the high key copy of entry i: splitting before
+    // the last entry would leave it exactly as full as the page was (with
+    // a few long keys a 90% split of a rightmost page did, and the retry
+    // split it again: one level more each time).
+    let last = if v.len() >= 3 { v.len() - 2 } else { v.len() - 1 };
     let mut acc = 0;
     for (i, s) in sizes.iter().enumerate() {
-        // Left gets [0, i) plus the high key copy of entry i.
         if i > 0 && acc + s >= goal {
-            return Ok(i.min(v.len() - 1));
+            return Ok(i.min(last));
         }
         acc += s;
     }
-    Ok(v.len() - 1)
+    Ok(last)
 }
 
 #[cfg(test)]

@@ -26,6 +26,9 @@ use super::*;
 pub const NO_BLOCK: u32 = u32::MAX;
 /// Most pages one step may change: GenericXLog's MAX_GENERIC_XLOG_PAGES.
 pub const MAX_STEP_PAGES: usize = 4;
+/// An inner merge leaves the union at most this full, so the next few
+/// splits below it do not split it again at once.
+const INNER_MERGE_FILL_PCT: usize = 75;
 const MAX_HEIGHT: usize = 40;
 /// Fill limit of a compact page made by the shrink pass.
 pub const SHRINK_FILL_PCT: usize = 90;
@@ -287,6 +290,9 @@ pub struct Events {
     pub capacity_doublings: u64,
     pub capacity_halvings: u64,
     pub leaf_merges: u64,
+    /// Inner pages merged into a sibling, and roots that gave way to their
+    /// only child.
+    pub inner_merges: u64,
 }
 
 impl Stats {
@@ -1133,7 +1139,7 @@ impl<P: PagePool> ElasticTree<P> {
             Leaf::Std(v) => {
                 let sp = slotted::split_point_at(v, pct)?;
                 let ents = v.entries()?;
-                let sep = (ents[sp].key.to_vec(), ents[sp].tid);
+                let sep = separator_at(disc_bit(ents[sp - 1].key, ents[sp].key), ents[sp].key, ents[sp].tid);
                 let mut l = vec![0u8; self.cap()];
                 let mut r = vec![0u8; self.cap()];
                 for (b, part, h) in [(&mut l, &ents[..sp], Some((&sep.0[..], sep.1))), (&mut r, &ents[sp..], hk_ref(&hk))] {
@@ -1160,7 +1166,7 @@ impl<P: PagePool> ElasticTree<P> {
                     let m = split_index(raw.len(), pct);
                     let mut k = Vec::new();
                     if f.fetch(raw.tids[m], &mut k) {
-                        break (k, raw.tids[m]);
+                        break separator_at(raw.bits[m - 1], &k, raw.tids[m]);
                     }
                     raw.remove(m);
                     self.dead_dropped += 1;
@@ -1408,6 +1414,7 @@ impl<P: PagePool> ElasticTree<P> {
             }
             pblk = m.right;
         }
+        self.merge_inner_levels()?;
         Ok(removed)
     }
 
@@ -1558,13 +1565,29 @@ impl<P: PagePool> ElasticTree<P> {
             }
         };
         let Some((nb, form)) = built else { return Ok(false) };
+        // The union's low bound is separator j, made when the freed page
+        // split off its left neighbour. Where that neighbour is under the
+        // same parent, both may take a shorter one (below).
+        let shorter = if j >= 1 && pv.entry(j - 1)?.child == lmeta.left {
+            let sep = pv.entry(j)?;
+            self.shorter_low_bound((sep.key, sep.tid), &nb, f)?
+        } else {
+            None
+        };
         let mut pbody = pbody;
         slotted::set_child(&mut pbody, j, rblk)?;
         slotted::remove_at(&mut pbody, Kind::Inner, j + 1)?;
+        if let Some(sep) = &shorter {
+            pbody = self.with_separator(&pbody, j, sep)?;
+        }
         let mut step = vec![write(pblk, pmeta, pbody), Change::Free(lblk)];
         if lmeta.left != NO_BLOCK {
             let (mut m, b) = self.read_owned(lmeta.left)?;
             m.right = rblk;
+            let b = match &shorter {
+                Some(sep) => self.with_high_key(&b, sep)?,
+                None => b,
+            };
             step.push(write(lmeta.left, m, b));
         }
         step.push(write(rblk, PageMeta { left: lmeta.left, ..rmeta }, nb));
@@ -1575,6 +1598,192 @@ impl<P: PagePool> ElasticTree<P> {
             let c = if fm == Form::Standard { &mut self.std_leaves } else { &mut self.compact_leaves };
             *c = (*c as i64 + d) as u64;
         }
+        Ok(true)
+    }
+
+    /// A shorter low bound for leaf body `body` whose low bound is `sep`:
+    /// the shortest prefix of its first key above `sep` (the left
+    /// neighbour's entries are all below `sep`, so any bound between `sep`
+    /// and the first key separates the same entries). None if it would not
+    /// be shorter, the leaf is empty, or its first key is dead. Separators
+    /// are made by splits from the keys present at the time; without this
+    /// a long one (two long keys that shared a prefix) outlived its keys
+    /// for good, and inner pages full of them could not merge.
+    fn shorter_low_bound<F: KeyFetcher + ?Sized>(&self, sep: (&[u8], Tid), body: &[u8], f: &mut F) -> Result<Option<Owned>> {
+        let mut first = Vec::new();
+        match Leaf::parse(body)? {
+            Leaf::Std(v) => match v.len() {
+                0 => return Ok(None),
+                _ => first.extend_from_slice(v.entry(0)?.key),
+            },
+            Leaf::Compact(v) => {
+                if v.is_empty() || !f.fetch(v.tid(0), &mut first) {
+                    return Ok(None);
+                }
+            }
+        }
+        if bytes_cmp(sep.0, &first) != Ordering::Less {
+            return Ok(None);
+        }
+        let p = separator_at(disc_bit(sep.0, &first), &first, Tid::default());
+        Ok((p.0.len() < sep.0.len()).then_some(p))
+    }
+
+    /// Inner body `body` with entry `j`'s separator replaced by `sep`.
+    fn with_separator(&self, body: &[u8], j: usize, sep: &Owned) -> Result<Vec<u8>> {
+        let v = SlotView::parse(body, Kind::Inner)?;
+        let hk = v.high_key()?.map(|e| (e.key.to_vec(), e.tid));
+        let ents = v.entries()?;
+        let mut nb = vec![0u8; self.cap()];
+        let items = ents.iter().enumerate().map(|(i, e)| if i == j { (&sep.0[..], sep.1, e.child) } else { (e.key, e.tid, e.child) });
+        slotted::build(&mut nb, Kind::Inner, items, hk_ref(&hk))?;
+        Ok(nb)
+    }
+
+    /// Leaf body `body` with high key `hk` (same entries, same form).
+    fn with_high_key(&self, body: &[u8], hk: &Owned) -> Result<Vec<u8>> {
+        let mut nb = vec![0u8; self.cap()];
+        match Leaf::parse(body)? {
+            Leaf::Std(v) => {
+                let ents = v.entries()?;
+                slotted::build(&mut nb, Kind::Leaf, ents.iter().map(|e| (e.key, e.tid, 0)), Some((&hk.0[..], hk.1)))?;
+            }
+            Leaf::Compact(v) => {
+                let shape = Shape { capacity: v.h.capacity, level: v.h.level, slack: v.h.slack };
+                compact::write(&mut nb, &Raw::from_view(&v), shape, Some((&hk.0[..], hk.1)))?;
+            }
+        }
+        Ok(nb)
+    }
+
+    /// After VACUUM's leaf pass: merges neighbouring inner pages under one
+    /// parent, level by level from the leaves' parents up, where one of
+    /// the pair is under a quarter full and the union fits
+    /// `INNER_MERGE_FILL_PCT`% of a page; then a root left with one child
+    /// gives way to that child. Without this, inner pages only ever grew:
+    /// leaves emptied by VACUUM stayed behind as only children, and churn
+    /// with long keys left chains of one-child pages 40 levels deep.
+    fn merge_inner_levels(&mut self) -> Result<()> {
+        // Top down: a merge above puts more pages of the level below under
+        // one parent, where they can merge in turn.
+        let mut level = self.height.saturating_sub(2);
+        while level >= 1 {
+            let (path, _) = self.descend(Some(&Target::first(b"")))?;
+            let at = self.height as usize - 2 - level as usize;
+            let mut pblk = path.get(at).ok_or(Error::Corrupt("tree height disagrees with the root page"))?.0;
+            let mut hops = 0;
+            loop {
+                hops += 1;
+                if hops > self.max_hops() {
+                    return corrupt("sibling chain does not end");
+                }
+                let mut j = 0;
+                loop {
+                    let pair = {
+                        let (_, pb) = self.pool.read(pblk)?;
+                        let pv = SlotView::parse(&pb, Kind::Inner)?;
+                        if j + 1 >= pv.len() {
+                            break;
+                        }
+                        (pv.entry(j)?.child, pv.entry(j + 1)?.child)
+                    };
+                    if (self.inner_underfull(pair.0)? || self.inner_underfull(pair.1)?) && self.merge_inner(pblk, j)? {
+                        // The union sits at j: try it with its next neighbour.
+                        continue;
+                    }
+                    j += 1;
+                }
+                let (m, _) = self.pool.read(pblk)?;
+                if m.right == NO_BLOCK {
+                    break;
+                }
+                pblk = m.right;
+            }
+            level -= 1;
+        }
+        while self.height > 1 {
+            let child = {
+                let (m, b) = self.pool.read(self.root)?;
+                let v = SlotView::parse(&b, Kind::Inner)?;
+                if v.len() != 1 {
+                    return Ok(());
+                }
+                if m.right != NO_BLOCK || m.left != NO_BLOCK {
+                    return corrupt("the root has siblings");
+                }
+                v.entry(0)?.child
+            };
+            // The child moves into the root's block, so the root never
+            // changes block: readers that start at a root they remember
+            // (the engine's metapage keeps one) stay right, and a reader
+            // that read the old root still follows its downlink to the
+            // child, which is deleted with its content intact until the
+            // recycle horizon passes it.
+            let (cmeta, cbody) = self.read_owned(child)?;
+            if cmeta.left != NO_BLOCK || cmeta.right != NO_BLOCK {
+                return corrupt("an only child has siblings");
+            }
+            self.height -= 1;
+            self.inner_pages = self.inner_pages.saturating_sub(1);
+            self.write_meta_step(vec![write(self.root, cmeta, cbody), Change::Free(child)])?;
+            self.ev.inner_merges += 1;
+            self.shrink_cursor = None;
+        }
+        Ok(())
+    }
+
+    fn inner_underfull(&self, blk: u32) -> Result<bool> {
+        let (_, b) = self.pool.read(blk)?;
+        Ok(SlotView::parse(&b, Kind::Inner)?.used_bytes() < self.cap() / 4)
+    }
+
+    /// Merges inner children `j` and `j+1` of `pblk` into child j+1's page
+    /// and frees child j's, in the leaf merge's step (parent, freed page,
+    /// its left neighbour, survivor), if the union fits
+    /// `INNER_MERGE_FILL_PCT`% of a page. The right page's first entry
+    /// takes the parent's separator as its key: that is its exact low
+    /// bound.
+    fn merge_inner(&mut self, pblk: u32, j: usize) -> Result<bool> {
+        let (pmeta, mut pbody) = self.read_owned(pblk)?;
+        let (lblk, rblk, rsep) = {
+            let pv = SlotView::parse(&pbody, Kind::Inner)?;
+            let r = pv.entry(j + 1)?;
+            (pv.entry(j)?.child, r.child, (r.key.to_vec(), r.tid))
+        };
+        let (lmeta, lbody) = self.read_owned(lblk)?;
+        let (rmeta, rbody) = self.read_owned(rblk)?;
+        if lmeta.right != rblk || rmeta.left != lblk || lmeta.level != rmeta.level || lmeta.level == 0 || lmeta.level + 1 != pmeta.level {
+            return corrupt("sibling links disagree with the parent");
+        }
+        let (lv, rv) = (SlotView::parse(&lbody, Kind::Inner)?, SlotView::parse(&rbody, Kind::Inner)?);
+        let hk = rv.high_key()?.map(|e| (e.key.to_vec(), e.tid));
+        let (le, re) = (lv.entries()?, rv.entries()?);
+        let Some((rfirst, rrest)) = re.split_first() else { return corrupt("inner node without children") };
+        let ents: Vec<(&[u8], Tid, u32)> = le
+            .iter()
+            .map(|e| (e.key, e.tid, e.child))
+            .chain(std::iter::once((&rsep.0[..], rsep.1, rfirst.child)))
+            .chain(rrest.iter().map(|e| (e.key, e.tid, e.child)))
+            .collect();
+        if !SlotView::fits(self.cap() * INNER_MERGE_FILL_PCT / 100, Kind::Inner, ents.iter().map(|e| e.0.len()), hk.as_ref().map(|h| h.0.len())) {
+            return Ok(false);
+        }
+        let mut nb = vec![0u8; self.cap()];
+        slotted::build(&mut nb, Kind::Inner, ents.iter().copied(), hk_ref(&hk))?;
+        slotted::set_child(&mut pbody, j, rblk)?;
+        slotted::remove_at(&mut pbody, Kind::Inner, j + 1)?;
+        let mut step = vec![write(pblk, pmeta, pbody), Change::Free(lblk)];
+        if lmeta.left != NO_BLOCK {
+            let (mut m, b) = self.read_owned(lmeta.left)?;
+            m.right = rblk;
+            step.push(write(lmeta.left, m, b));
+        }
+        step.push(write(rblk, PageMeta { left: lmeta.left, ..rmeta }, nb));
+        self.pool.apply(step)?;
+        self.inner_pages = self.inner_pages.saturating_sub(1);
+        self.ev.inner_merges += 1;
+        // The shrink pass's cursor may name the freed page.
+        self.shrink_cursor = None;
         Ok(true)
     }
 
@@ -1819,6 +2028,23 @@ fn raw_of(leaf: &Leaf, dead: &mut dyn FnMut(Tid) -> bool) -> Result<(Raw, Option
 
 /// Index of the first entry of the right half when splitting n (>= 2)
 /// entries with `pct`% on the left.
+/// The separator between a split's halves: the shortest prefix of the right
+/// half's first key that sorts above the left half's last key, with the
+/// smallest TID (nbtree's suffix truncation). `bit` is the discriminating
+/// bit of the two keys (`disc_bit`, nine bits a byte, so the keys first
+/// differ in byte `bit / 9`); equal keys keep the whole key and the right
+/// entry's TID. The parent and the left half's high key store only this
+/// prefix: with long keys that share no long prefix an inner page keeps
+/// its fan-out (full 2 kB separators left three children a page, and
+/// `tree too tall` followed).
+fn separator_at(bit: u16, right_key: &[u8], right_tid: Tid) -> Owned {
+    if bit == DUP {
+        return (right_key.to_vec(), right_tid);
+    }
+    let n = (bit as usize / 9 + 1).min(right_key.len());
+    (right_key[..n].to_vec(), Tid::default())
+}
+
 fn split_index(n: usize, pct: usize) -> usize {
     (n * pct / 100).clamp(1, n - 1)
 }
