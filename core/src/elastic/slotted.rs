@@ -240,7 +240,7 @@ impl<'a> SlotView<'a> {
 
     /// Full structural check: tuples inside the body, non-overlapping, and
     /// entries strictly ascending (inner entry 0 included: its stored key is
-    /// the page's low bound) and below the high key.
+    /// empty or the page's low bound) and below the high key.
     pub fn verify(&self) -> Result<()> {
         let mut spans: Vec<(usize, usize)> = Vec::with_capacity(self.n + 1);
         let mut prev: Option<Entry> = None;

@@ -1278,7 +1278,14 @@ impl<P: PagePool> ElasticTree<P> {
         let mut l = vec![0u8; self.cap()];
         let mut r = vec![0u8; self.cap()];
         slotted::build(&mut l, Kind::Inner, ents[..sp].iter().map(|e| (e.key, e.tid, e.child)), Some((&sep.0, sep.1)))?;
-        slotted::build(&mut r, Kind::Inner, ents[sp..].iter().map(|e| (e.key, e.tid, e.child)), hk_ref(&hk))?;
+        // The right half's first key is never compared (its low bound is
+        // `sep`, in the parent and as the left half's high key): it is
+        // stored empty, nbtree's minus infinity. Whole, a long separator
+        // took a third of the new page, which then split again at the
+        // next separator, and so did each page above it up to the root:
+        // one level per leaf split (`long_shared_prefixes_keep_the_tree_low`).
+        let right = std::iter::once((&b""[..], Tid::default(), ents[sp].child)).chain(ents[sp + 1..].iter().map(|e| (e.key, e.tid, e.child)));
+        slotted::build(&mut r, Kind::Inner, right, hk_ref(&hk))?;
         if !self.publish_split(path, blk, meta, &sep, l, r)? {
             return Ok(());
         }
@@ -1732,9 +1739,13 @@ impl<P: PagePool> ElasticTree<P> {
         Ok(())
     }
 
+    /// Under a quarter full, or a single child: a page of one long
+    /// separator (and a long high key) is not a quarter empty but adds a
+    /// level without a branch.
     fn inner_underfull(&self, blk: u32) -> Result<bool> {
         let (_, b) = self.pool.read(blk)?;
-        Ok(SlotView::parse(&b, Kind::Inner)?.used_bytes() < self.cap() / 4)
+        let v = SlotView::parse(&b, Kind::Inner)?;
+        Ok(v.len() < 2 || v.used_bytes() < self.cap() / 4)
     }
 
     /// Merges inner children `j` and `j+1` of `pblk` into child j+1's page
@@ -1765,7 +1776,11 @@ impl<P: PagePool> ElasticTree<P> {
             .chain(std::iter::once((&rsep.0[..], rsep.1, rfirst.child)))
             .chain(rrest.iter().map(|e| (e.key, e.tid, e.child)))
             .collect();
-        if !SlotView::fits(self.cap() * INNER_MERGE_FILL_PCT / 100, Kind::Inner, ents.iter().map(|e| e.0.len()), hk.as_ref().map(|h| h.0.len())) {
+        // A page with one child adds a level without a branch: it merges
+        // whenever the union fits at all (with separators of 2 kB that is
+        // three of them), others only into a union with room to spare.
+        let fill = if le.len() < 2 || re.len() < 2 { 100 } else { INNER_MERGE_FILL_PCT };
+        if !SlotView::fits(self.cap() * fill / 100, Kind::Inner, ents.iter().map(|e| e.0.len()), hk.as_ref().map(|h| h.0.len())) {
             return Ok(false);
         }
         let mut nb = vec![0u8; self.cap()];
