@@ -793,7 +793,7 @@ fn long_keys_get_short_separators() {
 /// times the size of its live keys (leaves merge below a quarter full, as
 /// designed: 152 pages at the start, 468 after, height 4). Before, it grew by ~70
 /// pages a round, 24 levels after the second, and the merge worker hit
-/// `tree too tall` (40 levels); without the shorter low bounds, 769 pages.
+/// `tree too tall` (40 levels); without the shorter low bounds (and first keys still whole), 769.
 #[test]
 fn churn_with_long_keys_keeps_the_tree_small() {
     let mut rng = crate::test_rng::Rng(11);
