@@ -524,6 +524,15 @@ pub struct ElasticTree<P: PagePool> {
     ev: Events,
 }
 
+/// Two neighbours under one parent that a merge joins: the left one is
+/// freed, the right one survives.
+struct MergedPair {
+    lblk: u32,
+    lmeta: PageMeta,
+    rblk: u32,
+    rmeta: PageMeta,
+}
+
 fn write(blk: u32, meta: PageMeta, body: Vec<u8>) -> Change {
     Change::Write { blk, meta, body }
 }
@@ -1581,24 +1590,8 @@ impl<P: PagePool> ElasticTree<P> {
         } else {
             None
         };
-        let mut pbody = pbody;
-        slotted::set_child(&mut pbody, j, rblk)?;
-        slotted::remove_at(&mut pbody, Kind::Inner, j + 1)?;
-        if let Some(sep) = &shorter {
-            pbody = self.with_separator(&pbody, j, sep)?;
-        }
-        let mut step = vec![write(pblk, pmeta, pbody), Change::Free(lblk)];
-        if lmeta.left != NO_BLOCK {
-            let (mut m, b) = self.read_owned(lmeta.left)?;
-            m.right = rblk;
-            let b = match &shorter {
-                Some(sep) => self.with_high_key(&b, sep)?,
-                None => b,
-            };
-            step.push(write(lmeta.left, m, b));
-        }
-        step.push(write(rblk, PageMeta { left: lmeta.left, ..rmeta }, nb));
-        self.pool.apply(step)?;
+        let pair = MergedPair { lblk, lmeta, rblk, rmeta };
+        self.apply_merge((pblk, pmeta, pbody), j, pair, nb, shorter.as_ref())?;
         self.dead_dropped += dropped as u64;
         self.ev.leaf_merges += 1;
         for (fm, d) in [(l.form(), -1i64), (r.form(), -1), (form, 1)] {
@@ -1606,6 +1599,32 @@ impl<P: PagePool> ElasticTree<P> {
             *c = (*c as i64 + d) as u64;
         }
         Ok(true)
+    }
+
+    /// Writes the merge of children `j` and `j+1` of the parent (a leaf or
+    /// an inner merge) as one step: the parent's entry j points at the
+    /// survivor `pair.rblk` (with separator `shorter`, if given) and entry
+    /// j+1 goes; the freed page's left neighbour links to the survivor
+    /// (with `shorter` as its high key); the survivor takes body `nb`.
+    fn apply_merge(&mut self, parent: (u32, PageMeta, Vec<u8>), j: usize, pair: MergedPair, nb: Vec<u8>, shorter: Option<&Owned>) -> Result<()> {
+        let (pblk, pmeta, mut pbody) = parent;
+        slotted::set_child(&mut pbody, j, pair.rblk)?;
+        slotted::remove_at(&mut pbody, Kind::Inner, j + 1)?;
+        if let Some(sep) = shorter {
+            pbody = self.with_separator(&pbody, j, sep)?;
+        }
+        let mut step = vec![write(pblk, pmeta, pbody), Change::Free(pair.lblk)];
+        if pair.lmeta.left != NO_BLOCK {
+            let (mut m, b) = self.read_owned(pair.lmeta.left)?;
+            m.right = pair.rblk;
+            let b = match shorter {
+                Some(sep) => self.with_high_key(&b, sep)?,
+                None => b,
+            };
+            step.push(write(pair.lmeta.left, m, b));
+        }
+        step.push(write(pair.rblk, PageMeta { left: pair.lmeta.left, ..pair.rmeta }, nb));
+        self.pool.apply(step)
     }
 
     /// A shorter low bound for leaf body `body` whose low bound is `sep`:
@@ -1755,7 +1774,7 @@ impl<P: PagePool> ElasticTree<P> {
     /// takes the parent's separator as its key: that is its exact low
     /// bound.
     fn merge_inner(&mut self, pblk: u32, j: usize) -> Result<bool> {
-        let (pmeta, mut pbody) = self.read_owned(pblk)?;
+        let (pmeta, pbody) = self.read_owned(pblk)?;
         let (lblk, rblk, rsep) = {
             let pv = SlotView::parse(&pbody, Kind::Inner)?;
             let r = pv.entry(j + 1)?;
@@ -1785,16 +1804,7 @@ impl<P: PagePool> ElasticTree<P> {
         }
         let mut nb = vec![0u8; self.cap()];
         slotted::build(&mut nb, Kind::Inner, ents.iter().copied(), hk_ref(&hk))?;
-        slotted::set_child(&mut pbody, j, rblk)?;
-        slotted::remove_at(&mut pbody, Kind::Inner, j + 1)?;
-        let mut step = vec![write(pblk, pmeta, pbody), Change::Free(lblk)];
-        if lmeta.left != NO_BLOCK {
-            let (mut m, b) = self.read_owned(lmeta.left)?;
-            m.right = rblk;
-            step.push(write(lmeta.left, m, b));
-        }
-        step.push(write(rblk, PageMeta { left: lmeta.left, ..rmeta }, nb));
-        self.pool.apply(step)?;
+        self.apply_merge((pblk, pmeta, pbody), j, MergedPair { lblk, lmeta, rblk, rmeta }, nb, None)?;
         self.inner_pages = self.inner_pages.saturating_sub(1);
         self.ev.inner_merges += 1;
         // The shrink pass's cursor may name the freed page.
@@ -2041,8 +2051,6 @@ fn raw_of(leaf: &Leaf, dead: &mut dyn FnMut(Tid) -> bool) -> Result<(Raw, Option
     }
 }
 
-/// Index of the first entry of the right half when splitting n (>= 2)
-/// entries with `pct`% on the left.
 /// The separator between a split's halves: the shortest prefix of the right
 /// half's first key that sorts above the left half's last key, with the
 /// smallest TID (nbtree's suffix truncation). `bit` is the discriminating
@@ -2060,6 +2068,8 @@ fn separator_at(bit: u16, right_key: &[u8], right_tid: Tid) -> Owned {
     (right_key[..n].to_vec(), Tid::default())
 }
 
+/// Index of the first entry of the right half when splitting n (>= 2)
+/// entries with `pct`% on the left.
 fn split_index(n: usize, pct: usize) -> usize {
     (n * pct / 100).clamp(1, n - 1)
 }
