@@ -582,6 +582,23 @@ struct Packer {
     first_cost: usize,
 }
 
+/// The bytes a rebuilt leaf may take before the next entry opens a new
+/// one, with `spare` blocks on the rebuild's free chain: `leaf_limit` (a
+/// fill below 100%) only while a block is left over after the next one is
+/// taken, else the whole node. That keeps the chain from running dry: a
+/// leaf filled to the whole node always reached into an old leaf that was
+/// put on the chain after the previous new leaf was taken (one old leaf's
+/// entries fit in one node), so the chain holds a block whenever one is
+/// needed. `rebuild_blocks` and `rebuild` decide alike, so the dry run
+/// counts the blocks the rebuild takes.
+fn leaf_limit_now(ns: usize, leaf_limit: usize, spare: usize) -> usize {
+    if spare >= 2 {
+        leaf_limit
+    } else {
+        ns
+    }
+}
+
 // ------------------------------------------------------------ tree ops
 
 impl DynTree {
@@ -1279,6 +1296,17 @@ impl DynTree {
     /// Packs the tree into fewer blocks when leaves were left sparse (by
     /// `rewrite_from`, `prune_key`, `prune_range`); see `retain`.
     pub fn repack<P: BlockPool + ?Sized>(&mut self, pool: &mut P) {
+        self.repack_to(pool, 100);
+    }
+
+    /// `repack` that fills leaves to about `fill_pct` percent, so that
+    /// inserts spread over the key range (random keys) find room before
+    /// they split: a leaf packed full splits at its first insert, into two
+    /// half-empty ones. A leaf is closed at the fill only while the
+    /// rebuild's free chain holds a block to spare (see `rebuild`), and
+    /// nothing changes unless the result takes fewer blocks than the tree
+    /// holds.
+    pub fn repack_to<P: BlockPool + ?Sized>(&mut self, pool: &mut P, fill_pct: usize) {
         if self.root == NONE {
             return;
         }
@@ -1286,11 +1314,39 @@ impl DynTree {
             self.clear(pool);
             return;
         }
-        if let Some(total) = self.rebuild_blocks(pool) {
+        let limit = self.leaf_limit(fill_pct);
+        if let Some(total) = self.rebuild_blocks(pool, limit) {
             if total < self.nblocks as usize {
-                self.rebuild(pool, total);
+                self.rebuild(pool, total, limit);
             }
         }
+    }
+
+    /// Blocks the leaves would take packed full: the entries' bytes over a
+    /// leaf's room. `nblocks` against it says how sparse the tree is.
+    pub fn packed_leaf_blocks(&self) -> u64 {
+        let bytes = self.key_bytes + self.nentries * (LEAF_FIXED + SLOT) as u64;
+        bytes.div_ceil((self.ns() - HDR) as u64)
+    }
+
+    /// Bytes a rebuilt leaf may use at `fill_pct` percent.
+    fn leaf_limit(&self, fill_pct: usize) -> usize {
+        let ns = self.ns();
+        (HDR + (ns - HDR) * fill_pct.min(100) / 100).min(ns)
+    }
+
+    /// Inner nodes of the tree (every level above the leaves).
+    fn inner_nodes<P: BlockPool + ?Sized>(&self, pool: &P, lm: &[u32; MAX_HEIGHT]) -> usize {
+        let mut n = 0;
+        for &first in lm.iter().take(self.height as usize).skip(1) {
+            let mut id = first;
+            while id != NONE {
+                n += 1;
+                // SAFETY: read-only view of a live block.
+                id = next(unsafe { self.node(pool, id) });
+            }
+        }
+        n
     }
 
     /// Removes the entries whose key equals the bound (`cmp_bound(stored)` =
@@ -1334,6 +1390,48 @@ impl DynTree {
         self.rewrite_at(pool, leaf, idx, max_visit, &mut step).removed
     }
 
+    /// Removes the entries of `batch` whose pos is below `below`; returns
+    /// how many. `batch` is sorted by `cmp`, then TID, without duplicates:
+    /// the part of a merge's batch that one merge step moved into the
+    /// static stage. Only the key range from its first to its last entry is
+    /// walked, alongside the batch; an entry of the same key and TID that
+    /// came in at or after `below` stays (it is not in the static stage).
+    /// Leaves shrink in place as in `rewrite_from`: no block is taken or
+    /// given back, so it cannot fail; inserts fill the room again, and the
+    /// `retain` at the merge's end packs what is left.
+    pub fn remove_batch<P: BlockPool + ?Sized, E>(
+        &mut self,
+        pool: &mut P,
+        cmp: &mut dyn FnMut(&[u8], &[u8]) -> Ordering,
+        batch: &[E],
+        key_of: fn(&E) -> &[u8],
+        tid_of: fn(&E) -> Tid,
+        below: u64,
+    ) -> usize {
+        let Some(first) = batch.first() else {
+            return 0;
+        };
+        if self.root == NONE {
+            return 0;
+        }
+        let (leaf, idx) = self.seek(pool, &mut |k| cmp(k, key_of(first)));
+        let mut j = 0;
+        let mut step = |k: &[u8], t: Tid, p: u64| {
+            while j < batch.len() && cmp(key_of(&batch[j]), k).then_with(|| tid_of(&batch[j]).cmp(&t)) == Ordering::Less {
+                j += 1;
+            }
+            let Some(e) = batch.get(j) else {
+                return Rewrite::Stop;
+            };
+            if p < below && tid_of(e) == t && key_of(e) == k {
+                Rewrite::Drop
+            } else {
+                Rewrite::Keep
+            }
+        };
+        self.rewrite_at(pool, leaf, idx, usize::MAX, &mut step).removed
+    }
+
     /// Removes every entry for which `keep` returns false; returns how many.
     /// `keep` sees each entry exactly once, in order.
     ///
@@ -1364,7 +1462,28 @@ impl DynTree {
     pub fn retain_map<P: BlockPool + ?Sized>(
         &mut self,
         pool: &mut P,
+        keep: impl FnMut(&[u8], Tid, u64) -> Option<u64>,
+    ) -> usize {
+        self.retain_map_to(pool, keep, 100)
+    }
+
+    /// `retain` that repacks leaves to about `fill_pct` percent
+    /// (`repack_to`): a merge's cleanup leaves room for the inserts that
+    /// come while the next merge runs.
+    pub fn retain_to<P: BlockPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        mut keep: impl FnMut(&[u8], Tid, u64) -> bool,
+        fill_pct: usize,
+    ) -> usize {
+        self.retain_map_to(pool, |k, t, v| keep(k, t, v).then_some(v), fill_pct)
+    }
+
+    fn retain_map_to<P: BlockPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
         mut keep: impl FnMut(&[u8], Tid, u64) -> Option<u64>,
+        fill_pct: usize,
     ) -> usize {
         if self.root == NONE {
             return 0;
@@ -1404,9 +1523,10 @@ impl DynTree {
             self.clear(pool);
             return removed;
         }
-        if let Some(total) = self.rebuild_blocks(pool) {
+        let limit = self.leaf_limit(fill_pct);
+        if let Some(total) = self.rebuild_blocks(pool, limit) {
             if total < self.nblocks as usize {
-                self.rebuild(pool, total);
+                self.rebuild(pool, total, limit);
             }
         }
         removed
@@ -1414,7 +1534,7 @@ impl DynTree {
 
     /// Blocks a greedy bottom-up rebuild would use, or None if it would be
     /// deeper than MAX_HEIGHT.
-    fn rebuild_blocks<P: BlockPool + ?Sized>(&self, pool: &P) -> Option<usize> {
+    fn rebuild_blocks<P: BlockPool + ?Sized>(&self, pool: &P, leaf_limit: usize) -> Option<usize> {
         let ns = self.ns();
         let mut pk = [Packer {
             used: 0,
@@ -1427,6 +1547,7 @@ impl DynTree {
         fn push(
             pk: &mut [Packer; MAX_HEIGHT],
             ns: usize,
+            leaf_limit: usize,
             mut lvl: usize,
             cost: usize,
             up_cost: usize,
@@ -1434,7 +1555,8 @@ impl DynTree {
             let mut cost = cost;
             loop {
                 let p = &mut pk[lvl];
-                if p.nodes != 0 && p.used + cost <= ns {
+                let limit = if lvl == 0 { leaf_limit } else { ns };
+                if p.nodes != 0 && p.used + cost <= limit {
                     p.used += cost;
                     return true;
                 }
@@ -1449,7 +1571,7 @@ impl DynTree {
                 }
                 if p.nodes == 2 {
                     let first = p.first_cost;
-                    if !push(pk, ns, lvl + 1, first, first) {
+                    if !push(pk, ns, ns, lvl + 1, first, first) {
                         return false;
                     }
                 }
@@ -1457,15 +1579,23 @@ impl DynTree {
                 cost = up_cost;
             }
         }
-        let mut leaf = self.leftmost(pool)[0];
+        // The rebuild's free chain, as `rebuild` keeps it: the inner nodes,
+        // then each old leaf as its entries are reached, less the new
+        // leaves taken so far.
+        let lm = self.leftmost(pool);
+        let mut chain = self.inner_nodes(pool, &lm);
+        let mut leaf = lm[0];
         while leaf != NONE {
             // SAFETY: read-only view of a live block.
             let b = unsafe { self.node(pool, leaf) };
+            chain += 1;
             for i in 0..nkeys(b) {
                 let klen = rd16(b, off(b, i) + 6);
+                let limit = leaf_limit_now(ns, leaf_limit, chain - pk[0].nodes as usize);
                 if !push(
                     &mut pk,
                     ns,
+                    limit,
                     0,
                     LEAF_FIXED + klen + SLOT,
                     INNER_FIXED + klen + SLOT,
@@ -1487,16 +1617,19 @@ impl DynTree {
 
     /// Repacks the tree into its own blocks (see `retain`); `total` is the
     /// block count `rebuild_blocks` computed.
-    fn rebuild<P: BlockPool + ?Sized>(&mut self, pool: &mut P, total: usize) {
+    fn rebuild<P: BlockPool + ?Sized>(&mut self, pool: &mut P, total: usize, leaf_limit: usize) {
         let ns = self.ns();
         let lm = self.leftmost(pool);
         let mut chain = NONE;
+        // Blocks on the chain (`rebuild_blocks` follows the same count).
+        let mut spare = 0usize;
         for &first in lm.iter().take(self.height as usize).skip(1) {
             let mut id = first;
             while id != NONE {
                 // SAFETY: read-only view of a live block.
                 let nx = next(unsafe { self.node(pool, id) });
                 self.push_chain(&*pool, &mut chain, id);
+                spare += 1;
                 id = nx;
             }
         }
@@ -1511,13 +1644,16 @@ impl DynTree {
             let old = &scratch[..ns];
             let nx = next(old);
             self.push_chain(&*pool, &mut chain, leaf);
+            spare += 1;
             for i in 0..nkeys(old) {
                 let raw = raw_at(old, 0, i);
+                let limit = leaf_limit_now(ns, leaf_limit, spare);
                 // SAFETY: `out` is a rebuilt leaf, borrowed alone.
-                let fits =
-                    out != NONE && free_space(unsafe { self.node(pool, out) }) >= raw.len() + SLOT;
+                let fits = out != NONE
+                    && ns - free_space(unsafe { self.node(pool, out) }) + raw.len() + SLOT <= limit;
                 if !fits {
                     let id = self.pop_chain(&*pool, &mut chain);
+                    spare -= 1;
                     // SAFETY: taken from the dead chain.
                     node_init(unsafe { self.node_mut(pool, id) }, 0);
                     if out == NONE {
@@ -1959,6 +2095,12 @@ mod tests {
         Prune(Vec<u8>, u8),
         /// The same over a key range (bounds in either order: empty range).
         PruneRange(Vec<u8>, Vec<u8>, u8),
+        /// One step of a merge: of the entries with pos below a fraction
+        /// (/256) of the inserts so far, a slice (from/len in /256 of them)
+        /// moved to the static stage.
+        MergeStep(u8, u8, u8),
+        /// Repack leaves to a fill of 30..=100 percent.
+        Repack(u8),
         Limit(usize),
     }
 
@@ -1990,6 +2132,8 @@ mod tests {
             2 => k().prop_map(Op::Contains),
             6 => (k(), any::<u8>()).prop_map(|(k, m)| Op::Prune(k, m)),
             3 => (k(), k(), any::<u8>()).prop_map(|(a, b, m)| Op::PruneRange(a, b, m)),
+            2 => (any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(c, f, n)| Op::MergeStep(c, f, n)),
+            1 => (30u8..=100).prop_map(Op::Repack),
             1 => (1usize..60).prop_map(Op::Limit),
         ]
     }
@@ -2028,10 +2172,35 @@ mod tests {
                 }
                 Op::Merge(frac) => {
                     let upto = inserted * frac as u64 / 256;
-                    let n = t.retain(&mut pool, |_, _, p| p > upto);
+                    let n = if frac % 2 == 0 { t.retain(&mut pool, |_, _, p| p > upto) } else { t.retain_to(&mut pool, |_, _, p| p > upto, 30 + frac as usize % 71) };
                     let before = o.len();
                     o.retain(|_, p| *p > upto);
                     assert_eq!(n, before - o.len());
+                    check(&t, &pool, &o);
+                }
+                Op::MergeStep(frac, from, len) => {
+                    let below = inserted * frac as u64 / 256 + 1;
+                    let batch: Vec<(K, Tid)> = o.iter().filter(|(_, p)| **p < below).map(|(e, _)| e.clone()).collect();
+                    let a = batch.len() * from as usize / 256;
+                    let b = (a + batch.len() * len as usize / 256 + 1).min(batch.len());
+                    let slice = &batch[a..b];
+                    fn key_of(e: &(K, Tid)) -> &[u8] {
+                        &e.0 .0
+                    }
+                    fn tid_of(e: &(K, Tid)) -> Tid {
+                        e.1
+                    }
+                    let n = t.remove_batch(&mut pool, &mut kcmp, slice, key_of, tid_of, below);
+                    for e in slice {
+                        o.remove(e);
+                    }
+                    assert_eq!(n, slice.len());
+                    check(&t, &pool, &o);
+                }
+                Op::Repack(fill) => {
+                    let before = t.nblocks;
+                    t.repack_to(&mut pool, fill as usize);
+                    assert!(t.nblocks <= before);
                     check(&t, &pool, &o);
                 }
                 Op::Vacuum(mask) => {
@@ -2490,6 +2659,31 @@ mod tests {
         assert_eq!(pool.allocated(), 0);
         assert_eq!(t.bytes_used(), 0);
         assert_eq!(t.retain(&mut pool, |_, _, _| false), 0);
+    }
+
+    #[test]
+    fn repack_to_a_fill_needs_no_free_blocks() {
+        // Entries removed in stretches (a merge step's release): the tree
+        // is sparse in some places and full in others; a repack to 60%
+        // must not run out of its own blocks with none free in the pool.
+        for pct in [30, 60, 75, 90, 100] {
+            let (mut t, mut pool) = fill((0..20_000u64).map(|i| i.wrapping_mul(2654435761) % 1_000_003));
+            let mut c = |a: &[u8], b: &[u8]| a.cmp(b);
+            t.rewrite_from(&mut pool, None, usize::MAX, &mut |k, _, _| {
+                let v = u64::from_be_bytes(k.try_into().unwrap());
+                if (v / 50_000) % 2 == 0 { Rewrite::Drop } else { Rewrite::Keep }
+            });
+            pool.set_limit(pool.allocated());
+            let (entries, blocks) = (t.nentries, t.nblocks);
+            t.repack_to(&mut pool, pct);
+            t.verify(&pool, &mut c).unwrap();
+            assert_eq!(t.nentries, entries);
+            assert!(t.nblocks < blocks, "fill {pct}: {} blocks from {blocks}", t.nblocks);
+            // About the fill asked for: the leaves use entries / fill.
+            let leaves = t.packed_leaf_blocks() as f64 * 100.0 / pct as f64;
+            assert!((t.nblocks as f64) < leaves * 1.1 + 3.0, "fill {pct}: {} blocks for {leaves:.0} leaves", t.nblocks);
+            assert!((t.nblocks as f64) > leaves * 0.9, "fill {pct}: {} blocks for {leaves:.0} leaves", t.nblocks);
+        }
     }
 
     /// A retain with no blocks to spare must still work: the rebuild only

@@ -73,6 +73,11 @@ pub struct MergeStep<'a> {
     pub fresh: &'a [Entry],
     /// The key the previous step stopped before; None for the first step.
     pub from: Option<&'a [u8]>,
+    /// The engine builds its key filter anew from this merge: a structure
+    /// that reads every key of the part a step covers returns their hashes
+    /// (`MergeResult::key_hashes`). False when the filter in place only
+    /// takes the batch's keys, so no step hashes keys it only copies.
+    pub key_hashes: bool,
 }
 
 /// TIDs a merge step drops from the base structure.

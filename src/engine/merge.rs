@@ -129,10 +129,11 @@ unsafe fn superseded_candidates(index: pg_sys::Relation, desc: &Rc<IndexDesc>, b
 /// The base structure works in steps (a segmented structure rewrites one
 /// key-range segment per step); each step is switched to on its own, and
 /// its retired pages are recycled before the next step allocates, so the
-/// file grows by one segment, not by a second copy of the structure. The
-/// batch stays in the dynamic stage until the last step: a scan between
-/// steps meets entries present in both stages and returns them once, and a
-/// merge cut short is run again from the same delta-log position.
+/// file grows by one segment, not by a second copy of the structure. Each
+/// step's entries leave the dynamic stage at its switch (`Switch::moved`);
+/// the delta log keeps the batch until the last step moves `merged_upto`,
+/// so a merge cut short is run again from the same delta-log position (and
+/// a scan meeting entries in both stages returns them once).
 pub unsafe fn merge_locked(
     index: pg_sys::Relation,
     _reason: Reason,
@@ -161,7 +162,7 @@ pub unsafe fn merge_locked(
     let (cutoff, _) = delta::end_pos(index, m.delta_tail);
     let (recs, _, _) = delta::read_from(index, m.delta_head, m.base.merged_upto, cutoff);
     let mut fresh: Vec<Entry> = recs.into_iter().map(|r| Entry { key: r.key, tid: r.tid }).collect();
-    fresh.sort_unstable_by(|a, b| desc.compare(&a.key, &b.key).then(a.tid.cmp(&b.tid)));
+    sort_batch(&desc, &mut fresh);
     fresh.dedup();
     let merged_entries = fresh.len() as u64;
     // Nothing to move and no dead TIDs to drop: the structure on disk is
@@ -199,16 +200,28 @@ pub unsafe fn merge_locked(
         m.lockmap
     };
     let want_filter = desc.unique && desc.hashable;
-    let mut hashes: Option<Vec<u64>> = Some(Vec::new());
+    // The key filter in place takes the batch's keys unless it is missing
+    // or overfull: building it anew from every key of the base at each
+    // merge of a batch that touches every leaf cost a tenth of the merge
+    // (hashing 5M keys and setting their bits all over a 5 MB filter).
+    let rebuild_filter = want_filter && key_filter_stale(slot, m.base.generation, fresh.len(), m.base.keys + merged_entries);
+    let mut hashes: Option<Vec<u64>> = rebuild_filter.then(Vec::new);
     let mut rest: &[Entry] = &fresh;
     let mut from: Option<Vec<u8>> = None;
+    // A step's entries leave the dynamic stage at its switch, not all at
+    // the last one: a batch of random keys is merged in some 30 steps
+    // over a second or more, and the stage held it whole until the end
+    // besides what arrived meanwhile. A tiered index keeps its hot
+    // records' merged entries (hot.rs), at the last step.
+    let moves_early = ams::base(index).hot_tier(index).is_none();
+    let mut moved_before = 0usize;
     loop {
         // Every step starts a new reader generation: readers registered
         // before its switch may be on pages it retires; readers that start
         // after it never see them.
         let gen = m.next_generation;
         meta::update(index, |mm| mm.next_generation = gen + 1);
-        let step = MergeStep { fresh: rest, from: from.as_deref() };
+        let step = MergeStep { fresh: rest, from: from.as_deref(), key_hashes: hashes.is_some() };
         let prune = match dead.as_mut() {
             Some(d) => Some(Prune { dead: &mut **d, everywhere: true }),
             None if droppable.is_some() => Some(Prune { dead: &mut drop_hinted, everywhere: false }),
@@ -224,7 +237,8 @@ pub unsafe fn merge_locked(
             }
             _ => None,
         };
-        rest = &rest[res.consumed.min(rest.len())..];
+        let taken = &rest[..res.consumed.min(rest.len())];
+        rest = &rest[taken.len()..];
         let last = res.next.is_none();
         if last && !rest.is_empty() {
             // The last step moves merged_upto past the whole batch: entries
@@ -247,7 +261,7 @@ pub unsafe fn merge_locked(
                 KeyFilter::build(gen, h)
             };
             let mut key_filter = hashes.as_deref().and_then(build_filter);
-            if want_filter && key_filter.is_none() && tried.get() == 0 && key_filter_stale(slot, m.base.generation, fresh.len(), new_base.keys) {
+            if rebuild_filter && key_filter.is_none() && tried.get() == 0 {
                 // Steps skipped leaves (an ascending load merges into the
                 // last one only) and the filter in place is missing or
                 // overfull: read every key of the new base once. Sized
@@ -261,16 +275,20 @@ pub unsafe fn merge_locked(
             let no_room = (want_filter && key_filter.is_none() && tried.get() > 0).then_some(tried.get());
             // Without every key at hand (steps skipped leaves nothing was
             // merged into), the filter in place takes the batch's keys.
-            let fresh_hashes = if want_filter && key_filter.is_none() { fresh.iter().filter_map(|e| desc.key_hash(&e.key)).collect() } else { Vec::new() };
+            let fresh_hashes = if want_filter && key_filter.is_none() { fresh[moved_before..].iter().filter_map(|e| desc.key_hash(&e.key)).collect() } else { Vec::new() };
             let (dead_delta, new_head) = delta::pages_below(index, m.delta_head, cutoff);
             let ndead_delta = dead_delta.len() as u32;
             retired.extend(dead_delta);
             new_base.merged_upto = cutoff;
             let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.base.generation);
-            Switch { new_base, new_head, recycle_head, ndead_delta, millis, key_filter, no_room, fresh_hashes, drained: Some(cutoff), lockmap }
+            Switch { new_base, new_head, recycle_head, ndead_delta, millis, key_filter, no_room, fresh_hashes, moved: &[], cutoff, drained: Some(cutoff), lockmap }
         } else {
             let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.base.generation);
-            Switch { new_base, new_head: m.delta_head, recycle_head, ndead_delta: 0, millis, key_filter: None, no_room: None, fresh_hashes: Vec::new(), drained: None, lockmap }
+            let moved = if moves_early { taken } else { &[] };
+            moved_before += moved.len();
+            // Hashed before the slot lock is taken.
+            let fresh_hashes = if want_filter { moved.iter().filter_map(|e| desc.key_hash(&e.key)).collect() } else { Vec::new() };
+            Switch { new_base, new_head: m.delta_head, recycle_head, ndead_delta: 0, millis, key_filter: None, no_room: None, fresh_hashes, moved, cutoff, drained: None, lockmap }
         };
         // A tiered index's hot records lose what the merge pruned from the
         // cold tier (VACUUM's dead TIDs, hinted ones), so no clean copy
@@ -296,9 +314,55 @@ pub unsafe fn merge_locked(
     outcome
 }
 
+/// Sorts a merge's batch by key, then TID. Byte-ordered keys sort as
+/// (first eight bytes as one number, position) pairs first, the rest of
+/// the key and the TID breaking ties: comparing entries in place followed
+/// each one's key to its own allocation, and sorting the 600k entries of
+/// a batch that way took a tenth of the merge.
+fn sort_batch(desc: &IndexDesc, fresh: &mut Vec<Entry>) {
+    if !desc.memcmp {
+        fresh.sort_unstable_by(|a, b| desc.compare(&a.key, &b.key).then(a.tid.cmp(&b.tid)));
+        return;
+    }
+    fn head(key: &[u8]) -> u64 {
+        let mut b = [0u8; 8];
+        let n = key.len().min(8);
+        b[..n].copy_from_slice(&key[..n]);
+        u64::from_be_bytes(b)
+    }
+    struct Position {
+        head: u64,
+        at: u32,
+    }
+    let mut order: Vec<Position> = fresh.iter().enumerate().map(|(i, e)| Position { head: head(&e.key), at: i as u32 }).collect();
+    order.sort_unstable_by(|a, b| {
+        a.head.cmp(&b.head).then_with(|| {
+            let (x, y) = (&fresh[a.at as usize], &fresh[b.at as usize]);
+            desc.compare(&x.key, &y.key).then(x.tid.cmp(&y.tid))
+        })
+    });
+    let sorted: Vec<Entry> = order.iter().map(|p| {
+        let e = &mut fresh[p.at as usize];
+        Entry { key: std::mem::take(&mut e.key), tid: e.tid }
+    }).collect();
+    *fresh = sorted;
+}
+
+/// A step's release repacks the dynamic stage when its leaves are less
+/// than 4/7 full on average, and it holds at least this many blocks more
+/// than packed full (a small tree is not worth the walk: a repack of 250k
+/// entries holds the slot lock for about 10 ms).
+const MIN_REPACK_BLOCKS: u64 = 64;
+
+/// The leaf fill of a merge's repacks of the dynamic stage (its cleanup
+/// at the last step, and the one above): a B+tree under random inserts
+/// settles around 70%, and a leaf packed full splits into two half-empty
+/// ones at its first insert.
+const DYNAMIC_FILL_PCT: usize = 70;
+
 /// What a merge step switches to, in one WAL record and then in shared
 /// memory.
-struct Switch {
+struct Switch<'a> {
     new_base: BaseInfo,
     new_head: u32,
     recycle_head: u32,
@@ -307,16 +371,22 @@ struct Switch {
     key_filter: Option<super::state::PendingKeyFilter>,
     /// The arena had no room for a filter over this many keys.
     no_room: Option<u64>,
-    /// Hashes of the batch's keys, to add to the key filter in place when
-    /// no new one was built.
+    /// Hashes of the keys this step adds to the base that the key filter
+    /// in place takes: a step's `moved` entries, or at the last step the
+    /// batch's entries not moved before, when no new filter was built.
     fresh_hashes: Vec<u64>,
+    /// Entries of the batch a step before the last put in the base: they
+    /// leave the dynamic stage at its switch (its copies that came in
+    /// below `cutoff`). Empty at the last step, whose retain takes all.
+    moved: &'a [Entry],
+    cutoff: u64,
     /// The last step: the delta-log position below which the dynamic
     /// stage is now merged.
     drained: Option<u64>,
     lockmap: u32,
 }
 
-impl Switch {
+impl Switch<'_> {
     /// The metapage (new base, delta head, recycle list) in one WAL record,
     /// then the shared state. Metapage first, so the lock order (buffer,
     /// then slot LWLock) matches inserters.
@@ -353,11 +423,36 @@ impl Switch {
             st.set_base(self.new_base);
             st.lockmap = self.lockmap;
             if self.drained.is_none() && st.key_filter.generation == old_gen && old_gen != 0 {
-                // A step before the last adds to the base only keys that
-                // are still in the dynamic stage, where a unique check
-                // looks anyway: the filter still answers "not in the base"
-                // correctly for every other key.
+                // The keys a step before the last adds to the base are
+                // either still in the dynamic stage, where a unique check
+                // looks anyway, or leave it now (`moved`) and go into the
+                // filter: it still answers "not in the base" correctly for
+                // every other key. (A filter of another generation answers
+                // "maybe" for every key.)
+                for &h in &self.fresh_hashes {
+                    st.key_filter.bloom.add(h);
+                }
+                st.key_filter.added += self.fresh_hashes.len() as u64;
                 st.key_filter.generation = self.new_base.generation;
+            }
+            if !self.moved.is_empty() {
+                // Under the same lock as the new base: a reader takes both
+                // at one instant (state::snapshot), and a range scan's
+                // reader sees the generation change at its next refill.
+                fn key_of(e: &Entry) -> &[u8] {
+                    &e.key
+                }
+                fn tid_of(e: &Entry) -> Tid {
+                    e.tid
+                }
+                st.tree.remove_batch(&mut ArenaPool, &mut |a: &[u8], b: &[u8]| desc.compare(a, b), self.moved, key_of, tid_of, self.cutoff);
+                // The leaves the steps emptied stay until they are packed,
+                // while inserts spread over the whole key range split the
+                // full ones: the tree grew to twice the blocks its entries
+                // need. Repacked when its leaves are 4/7 full on average.
+                if st.tree.nblocks as u64 > st.tree.packed_leaf_blocks() * 7 / 4 + MIN_REPACK_BLOCKS {
+                    st.tree.repack_to(&mut ArenaPool, DYNAMIC_FILL_PCT);
+                }
             }
             if let Some(cutoff) = self.drained {
                 if ams::base(index).hot_tier(index).is_some() {
@@ -365,7 +460,7 @@ impl Switch {
                     // as clean copies (hot.rs).
                     super::hot::settle(st, desc, cutoff, pruned);
                 } else {
-                    st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff);
+                    st.tree.retain_to(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff, DYNAMIC_FILL_PCT);
                 }
                 let carried = st.key_filter.generation == old_gen && old_gen != 0;
                 if self.key_filter.is_none() && carried && !self.fresh_hashes.is_empty() {

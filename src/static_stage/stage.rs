@@ -130,7 +130,7 @@ impl BaseStructure for StaticStage {
         let mut dead: Option<&mut dyn FnMut(Tid) -> bool> = prune.map(|p| p.dead);
         let old = Stage::of(&meta.base);
         let compress = (self.settings)(index).compress;
-        let want_hashes = desc.unique && desc.hashable;
+        let want_hashes = step.key_hashes && desc.unique && desc.hashable;
         let mut hashes: Vec<u64> = Vec::new();
         let mut cmp = |a: &[u8], b: &[u8]| desc.compare(a, b);
 
