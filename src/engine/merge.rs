@@ -4,6 +4,7 @@
 //! generation in one WAL record, and retired pages are recycled once no
 //! reader of an older generation is left, or the xid horizon passed them.
 
+use std::cmp::Ordering;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -162,6 +163,7 @@ pub unsafe fn merge_locked(
     let (cutoff, _) = delta::end_pos(index, m.delta_tail);
     let (recs, _, _) = delta::read_from(index, m.delta_head, m.base.merged_upto, cutoff);
     let mut fresh: Vec<Entry> = recs.into_iter().map(|r| Entry { key: r.key, tid: r.tid }).collect();
+    let dynamic_fill = dynamic_fill_after(&desc, &fresh);
     sort_batch(&desc, &mut fresh);
     fresh.dedup();
     let merged_entries = fresh.len() as u64;
@@ -281,14 +283,14 @@ pub unsafe fn merge_locked(
             retired.extend(dead_delta);
             new_base.merged_upto = cutoff;
             let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.base.generation);
-            Switch { new_base, new_head, recycle_head, ndead_delta, millis, key_filter, no_room, fresh_hashes, moved: &[], cutoff, drained: Some(cutoff), lockmap }
+            Switch { new_base, new_head, recycle_head, ndead_delta, millis, key_filter, no_room, fresh_hashes, moved: &[], cutoff, dynamic_fill, drained: Some(cutoff), lockmap }
         } else {
             let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.base.generation);
             let moved = if moves_early { taken } else { &[] };
             moved_before += moved.len();
             // Hashed before the slot lock is taken.
             let fresh_hashes = if want_filter { moved.iter().filter_map(|e| desc.key_hash(&e.key)).collect() } else { Vec::new() };
-            Switch { new_base, new_head: m.delta_head, recycle_head, ndead_delta: 0, millis, key_filter: None, no_room: None, fresh_hashes, moved, cutoff, drained: None, lockmap }
+            Switch { new_base, new_head: m.delta_head, recycle_head, ndead_delta: 0, millis, key_filter: None, no_room: None, fresh_hashes, moved, cutoff, dynamic_fill, drained: None, lockmap }
         };
         // A tiered index's hot records lose what the merge pruned from the
         // cold tier (VACUUM's dead TIDs, hinted ones), so no clean copy
@@ -355,10 +357,33 @@ fn sort_batch(desc: &IndexDesc, fresh: &mut Vec<Entry>) {
 const MIN_REPACK_BLOCKS: u64 = 64;
 
 /// The leaf fill of a merge's repacks of the dynamic stage (its cleanup
-/// at the last step, and the one above): a B+tree under random inserts
-/// settles around 70%, and a leaf packed full splits into two half-empty
-/// ones at its first insert.
+/// at the last step, and the one above) when keys arrive out of order: a
+/// B+tree under random inserts settles around 70%, and a leaf packed full
+/// splits into two half-empty ones at its first insert.
 const DYNAMIC_FILL_PCT: usize = 70;
+
+const FILL_SAMPLE_PAIRS: usize = 4096;
+
+/// The fill for the inserts to come, judged by the batch in arrival order
+/// (the delta log's): keys that mostly arrived ascending (a serial key,
+/// a timestamp) go on arriving right of the last leaf, and room left in
+/// the others would stay empty, so the leaves are packed full as before.
+/// Judged on at most `FILL_SAMPLE_PAIRS` neighbours, spread over the
+/// batch: a collation's comparison costs a microsecond or so.
+fn dynamic_fill_after(desc: &IndexDesc, arrived: &[Entry]) -> usize {
+    let pairs = arrived.len().saturating_sub(1);
+    let stride = pairs.div_ceil(FILL_SAMPLE_PAIRS).max(1);
+    let (mut seen, mut ascending) = (0usize, 0usize);
+    for i in (0..pairs).step_by(stride) {
+        seen += 1;
+        ascending += (desc.compare(&arrived[i].key, &arrived[i + 1].key) != Ordering::Greater) as usize;
+    }
+    if ascending * 10 >= seen * 9 {
+        100
+    } else {
+        DYNAMIC_FILL_PCT
+    }
+}
 
 /// What a merge step switches to, in one WAL record and then in shared
 /// memory.
@@ -380,6 +405,8 @@ struct Switch<'a> {
     /// below `cutoff`). Empty at the last step, whose retain takes all.
     moved: &'a [Entry],
     cutoff: u64,
+    /// Leaf fill of the dynamic stage's repacks (`dynamic_fill_after`).
+    dynamic_fill: usize,
     /// The last step: the delta-log position below which the dynamic
     /// stage is now merged.
     drained: Option<u64>,
@@ -451,7 +478,7 @@ impl Switch<'_> {
                 // full ones: the tree grew to twice the blocks its entries
                 // need. Repacked when its leaves are 4/7 full on average.
                 if st.tree.nblocks as u64 > st.tree.packed_leaf_blocks() * 7 / 4 + MIN_REPACK_BLOCKS {
-                    st.tree.repack_to(&mut ArenaPool, DYNAMIC_FILL_PCT);
+                    st.tree.repack_to(&mut ArenaPool, self.dynamic_fill);
                 }
             }
             if let Some(cutoff) = self.drained {
@@ -460,7 +487,7 @@ impl Switch<'_> {
                     // as clean copies (hot.rs).
                     super::hot::settle(st, desc, cutoff, pruned);
                 } else {
-                    st.tree.retain_to(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff, DYNAMIC_FILL_PCT);
+                    st.tree.retain_to(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= cutoff, self.dynamic_fill);
                 }
                 let carried = st.key_filter.generation == old_gen && old_gen != 0;
                 if self.key_filter.is_none() && carried && !self.fresh_hashes.is_empty() {
