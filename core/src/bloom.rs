@@ -33,17 +33,27 @@ pub fn bloom_optimal_hashes(bits_per_item: usize) -> u32 {
         .clamp(1.0, 16.0) as u32
 }
 
+/// The first word of the block that `h` sets and tests in a slice of
+/// `nwords` words (None when the slice holds no whole block): a caller
+/// adding many hashes asks the CPU for the blocks of the next ones early.
+#[inline(always)]
+pub fn bloom_block_start(nwords: usize, h: u64) -> Option<usize> {
+    let nblocks = (nwords / BLOOM_BLOCK_WORDS) as u64;
+    if nblocks == 0 {
+        return None;
+    }
+    // The block comes from the high bits (multiply-shift range reduction) and
+    // the in-block positions from the low bits, so the two are independent.
+    Some(((h as u128 * nblocks as u128) >> 64) as usize * BLOOM_BLOCK_WORDS)
+}
+
 /// Calls `f(word, mask)` for each of the k probes of `h`, or returns false
 /// when the slice holds no whole block.
 #[inline(always)]
 fn probes(nwords: usize, nhashes: u32, h: u64, mut f: impl FnMut(usize, u64) -> bool) -> bool {
-    let nblocks = (nwords / BLOOM_BLOCK_WORDS) as u64;
-    if nblocks == 0 {
+    let Some(block) = bloom_block_start(nwords, h) else {
         return false;
-    }
-    // The block comes from the high bits (multiply-shift range reduction) and
-    // the in-block positions from the low bits, so the two are independent.
-    let block = ((h as u128 * nblocks as u128) >> 64) as usize * BLOOM_BLOCK_WORDS;
+    };
     // In-block positions are 9-bit chunks of a remix of h, seven per remix.
     // Independent positions match the textbook model; double hashing inside
     // a 512-bit block measured ~15% more false positives.

@@ -10,11 +10,19 @@
 //! base structure's build takes. Each carries whether its heap tuple is
 //! live, for the unique check.
 //!
+//! When the comparator is byte order (`byte_ordered`), every entry also
+//! carries its key's first eight bytes as one number (`keys::key_head`),
+//! PostgreSQL's abbreviated keys: the sort and the merge of runs compare
+//! those in place and ask the comparator only where they are equal. A
+//! comparison that followed each entry to its key's bytes was half of a
+//! CREATE INDEX of 5M int8 keys.
+//!
 //! A run record is `key length (u32 LE) | key | block (u32 LE) | offset
 //! (u16 LE) | alive (u8)`.
 
 use std::cmp::Ordering;
 
+use crate::keys::key_head;
 use crate::tid::Tid;
 
 /// Where runs go once the entries outgrow memory: an append-only byte
@@ -59,6 +67,8 @@ pub struct SortedEntry {
 /// An entry held in memory: where its key is in the key bytes.
 #[derive(Clone, Copy)]
 struct Item {
+    /// `key_head` of the key when the sorter is byte-ordered, else 0.
+    abbrev: u64,
     key_off: usize,
     key_len: u32,
     tid: Tid,
@@ -85,6 +95,8 @@ struct RunExtent<P> {
 /// Gathers entries, spilling sorted runs once they outgrow `mem_limit`.
 pub struct BuildSorter<F: SpillFile, C: FnMut(&[u8], &[u8]) -> Ordering> {
     cmp: C,
+    /// The comparator is byte order: items carry abbreviated keys.
+    byte_ordered: bool,
     mem_limit: usize,
     keys: Vec<u8>,
     items: Vec<Item>,
@@ -97,7 +109,25 @@ impl<F: SpillFile, C: FnMut(&[u8], &[u8]) -> Ordering> BuildSorter<F, C> {
     /// `mem_limit`: bytes of keys plus per-entry bookkeeping held before a
     /// run is written (at least one entry is always held).
     pub fn new(mem_limit: usize, cmp: C) -> Self {
-        BuildSorter { cmp, mem_limit, keys: Vec::new(), items: Vec::new(), file: None, runs: Vec::new(), count: 0 }
+        BuildSorter { cmp, byte_ordered: false, mem_limit, keys: Vec::new(), items: Vec::new(), file: None, runs: Vec::new(), count: 0 }
+    }
+
+    /// Declares the comparator to be byte order (`memcmp`, an index whose
+    /// keys are all order-preserving encodings): entries then sort on
+    /// abbreviated keys first (module comment). Call before the first
+    /// `push`.
+    pub fn byte_ordered(mut self) -> Self {
+        assert!(self.count == 0, "byte_ordered after entries were pushed");
+        self.byte_ordered = true;
+        self
+    }
+
+    fn abbrev(&self, key: &[u8]) -> u64 {
+        if self.byte_ordered {
+            key_head(key)
+        } else {
+            0
+        }
     }
 
     /// Adds one entry; when memory is full, the entries held are written
@@ -112,7 +142,7 @@ impl<F: SpillFile, C: FnMut(&[u8], &[u8]) -> Ordering> BuildSorter<F, C> {
         }
         let key_off = self.keys.len();
         self.keys.extend_from_slice(key);
-        self.items.push(Item { key_off, key_len: key.len() as u32, tid, alive });
+        self.items.push(Item { abbrev: self.abbrev(key), key_off, key_len: key.len() as u32, tid, alive });
         self.count += 1;
     }
 
@@ -134,7 +164,10 @@ impl<F: SpillFile, C: FnMut(&[u8], &[u8]) -> Ordering> BuildSorter<F, C> {
         let keys = &self.keys;
         let cmp = &mut self.cmp;
         self.items.sort_unstable_by(|a, b| {
-            cmp(&keys[a.key_off..a.key_off + a.key_len as usize], &keys[b.key_off..b.key_off + b.key_len as usize]).then(a.tid.cmp(&b.tid))
+            a.abbrev
+                .cmp(&b.abbrev)
+                .then_with(|| cmp(&keys[a.key_off..a.key_off + a.key_len as usize], &keys[b.key_off..b.key_off + b.key_len as usize]))
+                .then(a.tid.cmp(&b.tid))
         });
     }
 
@@ -181,7 +214,8 @@ impl<F: SpillFile, C: FnMut(&[u8], &[u8]) -> Ordering> BuildSorter<F, C> {
         self.items = Vec::new();
         let mut file = self.file.take().expect("runs were written to a file");
         let buffer = (self.mem_limit / self.runs.len()).clamp(MIN_READ_BUFFER, MAX_READ_BUFFER);
-        let mut readers: Vec<RunReader<F::Pos>> = self.runs.iter().map(|r| RunReader::new(r, buffer)).collect();
+        let byte_ordered = self.byte_ordered;
+        let mut readers: Vec<RunReader<F::Pos>> = self.runs.iter().map(|r| RunReader::new(r, buffer, byte_ordered)).collect();
         for r in readers.iter_mut() {
             r.advance(&mut file);
         }
@@ -204,13 +238,16 @@ struct RunReader<P> {
     /// buf[at..filled] is read but not yet decoded.
     at: usize,
     filled: usize,
-    /// The run's next entry.
+    /// The run's next entry, and its abbreviated key (0 unless the
+    /// sorter is byte-ordered).
     head: Option<SortedEntry>,
+    abbrev: u64,
+    byte_ordered: bool,
 }
 
 impl<P: Copy> RunReader<P> {
-    fn new(run: &RunExtent<P>, buffer: usize) -> Self {
-        RunReader { pos: run.start, unread: run.bytes, buf: vec![0; buffer], at: 0, filled: 0, head: None }
+    fn new(run: &RunExtent<P>, buffer: usize, byte_ordered: bool) -> Self {
+        RunReader { pos: run.start, unread: run.bytes, buf: vec![0; buffer], at: 0, filled: 0, head: None, abbrev: 0, byte_ordered }
     }
 
     /// Makes at least `need` bytes available at `at` (false: the run ends
@@ -250,6 +287,7 @@ impl<P: Copy> RunReader<P> {
         let key = r[..key_len].to_vec();
         let t = &r[key_len..];
         let tid = Tid::new(u32::from_le_bytes(t[0..4].try_into().unwrap()), u16::from_le_bytes(t[4..6].try_into().unwrap()));
+        self.abbrev = if self.byte_ordered { key_head(&key) } else { 0 };
         self.head = Some(SortedEntry { key, tid, alive: t[6] != 0 });
         self.at += 4 + key_len + RECORD_FIXED - 4;
     }
@@ -257,7 +295,7 @@ impl<P: Copy> RunReader<P> {
 
 fn less<P, C: FnMut(&[u8], &[u8]) -> Ordering>(a: usize, b: usize, readers: &[RunReader<P>], cmp: &mut C) -> bool {
     let (x, y) = (readers[a].head.as_ref().unwrap(), readers[b].head.as_ref().unwrap());
-    cmp(&x.key, &y.key).then(x.tid.cmp(&y.tid)) == Ordering::Less
+    readers[a].abbrev.cmp(&readers[b].abbrev).then_with(|| cmp(&x.key, &y.key)).then(x.tid.cmp(&y.tid)) == Ordering::Less
 }
 
 fn sift_down<P, C: FnMut(&[u8], &[u8]) -> Ordering>(heap: &mut [usize], mut i: usize, readers: &[RunReader<P>], cmp: &mut C) {
@@ -355,7 +393,10 @@ mod tests {
     }
 
     fn run_sorter(input: &[(Vec<u8>, Tid, bool)], mem: usize) -> (Vec<SortedEntry>, usize, usize) {
-        let mut s: BuildSorter<Vec<u8>, _> = BuildSorter::new(mem, reversed);
+        run_with(BuildSorter::new(mem, reversed), input)
+    }
+
+    fn run_with<C: FnMut(&[u8], &[u8]) -> Ordering>(mut s: BuildSorter<Vec<u8>, C>, input: &[(Vec<u8>, Tid, bool)]) -> (Vec<SortedEntry>, usize, usize) {
         let mut opened = 0;
         for (k, t, a) in input {
             s.push(k, *t, *a, || {
@@ -426,6 +467,21 @@ mod tests {
             let (out, _, opened) = run_sorter(&input, mem);
             prop_assert!(opened <= 1);
             prop_assert_eq!(out, sorted_oracle(&input));
+        }
+
+        /// A byte-ordered sorter (abbreviated keys) gives the byte order
+        /// of (key, TID), in memory and through runs; keys of bytes 0..4
+        /// and up to 12 long tie on their heads often, and are prefixes
+        /// of one another.
+        #[test]
+        fn byte_ordered_sorts_like_the_oracle(seed in 1u64..u64::MAX, n in 0usize..600, max_key in 0usize..13, mem in 0usize..3000) {
+            let mut rng = Rng(seed);
+            let input = random_input(&mut rng, n, max_key);
+            let (out, _, opened) = run_with(BuildSorter::new(mem, |a: &[u8], b: &[u8]| a.cmp(b)).byte_ordered(), &input);
+            prop_assert!(opened <= 1);
+            let mut want: Vec<SortedEntry> = input.iter().map(|(k, t, a)| SortedEntry { key: k.clone(), tid: *t, alive: *a }).collect();
+            want.sort_by(|x, y| x.key.cmp(&y.key).then(x.tid.cmp(&y.tid)));
+            prop_assert_eq!(out, want);
         }
     }
 }

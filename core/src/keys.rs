@@ -1006,6 +1006,21 @@ pub fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && bytes_cmp(a, b) == Ordering::Equal
 }
 
+/// A key's first eight bytes as one big-endian number, zero-padded when
+/// the key is shorter: an abbreviated key for sorts in byte order. Where
+/// two heads differ they order their keys as `bytes_cmp` does: the first
+/// differing byte is a byte of both keys, or the padding of a key that is
+/// a prefix of the other. Equal heads say nothing ("ab" and "ab\0" have
+/// the same head), and the sort compares the keys. Comparing two numbers
+/// in place saves following each entry to its key's bytes.
+#[inline]
+pub fn key_head(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
+}
+
 #[cfg(test)]
 mod bytes_cmp_tests {
     use super::{bytes_cmp, bytes_eq};
@@ -1020,6 +1035,16 @@ mod bytes_cmp_tests {
             let mut c = a.clone();
             c.extend_from_slice(&b);
             prop_assert_eq!(bytes_cmp(&a, &c), a.as_slice().cmp(c.as_slice()));
+        }
+
+        /// Heads that differ order their keys; short keys with zero bytes
+        /// and prefixes are the cases to try.
+        #[test]
+        fn differing_heads_order_their_keys(a in proptest::collection::vec(0u8..3, 0..12), b in proptest::collection::vec(0u8..3, 0..12)) {
+            let (ha, hb) = (super::key_head(&a), super::key_head(&b));
+            if ha != hb {
+                prop_assert_eq!(ha.cmp(&hb), a.cmp(&b));
+            }
         }
     }
 }

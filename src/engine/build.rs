@@ -130,7 +130,11 @@ pub unsafe extern "C-unwind" fn ambuild(
         Box::new(move |a: &[u8], b: &[u8]| desc.compare(a, b))
     };
     let mem_limit = (pg_sys::maintenance_work_mem.max(64) as usize).saturating_mul(1024);
-    let mut spool = Spool { desc: desc.clone(), sorter: BuildSorter::new(mem_limit, order), scratch: Vec::new() };
+    let mut sorter = BuildSorter::new(mem_limit, order);
+    if desc.memcmp {
+        sorter = sorter.byte_ordered();
+    }
+    let mut spool = Spool { desc: desc.clone(), sorter, scratch: Vec::new() };
     let reltuples = pg_sys::table_index_build_scan(
         heap,
         index,

@@ -95,6 +95,31 @@ impl<const N: usize> SharedBloom<N> {
         }
     }
 
+    /// Adds every hash of `hashes`, asking the CPU for the block of the
+    /// hash `ADD_AHEAD` places on while it sets the bits of this one. A
+    /// filter of millions of keys misses the cache on every add: one at a
+    /// time, the key filter's adds were a fifth of a CREATE INDEX of 5M
+    /// int8 keys, and a merge makes its batch's adds under the slot lock.
+    pub fn add_all(&self, hashes: &[u64]) {
+        const ADD_AHEAD: usize = 16;
+        for (i, &h) in hashes.iter().enumerate() {
+            if let Some(&next) = hashes.get(i + ADD_AHEAD) {
+                self.prefetch(next);
+            }
+            self.add(h);
+        }
+    }
+
+    fn prefetch(&self, h: u64) {
+        if let Some(w) = self.words(h) {
+            if let Some(start) = bloom::bloom_block_start(w.len(), h) {
+                let block = &w[start..start + bloom::BLOOM_BLOCK_WORDS];
+                // SAFETY: u64 words viewed as their bytes.
+                pg_hybrid_core::static_stage::prefetch(unsafe { std::slice::from_raw_parts(block.as_ptr() as *const u8, 64) });
+            }
+        }
+    }
+
     /// False only when the item was certainly never added (true when the
     /// filter has no blocks).
     pub fn may_contain(&self, h: u64) -> bool {
@@ -130,19 +155,40 @@ pub struct KeyFilter {
 
 /// A key filter built but not yet installed in a slot; its arena blocks go
 /// back to the pool if it is dropped (e.g. the merge fails).
-pub struct PendingKeyFilter(Box<KeyFilter>);
+pub struct PendingKeyFilter {
+    filter: Box<KeyFilter>,
+    /// Hashes `add` took and has not yet set, set in batches (`add_all`).
+    queued: Vec<u64>,
+}
+
+/// Hashes `PendingKeyFilter::add` gathers before it sets them.
+const ADD_BATCH: usize = 256;
 
 impl Drop for PendingKeyFilter {
     fn drop(&mut self) {
-        self.0.bloom.free(&mut ArenaPool);
+        self.filter.bloom.free(&mut ArenaPool);
     }
 }
 
 impl PendingKeyFilter {
-    /// Adds the key hash `h`.
+    /// Adds the key hash `h` (set by the next batch, or by `finished`).
     pub fn add(&mut self, h: u64) {
-        self.0.bloom.add(h);
-        self.0.added += 1;
+        self.queued.push(h);
+        if self.queued.len() >= ADD_BATCH {
+            self.set_queued();
+        }
+    }
+
+    fn set_queued(&mut self) {
+        self.filter.bloom.add_all(&self.queued);
+        self.filter.added += self.queued.len() as u64;
+        self.queued.clear();
+    }
+
+    /// The filter with every hash added so far set.
+    fn finished(&mut self) -> &mut KeyFilter {
+        self.set_queued();
+        &mut self.filter
     }
 }
 
@@ -153,9 +199,8 @@ impl KeyFilter {
     /// skip leaves add in place.
     pub fn build(generation: u32, hashes: &[u64]) -> Option<PendingKeyFilter> {
         let mut f = Self::start(generation, hashes.len() as u64)?;
-        for &h in hashes {
-            f.add(h);
-        }
+        f.filter.bloom.add_all(hashes);
+        f.filter.added += hashes.len() as u64;
         Some(f)
     }
 
@@ -177,7 +222,7 @@ impl KeyFilter {
         }
         let wanted = SharedBloom::<MAX_KEY_FILTER_BLOCKS>::wanted_blocks(sized_for, KEY_FILTER_BITS_PER_ITEM);
         f.at_cap = (f.bloom.nblocks as usize) < wanted;
-        Some(PendingKeyFilter(f))
+        Some(PendingKeyFilter { filter: f, queued: Vec::with_capacity(ADD_BATCH) })
     }
 
     /// True when a merge to generation `gen`'s successor that adds `more`
@@ -311,17 +356,18 @@ impl DualStageState {
     /// lock exclusively and switches `base` to `f`'s generation with it.
     pub fn install_key_filter(&mut self, f: Option<PendingKeyFilter>) {
         self.drop_key_filter(&mut ArenaPool);
-        if let Some(mut f) = f {
-            let n = f.0.bloom.nblocks as usize;
-            self.key_filter.bloom.nhashes = f.0.bloom.nhashes;
-            self.key_filter.bloom.blocks[..n].copy_from_slice(&f.0.bloom.blocks[..n]);
+        if let Some(mut pending) = f {
+            let f = pending.finished();
+            let n = f.bloom.nblocks as usize;
+            self.key_filter.bloom.nhashes = f.bloom.nhashes;
+            self.key_filter.bloom.blocks[..n].copy_from_slice(&f.bloom.blocks[..n]);
             self.key_filter.bloom.nblocks = n as u32;
-            self.key_filter.generation = f.0.generation;
-            self.key_filter.sized_for = f.0.sized_for;
-            self.key_filter.added = f.0.added;
-            self.key_filter.at_cap = f.0.at_cap;
+            self.key_filter.generation = f.generation;
+            self.key_filter.sized_for = f.sized_for;
+            self.key_filter.added = f.added;
+            self.key_filter.at_cap = f.at_cap;
             self.key_filter.no_room_below = 0;
-            f.0.bloom.nblocks = 0; // the slot owns the blocks now
+            f.bloom.nblocks = 0; // the slot owns the blocks now
         }
     }
 
@@ -348,9 +394,7 @@ impl DualStageState {
             }
             true
         });
-        for h in hashes {
-            self.bloom.add(h);
-        }
+        self.bloom.add_all(&hashes);
     }
 
     pub fn bloom_add(&self, h: u64) {

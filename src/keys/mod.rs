@@ -353,6 +353,10 @@ impl IndexDesc {
 
     /// Orders two keys on their key columns only (ignores INCLUDE columns).
     pub fn compare_keycols(&self, a: &[u8], b: &[u8]) -> Ordering {
+        if self.memcmp && self.nkeyatts == self.natts {
+            // Every column is a key column, in byte order: as `compare`.
+            return ck::bytes_cmp(a, b);
+        }
         self.schema.compare_first(a, b, self.nkeyatts, &mut |col, x, y| self.opaque_cmp(col, x, y))
     }
 
