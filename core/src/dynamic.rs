@@ -1519,16 +1519,8 @@ impl DynTree {
         if removed == 0 {
             return 0;
         }
-        if self.nentries == 0 {
-            self.clear(pool);
-            return removed;
-        }
-        let limit = self.leaf_limit(fill_pct);
-        if let Some(total) = self.rebuild_blocks(pool, limit) {
-            if total < self.nblocks as usize {
-                self.rebuild(pool, total, limit);
-            }
-        }
+        // Emptied, or packed again if that takes fewer blocks.
+        self.repack_to(pool, fill_pct);
         removed
     }
 
