@@ -1423,7 +1423,7 @@ impl DynTree {
             let Some(e) = batch.get(j) else {
                 return Rewrite::Stop;
             };
-            if p < below && tid_of(e) == t && key_of(e) == k {
+            if p < below && tid_of(e) == t && crate::keys::bytes_eq(key_of(e), k) {
                 Rewrite::Drop
             } else {
                 Rewrite::Keep

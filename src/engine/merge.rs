@@ -8,7 +8,7 @@ use std::cmp::Ordering;
 use std::rc::Rc;
 use std::time::Instant;
 
-use pg_hybrid_core::keys::key_head;
+use pg_hybrid_core::keys::{bytes_cmp, bytes_eq, key_head};
 use pg_hybrid_core::tid::Tid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -98,7 +98,7 @@ unsafe fn superseded_candidates(index: pg_sys::Relation, desc: &Rc<IndexDesc>, b
     while i < fresh.len() {
         let keycols = desc.keycols(&fresh[i].key);
         let mut j = i + 1;
-        while j < fresh.len() && desc.keycols(&fresh[j].key) == keycols {
+        while j < fresh.len() && bytes_eq(desc.keycols(&fresh[j].key), keycols) {
             j += 1;
         }
         if j - i >= 2 {
@@ -166,7 +166,8 @@ pub unsafe fn merge_locked(
     let mut fresh: Vec<Entry> = recs.into_iter().map(|r| Entry { key: r.key, tid: r.tid }).collect();
     let dynamic_fill = dynamic_fill_after(&desc, &fresh);
     sort_batch(&desc, &mut fresh);
-    fresh.dedup();
+    // TIDs first: they differ far more often than keys.
+    fresh.dedup_by(|a, b| a.tid == b.tid && bytes_eq(&a.key, &b.key));
     let merged_entries = fresh.len() as u64;
     // Nothing to move and no dead TIDs to drop: the structure on disk is
     // what a merge would write again (a rewrite would only grow the file).
@@ -465,7 +466,10 @@ impl Switch<'_> {
                 fn tid_of(e: &Entry) -> Tid {
                     e.tid
                 }
-                st.tree.remove_batch(&mut ArenaPool, &mut |a: &[u8], b: &[u8]| desc.compare(a, b), self.moved, key_of, tid_of, self.cutoff);
+                // Under the exclusive slot lock: byte order without a call
+                // through the descriptor where that is the index order.
+                let mut cmp: Box<dyn FnMut(&[u8], &[u8]) -> Ordering> = if desc.memcmp { Box::new(bytes_cmp) } else { Box::new(|a: &[u8], b: &[u8]| desc.compare(a, b)) };
+                st.tree.remove_batch(&mut ArenaPool, &mut *cmp, self.moved, key_of, tid_of, self.cutoff);
                 // The leaves the steps emptied stay until they are packed,
                 // while inserts spread over the whole key range split the
                 // full ones: the tree grew to twice the blocks its entries

@@ -278,7 +278,7 @@ impl LeafBuilder {
         }
         let last = self.ents.len().checked_sub(1);
         let merge = match last {
-            Some(i) => self.key(i) == key && *self.ptids(i).last().unwrap() < tids[0],
+            Some(i) => crate::keys::bytes_eq(self.key(i), key) && *self.ptids(i).last().unwrap() < tids[0],
             None => false,
         };
         let restart = !merge
