@@ -1419,6 +1419,12 @@ impl DynTree {
         let mut step = |k: &[u8], t: Tid, p: u64| {
             while j < batch.len() && cmp(key_of(&batch[j]), k).then_with(|| tid_of(&batch[j]).cmp(&t)) == Ordering::Less {
                 j += 1;
+                // The batch's keys are allocations of their own, anywhere
+                // in memory: ask for one a few entries on (this runs under
+                // the caller's exclusive lock).
+                if let Some(ahead) = batch.get(j + 4) {
+                    crate::static_stage::prefetch(key_of(ahead));
+                }
             }
             let Some(e) = batch.get(j) else {
                 return Rewrite::Stop;

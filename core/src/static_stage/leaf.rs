@@ -375,7 +375,7 @@ impl LeafBuilder {
             a.single = false;
         } else {
             let prev_key = self.ents.len().checked_sub(1).map(|i| self.key(i));
-            a.kc = a.kc.with(prev_key, key, restart);
+            a.kc.add(prev_key, key, restart);
             a.cnt += var_len(tids.len() as u64);
             a.single = a.single && tids.len() == 1;
             a.nrestarts += restart as usize;
@@ -408,7 +408,7 @@ impl LeafBuilder {
         for i in 0..self.ents.len() {
             let e = self.ents[i];
             let prev_key = i.checked_sub(1).map(|j| self.key(j));
-            a.kc = a.kc.with(prev_key, self.key(i), e.restart);
+            a.kc.add(prev_key, self.key(i), e.restart);
             let n = self.ptids(i).len();
             a.cnt += var_len(n as u64);
             a.single &= n == 1;

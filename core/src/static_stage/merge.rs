@@ -24,6 +24,13 @@ use super::spare;
 use crate::keys::bytes_eq;
 use crate::tid::Tid;
 
+/// How many fresh entries ahead of the one taken the merge asks the CPU
+/// for the key of: each fresh key is its own allocation, and in a sorted
+/// batch of random keys consecutive keys lie anywhere in memory, so
+/// reading them in order missed the cache on every one (most of this
+/// iterator's time in a merge of 600k random keys).
+const FRESH_KEY_AHEAD: usize = 4;
+
 /// One posting list: a key and its TIDs in order.
 pub type Group = (Vec<u8>, Vec<Tid>);
 
@@ -95,6 +102,15 @@ where
         }
     }
 
+    /// Asks for the key of the fresh entry `FRESH_KEY_AHEAD` places after
+    /// the next one; called as a fresh entry is taken.
+    #[inline]
+    fn prefetch_fresh(&self) {
+        if let Some(f) = self.fresh.get(self.fresh_pos + FRESH_KEY_AHEAD) {
+            super::prefetch((self.key_of)(f));
+        }
+    }
+
     /// The next run of consecutive live entries with one key's bytes, in
     /// the merged order; None at the end.
     fn next_run(&mut self) -> Option<Group> {
@@ -132,6 +148,7 @@ where
                         break;
                     }
                     self.fresh_pos += 1;
+                    self.prefetch_fresh();
                     let t = (self.tid_of)(f);
                     if !(self.gone)(k, t) {
                         group.1.push(t);
@@ -197,6 +214,7 @@ where
                     self.read.fresh_among_old.set(true);
                 }
                 self.fresh_pos += 1;
+                self.prefetch_fresh();
             }
         }
         run
