@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use pg_hybrid_core::dynamic::DYN_BLOCK_SIZE;
 use pg_hybrid_core::killed::KilledTable;
-use pg_hybrid_core::tid::Tid;
+use pg_hybrid_core::tid::{Tid, TidSet};
 use pgrx::pg_sys;
 
 use super::state::SlotState;
@@ -189,8 +189,7 @@ pub unsafe fn usable(scan: pg_sys::IndexScanDesc) -> bool {
 /// Hinted TIDs a merge may drop from the entries it rewrites, and the
 /// newest xid their removal takes away (for the standby conflict).
 pub struct DroppableTids {
-    /// Sorted.
-    pub tids: Vec<Tid>,
+    pub tids: TidSet,
     pub horizon: pg_sys::TransactionId,
 }
 
@@ -260,8 +259,7 @@ pub unsafe fn droppable(index: pg_sys::Relation, slot: SlotRef, epoch: u64, vers
         }
     }
     pg_sys::relation_close(heap, pg_sys::NoLock as i32);
-    out.sort_unstable();
-    (!out.is_empty()).then_some(DroppableTids { tids: out, horizon })
+    (!out.is_empty()).then(|| DroppableTids { tids: TidSet::new(out), horizon })
 }
 
 /// One `table_index_delete_tuples` call (simple deletion) over at most

@@ -20,7 +20,7 @@ use super::wal;
 use super::delta;
 use super::meta::{self, BaseInfo, MaintenanceLock};
 use super::predlock;
-use pg_hybrid_core::partition::choose_boundaries;
+use pg_hybrid_core::partition::{choose_boundaries, map_capacity};
 use super::state::{add_key_fetches, expected_dynamic, KeyFilter, SlotState};
 use crate::keys::{index_desc, IndexDesc};
 use crate::shmem::{self, ArenaPool, SlotRef};
@@ -187,7 +187,7 @@ pub unsafe fn merge_locked(
     }
     let dropped: std::cell::RefCell<Vec<Tid>> = std::cell::RefCell::new(Vec::new());
     let mut drop_hinted = |t: Tid| {
-        let hit = droppable.as_ref().is_some_and(|d| d.tids.binary_search(&t).is_ok());
+        let hit = droppable.as_ref().is_some_and(|d| d.tids.contains(t));
         if hit {
             dropped.borrow_mut().push(t);
         }
@@ -198,7 +198,7 @@ pub unsafe fn merge_locked(
     // An index built empty gets its predicate-lock partitions from its
     // first sizeable batch (predlock.rs: the map never changes after).
     let lockmap = if m.lockmap == 0 && predlock::mappable(&desc) && fresh.len() >= predlock::MIN_MAP_ENTRIES {
-        let bounds = choose_boundaries(fresh.iter().map(|e| desc.keycols(&e.key)), BODY_CAP);
+        let bounds = choose_boundaries(fresh.iter().map(|e| desc.keycols(&e.key)), map_capacity(BODY_CAP));
         predlock::write_map(index, &bounds)
     } else {
         m.lockmap
@@ -299,7 +299,7 @@ pub unsafe fn merge_locked(
         // outlives its cold entry.
         let mut pruned = |t: Tid| match dead.as_mut() {
             Some(d) => d(t),
-            None => droppable.as_ref().is_some_and(|d| d.tids.binary_search(&t).is_ok()),
+            None => droppable.as_ref().is_some_and(|d| d.tids.contains(t)),
         };
         switch.apply(index, &desc, slot, &m, &mut pruned);
         // With no reader left on the old generation its pages are free
