@@ -14,7 +14,7 @@ use super::meta::{self, IndexMeta, META_BLOCK};
 use super::predlock;
 use super::state::SlotState;
 use pg_hybrid_core::external_sort::{BuildSorter, SpillFile};
-use pg_hybrid_core::partition::BoundaryChooser;
+use pg_hybrid_core::partition::{map_capacity, BoundaryChooser};
 use super::{delta, merge};
 use crate::keys::{index_desc, IndexDesc};
 use crate::storage::buffer::{nblocks, Buf};
@@ -166,7 +166,7 @@ pub unsafe extern "C-unwind" fn ambuild(
     } else {
         None
     };
-    let mut bounds = predlock::mappable(&desc).then(|| BoundaryChooser::new(count, page::BODY_CAP));
+    let mut bounds = predlock::mappable(&desc).then(|| BoundaryChooser::new(count, map_capacity(page::BODY_CAP)));
     let mut prev_live: Option<Vec<u8>> = None;
     let mut items = sorted.map(|e| {
         if unique && e.alive {

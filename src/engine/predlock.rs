@@ -6,9 +6,10 @@
 //! so the lock targets are *virtual* block numbers of the index: key-range
 //! partitions that scans and inserts compute the same way, as GIN locks
 //! its metapage for the pending list. The partitions are fixed per index
-//! storage by a *partition map*: up to a few hundred boundary keys
-//! (quantiles of the keys, prefixes of at most 32 bytes) on one WAL-logged
-//! page that the metapage points at (`lockmap`). The partition of a key is
+//! storage by a *partition map*: up to 8191 boundary keys (quantiles of
+//! the keys, one per 64 keys at most, prefixes of at most 32 bytes) on a
+//! chain of up to 16 WAL-logged pages whose first the metapage points at
+//! (`lockmap`). The partition of a key is
 //! the number of boundaries <= the key, in byte order; that is monotone in
 //! the key, so a range [lower, upper] covers partitions [f(lower),
 //! f(successor(upper))].
@@ -37,7 +38,7 @@ use std::cell::RefCell;
 
 use pgrx::pg_sys;
 
-use pg_hybrid_core::partition::PartitionMap;
+use pg_hybrid_core::partition::{split_pages, PartitionMap, MAX_MAP_PAGES};
 
 use crate::keys::IndexDesc;
 use crate::storage::alloc::alloc_page;
@@ -72,25 +73,42 @@ pub fn mappable(desc: &IndexDesc) -> bool {
     desc.memcmp
 }
 
-/// Writes a map page for `boundaries` (core's `choose_boundaries`, which
-/// fit a page body); returns its block (referenced once the caller stores
-/// it in the metapage).
+/// Writes the map of `boundaries` (core's `choose_boundaries` with
+/// `map_capacity(BODY_CAP)`, so they fit `MAX_MAP_PAGES` pages): a chain
+/// of LockMap pages linked by `right`, the first of which the caller
+/// stores in the metapage (`lockmap`). Each page is WAL-logged on its own;
+/// pages written before a crash that never got linked are orphans VACUUM
+/// frees (vacuum.rs). Returns the first page's block.
 pub unsafe fn write_map(index: pg_sys::Relation, boundaries: &[Vec<u8>]) -> u32 {
-    let b = alloc_page(index);
-    let mut w = WalRecord::start(index);
-    let p = w.register_new(&b);
-    page::init_page(p, PageKind::LockMap, 0, 0);
-    let body = page::body_mut(p);
-    body[..2].copy_from_slice(&(boundaries.len() as u16).to_le_bytes());
-    let mut at = 2;
-    for k in boundaries {
-        body[at..at + 2].copy_from_slice(&(k.len() as u16).to_le_bytes());
-        body[at + 2..at + 2 + k.len()].copy_from_slice(k);
-        at += 2 + k.len();
+    let pages = split_pages(boundaries, page::BODY_CAP);
+    // An index of one key still gets a page (no boundaries: one partition).
+    let pages = if pages.is_empty() { vec![0..0] } else { pages };
+    if pages.len() > MAX_MAP_PAGES {
+        pgrx::error!("index \"{}\": a partition map of {} pages (at most {})", page::rel_name(index), pages.len(), MAX_MAP_PAGES);
     }
-    page::set_body_len(p, at);
-    w.finish();
-    b.blkno()
+    // Last page first, so each page is written once with its successor's
+    // block, and one buffer is locked at a time.
+    let mut next = page::NO_BLOCK;
+    for range in pages.iter().rev() {
+        let b = alloc_page(index);
+        let mut w = WalRecord::start(index);
+        let p = w.register_new(&b);
+        page::init_page(p, PageKind::LockMap, 0, 0);
+        page::opaque_mut(p).right = next;
+        let part = &boundaries[range.clone()];
+        let body = page::body_mut(p);
+        body[..2].copy_from_slice(&(part.len() as u16).to_le_bytes());
+        let mut at = 2;
+        for k in part {
+            body[at..at + 2].copy_from_slice(&(k.len() as u16).to_le_bytes());
+            body[at + 2..at + 2 + k.len()].copy_from_slice(k);
+            at += 2 + k.len();
+        }
+        page::set_body_len(p, at);
+        w.finish();
+        next = b.blkno();
+    }
+    next
 }
 
 thread_local! {
@@ -98,21 +116,35 @@ thread_local! {
     static MAPS: RefCell<Vec<((u32, u32), std::rc::Rc<PartitionMap>)>> = const { RefCell::new(Vec::new()) };
 }
 
-unsafe fn load_map(index: pg_sys::Relation, blk: u32) -> std::rc::Rc<PartitionMap> {
-    let key = ((*index).rd_node.relNode.to_u32(), blk);
-    if let Some(m) = MAPS.with(|c| c.borrow().iter().find(|e| e.0 == key).map(|e| e.1.clone())) {
-        return m;
+/// The blocks of the map that starts at `first`, in order, each read and
+/// checked as a LockMap page; their boundaries go to `out` when given.
+/// A chain longer than `MAX_MAP_PAGES` (a cycle) is corruption.
+pub unsafe fn map_blocks(index: pg_sys::Relation, first: u32, mut out: Option<&mut Vec<Vec<u8>>>) -> Vec<u32> {
+    let mut blocks = Vec::new();
+    let mut blk = first;
+    while blk != page::NO_BLOCK {
+        if blocks.len() >= MAX_MAP_PAGES {
+            page::corrupted(&page::rel_name(index), blk, "partition map chain longer than its maximum");
+        }
+        blocks.push(blk);
+        let b = Buf::read(index, blk, Lock::Share);
+        page::check_page(index, blk, b.page(), &[PageKind::LockMap]);
+        if let Some(out) = out.as_deref_mut() {
+            read_boundaries(index, blk, page::body(b.page()), out);
+        }
+        blk = page::opaque(b.page()).right;
     }
-    let b = Buf::read(index, blk, Lock::Share);
-    page::check_page(index, blk, b.page(), &[PageKind::LockMap]);
-    let body = page::body(b.page());
+    blocks
+}
+
+/// Appends the boundaries of the map page `blk` with body `body` to `out`.
+unsafe fn read_boundaries(index: pg_sys::Relation, blk: u32, body: &[u8], out: &mut Vec<Vec<u8>>) {
     let bad = || page::corrupted(&page::rel_name(index), blk, "partition map overruns its page");
     if body.len() < 2 {
         bad();
     }
     let n = u16::from_le_bytes([body[0], body[1]]) as usize;
     let mut at = 2;
-    let mut boundaries = Vec::with_capacity(n);
     for _ in 0..n {
         if at + 2 > body.len() {
             bad();
@@ -121,9 +153,18 @@ unsafe fn load_map(index: pg_sys::Relation, blk: u32) -> std::rc::Rc<PartitionMa
         if at + 2 + len > body.len() {
             bad();
         }
-        boundaries.push(body[at + 2..at + 2 + len].to_vec());
+        out.push(body[at + 2..at + 2 + len].to_vec());
         at += 2 + len;
     }
+}
+
+unsafe fn load_map(index: pg_sys::Relation, blk: u32) -> std::rc::Rc<PartitionMap> {
+    let key = ((*index).rd_node.relNode.to_u32(), blk);
+    if let Some(m) = MAPS.with(|c| c.borrow().iter().find(|e| e.0 == key).map(|e| e.1.clone())) {
+        return m;
+    }
+    let mut boundaries = Vec::new();
+    map_blocks(index, blk, Some(&mut boundaries));
     if boundaries.windows(2).any(|w| w[0] >= w[1]) {
         page::corrupted(&page::rel_name(index), blk, "partition map boundaries out of order");
     }

@@ -200,6 +200,7 @@ unsafe fn sweep(index: pg_sys::Relation) -> (Vec<u32>, Vec<u32>) {
     let mut free = Vec::new();
     let mut orphans = Vec::new();
     let mut is_orphan = base.orphan_test(index, &m);
+    let map_pages: Vec<u32> = if m.lockmap == 0 { Vec::new() } else { super::predlock::map_blocks(index, m.lockmap, None) };
     let n = nblocks(index);
     for blk in 1..n {
         pg_sys::vacuum_delay_point();
@@ -218,9 +219,10 @@ unsafe fn sweep(index: pg_sys::Relation) -> (Vec<u32>, Vec<u32>) {
                 }
             }
             PageKind::Meta | PageKind::Delta => {}
-            // A map a crashed build or merge wrote but never linked.
+            // A map (or part of one) a crashed build or merge wrote but
+            // never linked.
             PageKind::LockMap => {
-                if blk != m.lockmap {
+                if !map_pages.contains(&blk) {
                     orphans.push(blk);
                 }
             }
