@@ -1,0 +1,63 @@
+-- SERIALIZABLE scans lock key-range partitions of the index
+-- (src/engine/predlock.rs): virtual blocks 0x40000000 + p of a partition
+-- map written by CREATE INDEX, up to 8191 boundaries (one per 64 keys at
+-- most) on a chain of up to 16 LockMap pages. A map on one page held at
+-- most 511, and a scan's lock then covered four thousand keys of a 2M-key
+-- index; btree's page locks cover a leaf of a few hundred.
+CREATE EXTENSION IF NOT EXISTS pg_hybrid;
+CREATE TABLE pl (k int8 NOT NULL, t text COLLATE "C" NOT NULL);
+INSERT INTO pl SELECT g, lpad(g::text, 8, '0') || repeat('y', 32) FROM generate_series(1, 100000) g;
+CREATE INDEX pl_k ON pl USING hybrid_btree (k);
+CREATE INDEX pl_t ON pl USING hybrid_btree (t);
+VACUUM ANALYZE pl;
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+CREATE VIEW pl_locks AS
+  SELECT relation::regclass AS index, page - 1073741824 AS partition FROM pg_locks
+   WHERE locktype = 'page' AND mode = 'SIReadLock' AND pid = pg_backend_pid()
+     AND relation IN ('pl_k'::regclass, 'pl_t'::regclass)
+   ORDER BY 1, 2;
+-- 100000 keys: 1562 boundaries, one every 63 keys (keys 64, 127, ...), so
+-- key k is in partition (k - 1) / 63; a one-page map's 510 boundaries
+-- put 50000..50005 in partition 255
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT count(*) FROM pl WHERE k BETWEEN 50000 AND 50005;
+SELECT count(*) FROM pl WHERE k BETWEEN 99990 AND 100005;
+SELECT count(*) FROM pl WHERE k BETWEEN 1 AND 70;
+-- text keys: the map keeps 32-byte prefixes of the encoded keys (34 bytes
+-- each on the page), more than one page's worth
+SELECT count(*) FROM pl WHERE t BETWEEN '00050000' AND '00050001';
+SELECT * FROM pl_locks;
+COMMIT;
+-- VACUUM frees pages nothing references; every page of the chain stays
+-- (a new backend reads the map from its pages again)
+DELETE FROM pl WHERE k % 1000 = 0;
+VACUUM pl;
+\c
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT count(*) FROM pl WHERE k BETWEEN 50000 AND 50005;
+SELECT count(*) FROM pl WHERE t BETWEEN '00050001' AND '00050002';
+SELECT * FROM pl_locks;
+COMMIT;
+SELECT pg_hybrid.verify('pl_k'), pg_hybrid.verify('pl_t');
+-- an index built empty gets its map at its first merge of 1000 entries or
+-- more, from that batch's keys: here the first 1000 (foreground merges),
+-- 15 boundaries, one every 62 keys, and every later key in the last
+-- partition
+SET pg_hybrid.background_merge = off;
+SET pg_hybrid.merge_min_entries = 1000;
+CREATE TABLE pl2 (k int8 NOT NULL);
+CREATE INDEX pl2_k ON pl2 USING hybrid_btree (k);
+INSERT INTO pl2 SELECT g FROM generate_series(1, 5000) g;
+SELECT merges > 0 AS merged FROM pg_hybrid.index_stats('pl2_k');
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT count(*) FROM pl2 WHERE k BETWEEN 100 AND 105;
+SELECT count(*) FROM pl2 WHERE k BETWEEN 4000 AND 4005;
+SELECT page - 1073741824 AS partition FROM pg_locks
+ WHERE locktype = 'page' AND mode = 'SIReadLock' AND pid = pg_backend_pid() AND relation = 'pl2_k'::regclass
+ ORDER BY 1;
+COMMIT;
+DROP VIEW pl_locks;
+DROP TABLE pl, pl2;
