@@ -22,7 +22,8 @@ impl Tid {
 
 /// A set of TIDs that answers `contains` for every entry of an index in
 /// turn: a merge asks it once per entry of each leaf it rewrites (a
-/// million entries for the thousands of TIDs it may drop). A sorted vector
+/// million entries for the thousands of TIDs it may drop), hasis's VACUUM
+/// once per entry of every index of the table. A sorted vector
 /// alone costs a binary search each, a dozen dependent loads mostly into
 /// memory that is not cached; that was a fifth of a merge of an update
 /// stream's batch. In front of it, one bit per hash of a TID, about 16
@@ -69,10 +70,6 @@ impl TidSet {
     /// The members, sorted.
     pub fn as_slice(&self) -> &[Tid] {
         &self.tids
-    }
-
-    pub fn len(&self) -> usize {
-        self.tids.len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -6,7 +6,7 @@ use pgrx::pg_sys;
 use pg_hybrid_core::hasis::delta::ITEM_HDR;
 use pg_hybrid_core::hasis::header::ExtentHeader;
 use pg_hybrid_core::hasis::row::{Mvcc, Row};
-use pg_hybrid_core::tid::Tid;
+use pg_hybrid_core::tid::{Tid, TidSet};
 
 use super::relation::{self, Select};
 use super::tuple;
@@ -316,28 +316,24 @@ pub unsafe fn vacuum(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, s
     pg_sys::pgstat_report_vacuum(relid, (*(*rel).rd_rel).relisshared, live, dead);
 }
 
-/// The TIDs whose index entries VACUUM removes, sorted.
-struct DeadTids {
-    tids: Vec<u64>,
-}
-
+/// `index_bulk_delete`'s callback, asked for every entry of every index
+/// of the table: whether VACUUM removes the entry's TID (`state` is a
+/// `TidSet` of them).
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn tid_is_dead(itemptr: pg_sys::ItemPointer, state: *mut std::ffi::c_void) -> bool {
-    let d = &*(state as *const DeadTids);
-    d.tids.binary_search(&from_item_pointer(&*itemptr).to_u64()).is_ok()
+    (*(state as *const TidSet)).contains(from_item_pointer(&*itemptr))
 }
 
 /// Bulk-deletes the entries of `dead` slots from every index of `rel`, then
 /// runs each index's VACUUM cleanup (also when nothing was deleted, as heap
 /// does, so index AMs keep their statistics and free pages current).
 unsafe fn vacuum_indexes(rel: pg_sys::Relation, meta: &relation::Meta, dead: &[(u32, Vec<u16>)], live: f64, strategy: pg_sys::BufferAccessStrategy) {
-    let mut tids: Vec<u64> = Vec::new();
+    let mut tids = Vec::new();
     for (k, slots) in dead {
         let first = meta.extent_first(*k);
-        tids.extend(slots.iter().filter_map(|&s| meta.geometry.tid(first, s).ok()).map(|t| t.to_u64()));
+        tids.extend(slots.iter().filter_map(|&s| meta.geometry.tid(first, s).ok()));
     }
-    tids.sort_unstable();
-    let state = DeadTids { tids };
+    let state = TidSet::new(tids);
     let mut nindexes = 0;
     let mut irel: *mut pg_sys::Relation = std::ptr::null_mut();
     pg_sys::vac_open_indexes(rel, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE, &mut nindexes, &mut irel);
@@ -352,8 +348,8 @@ unsafe fn vacuum_indexes(rel: pg_sys::Relation, meta: &relation::Meta, dead: &[(
             strategy,
         };
         let mut stats: *mut pg_sys::IndexBulkDeleteResult = std::ptr::null_mut();
-        if !state.tids.is_empty() {
-            stats = pg_sys::index_bulk_delete(&mut info, stats, Some(tid_is_dead), &state as *const DeadTids as *mut std::ffi::c_void);
+        if !state.is_empty() {
+            stats = pg_sys::index_bulk_delete(&mut info, stats, Some(tid_is_dead), &state as *const TidSet as *mut std::ffi::c_void);
         }
         let stats = pg_sys::index_vacuum_cleanup(&mut info, stats);
         if !stats.is_null() {
