@@ -54,8 +54,16 @@ fi
 
 ph_trap_install
 DIR=$(ph_scratch sqlalchemy)
+# idle_in_transaction_session_timeout: a test that leaks a transaction
+# must not hang the run. test/sql/test_lambdas.py's ConcurrencyTest closes
+# its connections after waiting 10 s for its threads; on a loaded CI
+# machine a thread can still be inside its query then, and leaves that
+# connection idle in a transaction holding a lock on table a, behind which
+# the fixture's DROP TABLE waited for good (seen once, 2026-12-07). The
+# server ends such a session after two minutes and the run goes on.
 cluster_init "$DIR" "$PH_PORT" "listen_addresses = '127.0.0.1'" "max_prepared_transactions = 10" \
-    "log_line_prefix = '%m [%p] %e '" "log_error_verbosity = verbose"
+    "log_line_prefix = '%m [%p] %e '" "log_error_verbosity = verbose" \
+    "idle_in_transaction_session_timeout = '2min'"
 cluster_start "$DIR"
 pm_pid=$(ph_cluster_pid "$DIR")
 port=$(cluster_port "$DIR")
