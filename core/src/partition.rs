@@ -77,7 +77,18 @@ pub struct BoundaryChooser {
 impl BoundaryChooser {
     /// For `n` keys, at most `cap` bytes (`map_capacity`).
     pub fn new(n: usize, cap: usize) -> Self {
-        let want = (n / 64).clamp(1, MAX_PARTITIONS - 1);
+        Self::limited(n, cap, MAX_PARTITIONS - 1)
+    }
+
+    /// For a map chosen again while the index takes inserts: half the
+    /// partitions and half the bytes, so partitions that fill can split
+    /// (`split_points`) until the index has about doubled.
+    pub fn with_room(n: usize, cap: usize) -> Self {
+        Self::limited(n, cap / 2, MAX_PARTITIONS / 2 - 1)
+    }
+
+    fn limited(n: usize, cap: usize, most: usize) -> Self {
+        let want = (n / 64).clamp(1, most);
         BoundaryChooser { want, step: (n / (want + 1)).max(1), cap, seen: 0, used: 0, full: false, out: Vec::with_capacity(want) }
     }
 
@@ -183,6 +194,128 @@ impl PartitionMap {
     }
 }
 
+/// A map is chosen again once the index holds twice the entries it was
+/// chosen from (`map_entries`; 0 for maps written before that was
+/// recorded, which count as `partitions` × 64, what the chooser aims
+/// for). An index built empty takes its map from its first merge of a
+/// thousand entries, so without this every key loaded afterwards shares
+/// the last partition; doubling keeps the reads of every key that a new
+/// map costs at about two per entry over the index's growth.
+pub fn remap_due(map_entries: u64, partitions: u32, entries: u64) -> bool {
+    let basis = if map_entries > 0 { map_entries } else { partitions as u64 * 64 };
+    entries >= 2 * basis.max(1)
+}
+
+/// How many keys of a batch fall into one partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionCount {
+    pub partition: u32,
+    pub count: usize,
+}
+
+/// Boundaries that cut the keys of one partition (given in order) into
+/// pieces of `piece` keys: every `piece`-th key's prefix, each above
+/// `after` (the partition's lower boundary) and the one before it. The
+/// caller's keys are all below the partition's upper boundary, so the
+/// points fall strictly inside the partition.
+pub fn split_points<'a>(keys: impl Iterator<Item = &'a [u8]>, piece: usize, after: Option<&[u8]>) -> Vec<Vec<u8>> {
+    let piece = piece.max(1);
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    for (i, k) in keys.enumerate() {
+        if i == 0 || i % piece != 0 {
+            continue;
+        }
+        let b = &k[..k.len().min(MAX_BOUNDARY)];
+        let above = match out.last() {
+            Some(l) => l.as_slice() < b,
+            None => after.is_none_or(|a| a < b),
+        };
+        if above {
+            out.push(b.to_vec());
+        }
+    }
+    out
+}
+
+/// Bytes a list of boundaries takes as `(len u16, bytes)` entries.
+pub fn boundary_bytes(boundaries: &[Vec<u8>]) -> usize {
+    boundaries.iter().map(|b| 2 + b.len()).sum()
+}
+
+/// A partition of an old map and one of a new map that share a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionPair {
+    pub old: u32,
+    pub new: u32,
+}
+
+impl PartitionMap {
+    /// The boundary below partition `p` (None for the first) and the one
+    /// above it (None for the last).
+    pub fn bounds_of(&self, p: u32) -> (Option<&[u8]>, Option<&[u8]>) {
+        let p = p as usize;
+        let lower = if p == 0 { None } else { Some(self.boundary(p - 1)) };
+        let upper = if p < self.ends.len() { Some(self.boundary(p)) } else { None };
+        (lower, upper)
+    }
+
+    /// The non-empty partitions of keys given in ascending order, with how
+    /// many keys each holds: one binary search per partition met, not per
+    /// key.
+    pub fn counts_sorted<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Vec<PartitionCount> {
+        let mut out: Vec<PartitionCount> = Vec::new();
+        let mut upper: Option<&[u8]> = Some(&[]);
+        for k in keys {
+            let inside = matches!(out.last(), Some(_)) && upper.is_none_or(|u| k < u);
+            if inside {
+                out.last_mut().unwrap().count += 1;
+                continue;
+            }
+            let p = self.of(k);
+            upper = self.bounds_of(p).1;
+            out.push(PartitionCount { partition: p, count: 1 });
+        }
+        out
+    }
+
+    /// The boundaries with `extra` (sorted, each strictly inside the
+    /// partition it splits, `split_points`) put in place.
+    pub fn with_boundaries(&self, extra: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.ends.len() + extra.len());
+        let mut e = extra.iter().peekable();
+        for i in 0..self.ends.len() {
+            let b = self.boundary(i);
+            while let Some(x) = e.next_if(|x| x.as_slice() < b) {
+                out.push(x.clone());
+            }
+            out.push(b.to_vec());
+        }
+        out.extend(e.cloned());
+        out
+    }
+
+    /// Every pair (old partition, new partition) whose key ranges meet:
+    /// keys of new partition j lie in [new_{j-1}, new_j), so their old
+    /// partitions lie in [old.of(new_{j-1}), old.of(new_j)] (partitions are
+    /// monotone). A remap copies each SIREAD lock of an old partition to
+    /// the new partitions paired with it (predlock.rs); the bound may name
+    /// one old partition too many (when new_j is an old boundary), which
+    /// costs a needless copy, never a missed one. At most
+    /// `count() + 2 * new.count()` pairs.
+    pub fn overlapping(&self, new: &PartitionMap) -> Vec<PartitionPair> {
+        let mut out = Vec::with_capacity((self.count() + 2 * new.count()) as usize);
+        let n = new.count();
+        for j in 0..n {
+            let lo = if j == 0 { 0 } else { self.of(new.boundary(j as usize - 1)) };
+            let hi = if j + 1 == n { self.count() - 1 } else { self.of(new.boundary(j as usize)) };
+            for i in lo..=hi {
+                out.push(PartitionPair { old: i, new: j });
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,6 +410,86 @@ mod tests {
             for p in &probes {
                 prop_assert_eq!(m.of(p) as usize, bounds.partition_point(|b| b.as_slice() <= p.as_slice()));
             }
+        }
+    }
+
+    #[test]
+    fn remaps_when_entries_double() {
+        // Built empty: a map of the first 1000 keys, 15 partitions.
+        assert!(!remap_due(1000, 16, 1999));
+        assert!(remap_due(1000, 16, 2000));
+        // Not recorded: 8191 partitions stand for 524k entries.
+        assert!(!remap_due(0, 8192, 1_000_000));
+        assert!(remap_due(0, 8192, 1_048_576));
+        assert!(remap_due(0, 1, 128));
+    }
+
+    proptest! {
+        /// Every key's (old partition, new partition) is among the pairs,
+        /// so a lock copied along each pair reaches every new partition
+        /// that holds a key its old partition held.
+        #[test]
+        fn overlapping_pairs_cover_every_key(
+            mut old in prop::collection::vec(prop::collection::vec(0u8..4, 0..5), 0..40),
+            mut new in prop::collection::vec(prop::collection::vec(0u8..4, 0..5), 0..40),
+            keys in prop::collection::vec(prop::collection::vec(0u8..4, 0..6), 0..80),
+        ) {
+            old.sort();
+            old.dedup();
+            new.sort();
+            new.dedup();
+            let (old, new) = (PartitionMap::new(old), PartitionMap::new(new));
+            let pairs = old.overlapping(&new);
+            prop_assert!(pairs.len() <= (old.count() + 2 * new.count()) as usize);
+            for k in &keys {
+                let want = PartitionPair { old: old.of(k), new: new.of(k) };
+                prop_assert!(pairs.contains(&want), "key {:?}: {:?} missing", k, want);
+            }
+            // Every new partition gets some old partition's locks.
+            for j in 0..new.count() {
+                prop_assert!(pairs.iter().any(|p| p.new == j));
+            }
+        }
+    }
+
+    proptest! {
+        /// Counting a sorted batch by partition agrees with `of` per key;
+        /// split points fall strictly inside their partition, and the map
+        /// with them stays strictly ascending.
+        #[test]
+        fn counts_and_splits(
+            mut bounds in prop::collection::vec(prop::collection::vec(0u8..4, 0..5), 0..30),
+            mut keys in prop::collection::vec(prop::collection::vec(0u8..4, 0..6), 0..300),
+            piece in 1usize..20,
+        ) {
+            bounds.sort();
+            bounds.dedup();
+            keys.sort();
+            let m = PartitionMap::new(bounds);
+            let counts = m.counts_sorted(keys.iter().map(|k| k.as_slice()));
+            let mut want: Vec<PartitionCount> = Vec::new();
+            for k in &keys {
+                let p = m.of(k);
+                match want.last_mut() {
+                    Some(c) if c.partition == p => c.count += 1,
+                    _ => want.push(PartitionCount { partition: p, count: 1 }),
+                }
+            }
+            prop_assert_eq!(&counts, &want);
+            let mut extra = Vec::new();
+            for c in &counts {
+                let (lo, hi) = m.bounds_of(c.partition);
+                let inside: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).filter(|k| m.of(k) == c.partition).collect();
+                let pts = split_points(inside.into_iter(), piece, lo);
+                for x in &pts {
+                    prop_assert!(lo.is_none_or(|l| l < x.as_slice()));
+                    prop_assert!(hi.is_none_or(|h| x.as_slice() < h));
+                }
+                extra.extend(pts);
+            }
+            let all = m.with_boundaries(&extra);
+            prop_assert_eq!(all.len(), m.count() as usize - 1 + extra.len());
+            prop_assert!(all.windows(2).all(|w| w[0] < w[1]));
         }
     }
 }
