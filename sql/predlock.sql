@@ -42,22 +42,39 @@ SELECT count(*) FROM pl WHERE t BETWEEN '00050001' AND '00050002';
 SELECT * FROM pl_locks;
 COMMIT;
 SELECT pg_hybrid.verify('pl_k'), pg_hybrid.verify('pl_t');
--- an index built empty gets its map at its first merge of 1000 entries or
--- more, from that batch's keys: here the first 1000 (foreground merges),
--- 15 boundaries, one every 62 keys, and every later key in the last
--- partition
+-- an index built empty gets its map at the first merge after it holds
+-- 1000 entries (foreground merges here), from every key it holds; a merge
+-- after it has doubled chooses a new map from all its keys, and a merge
+-- whose batch crowds a partition (an ascending load: the last one) splits
+-- it. Each new map has the next *epoch*, which numbers its partitions
+-- apart from the old map's (virtual block 0x40000000 + 8192 * epoch +
+-- partition). Before 2026-12-07 the first map stayed, and every key after
+-- the first thousand shared its last partition.
 SET pg_hybrid.background_merge = off;
 SET pg_hybrid.merge_min_entries = 1000;
 CREATE TABLE pl2 (k int8 NOT NULL);
 CREATE INDEX pl2_k ON pl2 USING hybrid_btree (k);
 INSERT INTO pl2 SELECT g FROM generate_series(1, 5000) g;
 SELECT merges > 0 AS merged FROM pg_hybrid.index_stats('pl2_k');
+CREATE VIEW pl2_locks AS
+  SELECT (page - 1073741824) / 8192 AS epoch, (page - 1073741824) % 8192 AS partition FROM pg_locks
+   WHERE locktype = 'page' AND mode = 'SIReadLock' AND pid = pg_backend_pid() AND relation = 'pl2_k'::regclass
+   ORDER BY 1, 2;
 BEGIN ISOLATION LEVEL SERIALIZABLE;
 SELECT count(*) FROM pl2 WHERE k BETWEEN 100 AND 105;
 SELECT count(*) FROM pl2 WHERE k BETWEEN 4000 AND 4005;
-SELECT page - 1073741824 AS partition FROM pg_locks
- WHERE locktype = 'page' AND mode = 'SIReadLock' AND pid = pg_backend_pid() AND relation = 'pl2_k'::regclass
- ORDER BY 1;
+SELECT * FROM pl2_locks;
+-- a remap while the locks are held copies each to the partitions of the
+-- new map that share keys with it (the old ones stay until commit)
+INSERT INTO pl2 SELECT g FROM generate_series(10001, 20000) g;
+SELECT pg_hybrid.merge('pl2_k') > 0 AS merged;
+-- (the batch went above key 10000 and split the partitions there; each
+-- lock is copied to the new partitions that share its keys, and to the one
+-- below when the old partition starts at a boundary of the new map)
+SELECT epoch, count(*) AS locks, min(partition), max(partition) FROM pl2_locks GROUP BY 1 ORDER BY 1;
 COMMIT;
-DROP VIEW pl_locks;
+-- the replaced maps' pages were listed for recycling, not left as orphans
+VACUUM pl2;
+SELECT pg_hybrid.verify('pl2_k');
+DROP VIEW pl_locks, pl2_locks;
 DROP TABLE pl, pl2;

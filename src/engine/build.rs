@@ -200,6 +200,7 @@ pub unsafe extern "C-unwind" fn ambuild(
     };
     meta::update(index, |m| {
         m.lockmap = lockmap;
+        m.map_entries = if lockmap != 0 { count as u64 } else { 0 };
         m.next_generation = gen + 1;
         m.base.generation = gen;
         m.base.set_shape(&res.shape);

@@ -20,7 +20,6 @@ use super::wal;
 use super::delta;
 use super::meta::{self, BaseInfo, MaintenanceLock};
 use super::predlock;
-use pg_hybrid_core::partition::{choose_boundaries, map_capacity};
 use super::state::{add_key_fetches, expected_dynamic, KeyFilter, SlotState};
 use crate::keys::{index_desc, IndexDesc};
 use crate::shmem::{self, ArenaPool, SlotRef};
@@ -195,14 +194,6 @@ pub unsafe fn merge_locked(
     };
     let outcome;
 
-    // An index built empty gets its predicate-lock partitions from its
-    // first sizeable batch (predlock.rs: the map never changes after).
-    let lockmap = if m.lockmap == 0 && predlock::mappable(&desc) && fresh.len() >= predlock::MIN_MAP_ENTRIES {
-        let bounds = choose_boundaries(fresh.iter().map(|e| desc.keycols(&e.key)), map_capacity(BODY_CAP));
-        predlock::write_map(index, &bounds)
-    } else {
-        m.lockmap
-    };
     let want_filter = desc.unique && desc.hashable;
     // The key filter in place takes the batch's keys unless it is missing
     // or overfull: building it anew from every key of the base at each
@@ -285,14 +276,14 @@ pub unsafe fn merge_locked(
             retired.extend(dead_delta);
             new_base.merged_upto = cutoff;
             let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.base.generation);
-            Switch { new_base, new_head, recycle_head, ndead_delta, millis, key_filter, no_room, fresh_hashes, moved: &[], cutoff, dynamic_fill, drained: Some(cutoff), lockmap }
+            Switch { new_base, new_head, recycle_head, ndead_delta, millis, key_filter, no_room, fresh_hashes, moved: &[], cutoff, dynamic_fill, drained: Some(cutoff) }
         } else {
             let recycle_head = write_recycle_list(index, &retired, m.recycle_head, m.base.generation);
             let moved = if moves_early { taken } else { &[] };
             moved_before += moved.len();
             // Hashed before the slot lock is taken.
             let fresh_hashes = if want_filter { moved.iter().filter_map(|e| desc.key_hash(&e.key)).collect() } else { Vec::new() };
-            Switch { new_base, new_head: m.delta_head, recycle_head, ndead_delta: 0, millis, key_filter: None, no_room: None, fresh_hashes, moved, cutoff, dynamic_fill, drained: None, lockmap }
+            Switch { new_base, new_head: m.delta_head, recycle_head, ndead_delta: 0, millis, key_filter: None, no_room: None, fresh_hashes, moved, cutoff, dynamic_fill, drained: None }
         };
         // A tiered index's hot records lose what the merge pruned from the
         // cold tier (VACUUM's dead TIDs, hinted ones), so no clean copy
@@ -315,6 +306,9 @@ pub unsafe fn merge_locked(
     }
     // The cells of hints whose entries are gone take new hints.
     killed::forget(slot, &dropped.borrow(), m.base.vacuum_epoch);
+    // Predicate-lock partitions of the keys the index holds now: the
+    // first map of an index built empty, or a new one once it has doubled.
+    predlock::remap_if_due(index, &desc, slot, fresh.iter().map(|e| desc.keycols(&e.key)));
     outcome
 }
 
@@ -406,7 +400,6 @@ struct Switch<'a> {
     /// The last step: the delta-log position below which the dynamic
     /// stage is now merged.
     drained: Option<u64>,
-    lockmap: u32,
 }
 
 impl Switch<'_> {
@@ -426,7 +419,6 @@ impl Switch<'_> {
         let mut mm = meta::load(index, &metab);
         mm.base = self.new_base;
         mm.delta_head = self.new_head;
-        mm.lockmap = self.lockmap;
         let old_safexid = mm.recycle_safexid;
         if self.recycle_head != mm.recycle_head {
             mm.recycle_head = self.recycle_head;
@@ -444,7 +436,6 @@ impl Switch<'_> {
             let st = slot.state();
             let old_gen = st.base.generation;
             st.set_base(self.new_base);
-            st.lockmap = self.lockmap;
             if self.drained.is_none() && st.key_filter.generation == old_gen && old_gen != 0 {
                 // The keys a step before the last adds to the base are
                 // either still in the dynamic stage, where a unique check

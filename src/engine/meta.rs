@@ -83,7 +83,20 @@ pub struct IndexMeta {
     pub recycle_safexid: u64,
     pub merges: u64,
     pub last_merge_us: u64,
+    /// Entries of the index when its partition map was chosen (0 = not
+    /// recorded: metapages written before 2026-12-07 end above this
+    /// field, and read as zeros here); a map is chosen again when the
+    /// index has doubled (predlock.rs `remap_if_due`).
+    pub map_entries: u64,
+    /// Bumped by every remap; names the map's virtual lock blocks and its
+    /// cache entries, since a freed map page may hold a later map.
+    pub lockmap_epoch: u32,
+    pub reserved: u32,
 }
+
+/// Bytes of the metapage before `map_entries` was added: such a page is
+/// read with the later fields zero.
+const SHORT_META_LEN: usize = std::mem::offset_of!(IndexMeta, map_entries);
 
 impl IndexMeta {
     pub fn new() -> IndexMeta {
@@ -100,7 +113,15 @@ impl IndexMeta {
             recycle_safexid: 0,
             merges: 0,
             last_merge_us: 0,
+            map_entries: 0,
+            lockmap_epoch: 0,
+            reserved: 0,
         }
+    }
+
+    /// The partition map, as scans and inserts name it.
+    pub fn lock_map(&self) -> super::predlock::LockMapRef {
+        super::predlock::LockMapRef { block: self.lockmap, epoch: self.lockmap_epoch }
     }
 }
 
@@ -122,10 +143,13 @@ pub unsafe fn load(rel: pg_sys::Relation, buf: &Buf) -> IndexMeta {
     let p = buf.page();
     page::check_page(rel, META_BLOCK, p, &[PageKind::Meta]);
     let body = page::body(p);
-    if body.len() < std::mem::size_of::<IndexMeta>() {
+    if body.len() < SHORT_META_LEN {
         page::corrupted(&page::rel_name(rel), META_BLOCK, "metapage too short");
     }
-    let m = std::ptr::read_unaligned(body.as_ptr() as *const IndexMeta);
+    let mut m = IndexMeta::new();
+    let n = body.len().min(std::mem::size_of::<IndexMeta>());
+    std::ptr::copy_nonoverlapping(body.as_ptr(), &mut m as *mut IndexMeta as *mut u8, n);
+    // A short page leaves the later fields as `new` sets them: zero.
     if m.magic != META_MAGIC {
         page::corrupted(&page::rel_name(rel), META_BLOCK, "metapage magic is not pg_hybrid's; is this an index of pg_hybrid?");
     }
@@ -142,6 +166,13 @@ pub unsafe fn read(rel: pg_sys::Relation) -> IndexMeta {
 
 /// Applies `f` to the metapage under an exclusive lock, WAL-logged.
 pub unsafe fn update(rel: pg_sys::Relation, f: impl FnOnce(&mut IndexMeta)) -> IndexMeta {
+    update_then(rel, f, |_| {})
+}
+
+/// `update`, then `after` while the metapage is still locked exclusively
+/// (and after its WAL record): for shared state that must change at the
+/// same instant for everyone who reads the metapage.
+pub unsafe fn update_then(rel: pg_sys::Relation, f: impl FnOnce(&mut IndexMeta), after: impl FnOnce(&IndexMeta)) -> IndexMeta {
     let b = Buf::read(rel, META_BLOCK, Lock::Exclusive);
     let mut m = load(rel, &b);
     f(&mut m);
@@ -149,6 +180,7 @@ pub unsafe fn update(rel: pg_sys::Relation, f: impl FnOnce(&mut IndexMeta)) -> I
     let p = w.register(&b);
     store(p, &m);
     w.finish();
+    after(&m);
     m
 }
 

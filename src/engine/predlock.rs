@@ -27,10 +27,28 @@
 //!   writer through the heap tuple's SSI check). Unique checks check it
 //!   before reporting a duplicate, as nbtree does, so a conflict that SSI
 //!   would report is not masked by the unique violation.
-//! - The map is written by CREATE INDEX, or by the first merge of an index
-//!   built empty; it never changes afterwards. Until it exists scans lock
-//!   the relation, whose lock every insert's check also meets, so the
-//!   switch from no map to a map needs no lock transfer.
+//! - The map is written by CREATE INDEX, or by the first merge after an
+//!   index built empty holds `MIN_MAP_ENTRIES` entries. Until it exists
+//!   scans lock the relation, whose lock every insert's check also meets,
+//!   so the switch from no map to a map needs no lock transfer.
+//! - A merge writes a new map from every key of the base structure once
+//!   the index holds twice the entries its map was chosen from
+//!   (`remap_if_due`): otherwise every key loaded after an index was built
+//!   empty would share its last partition. The new map has the next
+//!   *epoch*, whose virtual blocks differ from the old map's. The metapage
+//!   (WAL-logged) and the slot switch to it under the metapage's buffer
+//!   lock and the slot's exclusive lock, and under both every SIREAD lock
+//!   on an old partition is copied to each new partition sharing a key with
+//!   it (`PredicateLockPageSplit`, as nbtree does at a page split). Inserts
+//!   check the partition of the map they read from the slot: an old
+//!   partition keeps its locks, a new one has their copies. A scan that
+//!   read the old map may lock after the copy, so it reads the slot's map
+//!   again after locking (`lock_scan`, `ScanLocks::extend`) and, if it
+//!   changed, locks under the new one (a scan's locks taken before that
+//!   read were copied, since the switch came after it). The old map's
+//!   pages go to the recycle list, freed once no snapshot of the time is
+//!   left; maps are cached per (relation, block, epoch), so a page reused
+//!   by a later map is never mistaken for the old one.
 //!
 //! Only SERIALIZABLE transactions lock or check anything.
 
@@ -38,9 +56,16 @@ use std::cell::RefCell;
 
 use pgrx::pg_sys;
 
-use pg_hybrid_core::partition::{split_pages, PartitionMap, MAX_MAP_PAGES};
+use std::rc::Rc;
 
+use pg_hybrid_core::partition::{boundary_bytes, map_capacity, remap_due, split_pages, split_points, BoundaryChooser, PartitionCount, PartitionMap, MAX_MAP_PAGES, MAX_PARTITIONS};
+
+use super::ams;
+use super::base::{Dir, ScanRange};
+use super::meta;
+use super::state::SlotState;
 use crate::keys::IndexDesc;
+use crate::shmem::SlotRef;
 use crate::storage::alloc::alloc_page;
 use crate::storage::buffer::{Buf, Lock};
 use crate::storage::page::{self, PageKind};
@@ -52,15 +77,45 @@ extern "C-unwind" {
     fn PredicateLockPage(relation: pg_sys::Relation, blkno: pg_sys::BlockNumber, snapshot: pg_sys::Snapshot);
     fn PredicateLockRelation(relation: pg_sys::Relation, snapshot: pg_sys::Snapshot);
     fn CheckForSerializableConflictIn(relation: pg_sys::Relation, tid: pg_sys::ItemPointer, blkno: pg_sys::BlockNumber);
+    fn PredicateLockPageSplit(relation: pg_sys::Relation, oldblkno: pg_sys::BlockNumber, newblkno: pg_sys::BlockNumber);
 }
 
 /// Virtual block numbers of partitions start here, far above any page.
 const VIRTUAL_BASE: u32 = 0x4000_0000;
+/// Epochs of maps take turns in this many ranges of `MAX_PARTITIONS`
+/// virtual blocks (up to 0x7fff_ffff). Epoch 0 is VIRTUAL_BASE + p, as
+/// before maps had epochs.
+const EPOCHS: u32 = 1 << 17;
+
+/// Which partition map scans and inserts use: its first page (0 = none
+/// yet) and its epoch. In the metapage and the slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockMapRef {
+    pub block: u32,
+    pub epoch: u32,
+}
+
+impl LockMapRef {
+    pub const NONE: LockMapRef = LockMapRef { block: 0, epoch: 0 };
+
+    /// The virtual block that stands for partition `p` of this map.
+    fn target(self, p: u32) -> u32 {
+        VIRTUAL_BASE + (self.epoch % EPOCHS) * MAX_PARTITIONS as u32 + p
+    }
+}
+
+/// The map the slot names now (a remap changes it under the slot's
+/// exclusive lock).
+unsafe fn current(slot: SlotRef) -> LockMapRef {
+    let _g = slot.shared();
+    slot.state().lockmap
+}
 /// A scan spanning more partitions locks the relation instead (PostgreSQL
 /// would promote that many page locks anyway).
 const MAX_SCAN_LOCKS: usize = 32;
-/// An index built empty gets its map at the first merge of at least this
-/// many entries.
+/// An index built empty gets its map at the first merge after it holds
+/// this many entries.
 pub const MIN_MAP_ENTRIES: usize = 1000;
 
 /// Whether this transaction takes predicate locks at all.
@@ -112,8 +167,9 @@ pub unsafe fn write_map(index: pg_sys::Relation, boundaries: &[Vec<u8>]) -> u32 
 }
 
 thread_local! {
-    /// Maps never change once written: cached by (relfilenode, block).
-    static MAPS: RefCell<Vec<((u32, u32), std::rc::Rc<PartitionMap>)>> = const { RefCell::new(Vec::new()) };
+    /// A map never changes once written: cached by (relfilenode, block,
+    /// epoch), since a page of a map replaced and freed may hold a later one.
+    static MAPS: RefCell<Vec<(MapKey, Rc<PartitionMap>)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The blocks of the map that starts at `first`, in order, each read and
@@ -158,17 +214,26 @@ unsafe fn read_boundaries(index: pg_sys::Relation, blk: u32, body: &[u8], out: &
     }
 }
 
-unsafe fn load_map(index: pg_sys::Relation, blk: u32) -> std::rc::Rc<PartitionMap> {
-    let key = ((*index).rd_node.relNode.to_u32(), blk);
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct MapKey {
+    relnode: u32,
+    map: LockMapRef,
+}
+
+unsafe fn load_map(index: pg_sys::Relation, at: LockMapRef) -> Rc<PartitionMap> {
+    let key = MapKey { relnode: (*index).rd_node.relNode.to_u32(), map: at };
     if let Some(m) = MAPS.with(|c| c.borrow().iter().find(|e| e.0 == key).map(|e| e.1.clone())) {
         return m;
     }
     let mut boundaries = Vec::new();
-    map_blocks(index, blk, Some(&mut boundaries));
+    map_blocks(index, at.block, Some(&mut boundaries));
     if boundaries.windows(2).any(|w| w[0] >= w[1]) {
-        page::corrupted(&page::rel_name(index), blk, "partition map boundaries out of order");
+        page::corrupted(&page::rel_name(index), at.block, "partition map boundaries out of order");
     }
-    let m = std::rc::Rc::new(PartitionMap::new(boundaries));
+    cache_map(key, Rc::new(PartitionMap::new(boundaries)))
+}
+
+fn cache_map(key: MapKey, m: Rc<PartitionMap>) -> Rc<PartitionMap> {
     MAPS.with(|c| {
         let mut c = c.borrow_mut();
         if c.len() >= 64 {
@@ -196,7 +261,10 @@ pub enum ScanLocks {
 }
 
 pub struct Progressive {
-    map: std::rc::Rc<PartitionMap>,
+    map: Rc<PartitionMap>,
+    /// Which map `map` is, and the slot that says whether it still is.
+    at: LockMapRef,
+    slot: SlotRef,
     snapshot: pg_sys::Snapshot,
     /// The partitions of the cursor's range.
     span: (u32, u32),
@@ -252,23 +320,33 @@ impl ScanLocks {
             *self = ScanLocks::Complete;
             return;
         }
+        let at = p.at;
         for b in needed.from..=needed.to {
             if b < p.locked.0 || b > p.locked.1 {
-                pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockPage(index, VIRTUAL_BASE + b, snapshot));
+                pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockPage(index, at.target(b), snapshot));
             }
         }
         p.locked = (lo, hi);
+        if current(p.slot) != at {
+            // A remap copied the locks before these were taken: the rest
+            // of the range under one lock, as a scan past MAX_SCAN_LOCKS.
+            pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockRelation(index, snapshot));
+            *self = ScanLocks::Complete;
+        }
     }
 }
 
 /// A cursor over key prefixes [lower, upper] under `snapshot`, about to
 /// read in direction `forward`, locks its range, or the partition it
 /// starts in when the range is wide (`ScanLocks`); `lockmap` as the
-/// scan's start saw it.
+/// scan's start saw it, checked against the slot once the locks are
+/// taken (a remap in between: the locks again, under the new map).
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn lock_scan(
     index: pg_sys::Relation,
     desc: &IndexDesc,
-    lockmap: u32,
+    slot: SlotRef,
+    mut lockmap: LockMapRef,
     lower: &[u8],
     upper: Option<&[u8]>,
     forward: bool,
@@ -277,29 +355,193 @@ pub unsafe fn lock_scan(
     if !serializable() {
         return ScanLocks::Complete;
     }
-    if lockmap == 0 || !mappable(desc) {
-        pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockRelation(index, snapshot));
-        return ScanLocks::Complete;
-    }
-    let map = load_map(index, lockmap);
-    let (lo, hi) = map.span(lower, upper);
-    if ((hi - lo) as usize) < MAX_SCAN_LOCKS {
-        for p in lo..=hi {
-            pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockPage(index, VIRTUAL_BASE + p, snapshot));
+    // Remaps come once the index has doubled: a third in a row means
+    // something else is wrong, and the relation lock is always right.
+    for _ in 0..3 {
+        if lockmap.block == 0 || !mappable(desc) {
+            break;
         }
-        return ScanLocks::Complete;
+        let map = load_map(index, lockmap);
+        let (lo, hi) = map.span(lower, upper);
+        let locks = if ((hi - lo) as usize) < MAX_SCAN_LOCKS {
+            for p in lo..=hi {
+                pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockPage(index, lockmap.target(p), snapshot));
+            }
+            ScanLocks::Complete
+        } else {
+            let edge = if forward { lo } else { hi };
+            pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockPage(index, lockmap.target(edge), snapshot));
+            ScanLocks::Progressive(Progressive { map, at: lockmap, slot, snapshot, span: (lo, hi), locked: (edge, edge) })
+        };
+        let now = current(slot);
+        if now == lockmap {
+            return locks;
+        }
+        lockmap = now;
     }
-    let edge = if forward { lo } else { hi };
-    pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockPage(index, VIRTUAL_BASE + edge, snapshot));
-    ScanLocks::Progressive(Progressive { map, snapshot, span: (lo, hi), locked: (edge, edge) })
+    pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockRelation(index, snapshot));
+    ScanLocks::Complete
 }
 
 /// A write of `key` meets the locks of the scans that read its range (and
-/// whole-index locks).
-pub unsafe fn check_write(index: pg_sys::Relation, desc: &IndexDesc, lockmap: u32, key: &[u8]) {
+/// whole-index locks); `lockmap` as the slot names it once the entry is in
+/// the dynamic stage.
+pub unsafe fn check_write(index: pg_sys::Relation, desc: &IndexDesc, lockmap: LockMapRef, key: &[u8]) {
     if !serializable() {
         return;
     }
-    let blk = if lockmap == 0 || !mappable(desc) { VIRTUAL_BASE } else { VIRTUAL_BASE + load_map(index, lockmap).of(desc.keycols(key)) };
+    let blk = if lockmap.block == 0 || !mappable(desc) { VIRTUAL_BASE } else { lockmap.target(load_map(index, lockmap).of(desc.keycols(key))) };
     pg_sys::ffi::pg_guard_ffi_boundary(|| CheckForSerializableConflictIn(index, std::ptr::null_mut(), blk));
+}
+
+/// Keeps the partition map fit for the keys the index holds; called by a
+/// merge (which holds the maintenance lock exclusively, so no other
+/// merge, VACUUM or slot rebuild runs meanwhile) with its batch's key
+/// columns in order:
+///
+/// - an index without a map gets one of every key once it holds
+///   `MIN_MAP_ENTRIES`;
+/// - an index that holds twice the entries its map was chosen from
+///   (`remap_due`) gets a new one of every key, with room to split;
+/// - otherwise a partition into which the batch put at least twice the
+///   map's average partition is *split*: its keys are read from the base
+///   structure and cut into pieces of the average. An ascending load puts
+///   every batch into the last partition, which without splits would hold
+///   all keys added since the map was chosen. When the splits do not fit
+///   the map, it is chosen again from every key, with room.
+///
+/// The switch copies every SIREAD lock held to the new map's partitions
+/// (`switch_map`).
+pub unsafe fn remap_if_due<'a>(index: pg_sys::Relation, desc: &Rc<IndexDesc>, slot: SlotRef, batch: impl Iterator<Item = &'a [u8]>) {
+    if !mappable(desc) {
+        return;
+    }
+    let m = meta::read(index);
+    let structure = ams::base(index);
+    if !structure.ordered() || structure.is_empty(&m.base) {
+        return;
+    }
+    let entries = m.base.entries;
+    let old = m.lock_map();
+    if old.block == 0 {
+        if entries >= MIN_MAP_ENTRIES as u64 {
+            if let Some(b) = choose_all(index, desc, &m.base, BoundaryChooser::new(entries as usize, map_capacity(page::BODY_CAP))) {
+                switch_map(index, slot, old, b, entries);
+            }
+        }
+        return;
+    }
+    let map = load_map(index, old);
+    if remap_due(m.map_entries, map.count(), entries) {
+        if let Some(b) = choose_all(index, desc, &m.base, BoundaryChooser::with_room(entries as usize, map_capacity(page::BODY_CAP))) {
+            switch_map(index, slot, old, b, entries);
+        }
+        return;
+    }
+    let basis = if m.map_entries > 0 { m.map_entries } else { entries };
+    let piece = ((basis / map.count() as u64) as usize).max(64);
+    let crowded: Vec<PartitionCount> = map.counts_sorted(batch).into_iter().filter(|c| c.count >= 2 * piece).collect();
+    if crowded.is_empty() {
+        return;
+    }
+    let mut extra: Vec<Vec<u8>> = Vec::new();
+    for c in &crowded {
+        let (lower, upper) = map.bounds_of(c.partition);
+        let mut cur = structure.cursor(index, desc, &m.base);
+        if cur.keyless() {
+            cur.stop();
+            return;
+        }
+        cur.start(Dir::Fwd, &ScanRange { lower: lower.unwrap_or(&[]), upper: None, whole_key: false, strict: (false, false), point: false });
+        // The partition's keys: a cursor may start before the lower
+        // boundary (prefix bounds), and stops at the upper one.
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        while let Some((k, _)) = cur.peek(Dir::Fwd) {
+            let k = desc.keycols(k);
+            if upper.is_some_and(|u| k >= u) {
+                break;
+            }
+            if lower.is_none_or(|l| k >= l) {
+                keys.push(k[..k.len().min(pg_hybrid_core::partition::MAX_BOUNDARY)].to_vec());
+            }
+            cur.advance(Dir::Fwd);
+            if keys.len() % 65536 == 0 {
+                pgrx::check_for_interrupts!();
+            }
+        }
+        cur.stop();
+        if keys.len() >= 2 * piece {
+            extra.extend(split_points(keys.iter().map(|k| k.as_slice()), piece, lower));
+        }
+    }
+    if extra.is_empty() {
+        return;
+    }
+    let boundaries = map.with_boundaries(&extra);
+    let fits = boundaries.len() < MAX_PARTITIONS && boundary_bytes(&boundaries) <= map_capacity(page::BODY_CAP);
+    if fits {
+        // The map's basis stays: doubling is counted from the last map of
+        // every key.
+        switch_map(index, slot, old, boundaries, m.map_entries);
+    } else if let Some(b) = choose_all(index, desc, &m.base, BoundaryChooser::with_room(entries as usize, map_capacity(page::BODY_CAP))) {
+        switch_map(index, slot, old, b, entries);
+    }
+}
+
+/// Boundaries from every key of the base structure (None when its cursor
+/// does not know its keys).
+unsafe fn choose_all(index: pg_sys::Relation, desc: &Rc<IndexDesc>, base: &super::meta::BaseInfo, mut chooser: BoundaryChooser) -> Option<Vec<Vec<u8>>> {
+    let mut c = ams::base(index).cursor(index, desc, base);
+    if c.keyless() {
+        c.stop();
+        return None;
+    }
+    c.start(Dir::Fwd, &ScanRange { lower: &[], upper: None, whole_key: false, strict: (false, false), point: false });
+    let mut n = 0u64;
+    while let Some((k, _)) = c.peek(Dir::Fwd) {
+        chooser.offer(desc.keycols(k));
+        c.advance(Dir::Fwd);
+        n += 1;
+        if n % 65536 == 0 {
+            pgrx::check_for_interrupts!();
+        }
+    }
+    c.stop();
+    Some(chooser.finish())
+}
+
+/// Writes the map of `boundaries` and switches the index to it: the
+/// metapage (one WAL record, `map_entries` as given) and, under its buffer
+/// lock and the slot's exclusive lock, a copy of every SIREAD lock of an
+/// old partition to each new partition sharing keys with it, and the
+/// slot's map. The old map's pages go to the recycle list.
+unsafe fn switch_map(index: pg_sys::Relation, slot: SlotRef, old: LockMapRef, boundaries: Vec<Vec<u8>>, map_entries: u64) {
+    let block = write_map(index, &boundaries);
+    // The first map keeps the epoch: nothing locked partitions before it.
+    let new = LockMapRef { block, epoch: if old.block == 0 { old.epoch } else { old.epoch.wrapping_add(1) } };
+    let relnode = (*index).rd_node.relNode.to_u32();
+    let new_map = cache_map(MapKey { relnode, map: new }, Rc::new(PartitionMap::new(boundaries)));
+    let (pairs, old_pages) = if old.block == 0 {
+        (Vec::new(), Vec::new())
+    } else {
+        (load_map(index, old).overlapping(&new_map), map_blocks(index, old.block, None))
+    };
+    meta::update_then(
+        index,
+        |mm| {
+            mm.lockmap = new.block;
+            mm.lockmap_epoch = new.epoch;
+            mm.map_entries = map_entries;
+        },
+        |_| {
+            let _g = slot.exclusive();
+            for p in &pairs {
+                // Returns at once when no SERIALIZABLE transaction runs.
+                pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockPageSplit(index, old.target(p.old), new.target(p.new)));
+            }
+            slot.state().lockmap = new;
+        },
+    );
+    super::merge::list_for_recycling(index, &old_pages);
+    pgrx::debug1!("index \"{}\": partition map of {} partitions (epoch {}, basis {} entries); {} lock copies", page::rel_name(index), new_map.count(), new.epoch, map_entries, pairs.len());
 }

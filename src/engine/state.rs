@@ -280,8 +280,10 @@ pub struct DualStageState {
     /// Readers of base structures (readers.rs): those of `base.generation`,
     /// and of older generations still being read.
     pub readers: super::readers::ReaderCounts,
-    /// The metapage's predicate-lock partition map (predlock.rs), 0 = none.
-    pub lockmap: u32,
+    /// The metapage's predicate-lock partition map (predlock.rs). A remap
+    /// changes it under the slot's exclusive lock together with the copy
+    /// of every SIREAD lock to the new partitions.
+    pub lockmap: super::predlock::LockMapRef,
     /// Heap reads base structures made to learn keys they do not store.
     pub key_fetches: AtomicU64,
     /// Arena blocks of the killed-tuple hints of every backend's scans
@@ -329,7 +331,7 @@ impl DualStageState {
         self.bloom_checks = AtomicU64::new(0);
         self.tail_hint = std::sync::atomic::AtomicU32::new(0);
         self.readers.clear();
-        self.lockmap = 0;
+        self.lockmap = super::predlock::LockMapRef::NONE;
         self.key_fetches = AtomicU64::new(0);
         // The hint block stays with the slot (killed.rs), emptied.
         self.hints.clear(0);
@@ -536,7 +538,7 @@ unsafe fn rebuild_primary(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef
         return;
     }
     let merged = m.base.merged_upto;
-    st.lockmap = m.lockmap;
+    st.lockmap = m.lock_map();
     // Entries at or past `end` were added by inserters after our read.
     st.tree.retain(&mut ArenaPool, |_k: &[u8], _t: Tid, p: u64| p >= end && p >= merged);
     st.set_base(m.base);
@@ -613,12 +615,12 @@ unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
         if full {
             st.tree.clear(&mut ArenaPool);
             st.set_base(m.base);
-            st.lockmap = m.lockmap;
+            st.lockmap = m.lock_map();
         } else if st.applied_upto != from_pos || st.base.vacuum_epoch != m.base.vacuum_epoch || st.base.merged_upto != m.base.merged_upto {
             continue; // another backend synced meanwhile
         } else if st.base.generation != m.base.generation {
             st.set_base(m.base);
-            st.lockmap = m.lockmap;
+            st.lockmap = m.lock_map();
         }
         for r in &recs {
             if !st.insert(desc, &r.key, r.tid, r.pos) {
@@ -645,8 +647,8 @@ unsafe fn sync_standby(rel: pg_sys::Relation, desc: &IndexDesc, slot: SlotRef) {
 /// pages stay), and whether the dynamic stage can hold a point key.
 pub struct ScanStart {
     pub base: BaseInfo,
-    /// The predicate-lock partition map (predlock.rs), 0 = none.
-    pub lockmap: u32,
+    /// The predicate-lock partition map (predlock.rs).
+    pub lockmap: super::predlock::LockMapRef,
     /// False when the Bloom filter rules the point key out of the
     /// dynamic stage.
     pub dynamic_may_contain: bool,

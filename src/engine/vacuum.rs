@@ -220,9 +220,9 @@ unsafe fn sweep(index: pg_sys::Relation) -> (Vec<u32>, Vec<u32>) {
             }
             PageKind::Meta | PageKind::Delta => {}
             // A map (or part of one) a crashed build or merge wrote but
-            // never linked.
+            // never linked; a replaced one waits on the recycle list.
             PageKind::LockMap => {
-                if !map_pages.contains(&blk) {
+                if !map_pages.contains(&blk) && !listed.contains(&blk) {
                     orphans.push(blk);
                 }
             }
