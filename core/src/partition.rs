@@ -80,9 +80,9 @@ impl BoundaryChooser {
         Self::limited(n, cap, MAX_PARTITIONS - 1)
     }
 
-    /// For a map chosen again while the index takes inserts: half the
-    /// partitions and half the bytes, so partitions that fill can split
-    /// (`split_points`) until the index has about doubled.
+    /// For a map chosen again because a partition that filled could not
+    /// split: half the partitions and half the bytes, so partitions that
+    /// fill can split (`split_points`) until the index has about doubled.
     pub fn with_room(n: usize, cap: usize) -> Self {
         Self::limited(n, cap / 2, MAX_PARTITIONS / 2 - 1)
     }

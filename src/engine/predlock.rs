@@ -402,13 +402,16 @@ pub unsafe fn check_write(index: pg_sys::Relation, desc: &IndexDesc, lockmap: Lo
 /// - an index without a map gets one of every key once it holds
 ///   `MIN_MAP_ENTRIES`;
 /// - an index that holds twice the entries its map was chosen from
-///   (`remap_due`) gets a new one of every key, with room to split;
+///   (`remap_due`) gets a new one of every key;
 /// - otherwise a partition into which the batch put at least twice the
 ///   map's average partition is *split*: its keys are read from the base
 ///   structure and cut into pieces of the average. An ascending load puts
 ///   every batch into the last partition, which without splits would hold
 ///   all keys added since the map was chosen. When the splits do not fit
-///   the map, it is chosen again from every key, with room.
+///   the map, it is chosen again from every key with half the partitions
+///   it may have (`BoundaryChooser::with_room`), which leaves room for the
+///   splits of about as many keys again. An ascending load so reads every
+///   key about twice per doubling; random inserts, once.
 ///
 /// The switch copies every SIREAD lock held to the new map's partitions
 /// (`switch_map`).
@@ -416,6 +419,7 @@ pub unsafe fn remap_if_due<'a>(index: pg_sys::Relation, desc: &Rc<IndexDesc>, sl
     if !mappable(desc) {
         return;
     }
+    let started = std::time::Instant::now();
     let m = meta::read(index);
     let structure = ams::base(index);
     if !structure.ordered() || structure.is_empty(&m.base) {
@@ -426,15 +430,15 @@ pub unsafe fn remap_if_due<'a>(index: pg_sys::Relation, desc: &Rc<IndexDesc>, sl
     if old.block == 0 {
         if entries >= MIN_MAP_ENTRIES as u64 {
             if let Some(b) = choose_all(index, desc, &m.base, BoundaryChooser::new(entries as usize, map_capacity(page::BODY_CAP))) {
-                switch_map(index, slot, old, b, entries);
+                switch_map(index, slot, old, b, entries, started);
             }
         }
         return;
     }
     let map = load_map(index, old);
     if remap_due(m.map_entries, map.count(), entries) {
-        if let Some(b) = choose_all(index, desc, &m.base, BoundaryChooser::with_room(entries as usize, map_capacity(page::BODY_CAP))) {
-            switch_map(index, slot, old, b, entries);
+        if let Some(b) = choose_all(index, desc, &m.base, BoundaryChooser::new(entries as usize, map_capacity(page::BODY_CAP))) {
+            switch_map(index, slot, old, b, entries, started);
         }
         return;
     }
@@ -482,9 +486,9 @@ pub unsafe fn remap_if_due<'a>(index: pg_sys::Relation, desc: &Rc<IndexDesc>, sl
     if fits {
         // The map's basis stays: doubling is counted from the last map of
         // every key.
-        switch_map(index, slot, old, boundaries, m.map_entries);
+        switch_map(index, slot, old, boundaries, m.map_entries, started);
     } else if let Some(b) = choose_all(index, desc, &m.base, BoundaryChooser::with_room(entries as usize, map_capacity(page::BODY_CAP))) {
-        switch_map(index, slot, old, b, entries);
+        switch_map(index, slot, old, b, entries, started);
     }
 }
 
@@ -515,7 +519,7 @@ unsafe fn choose_all(index: pg_sys::Relation, desc: &Rc<IndexDesc>, base: &super
 /// lock and the slot's exclusive lock, a copy of every SIREAD lock of an
 /// old partition to each new partition sharing keys with it, and the
 /// slot's map. The old map's pages go to the recycle list.
-unsafe fn switch_map(index: pg_sys::Relation, slot: SlotRef, old: LockMapRef, boundaries: Vec<Vec<u8>>, map_entries: u64) {
+unsafe fn switch_map(index: pg_sys::Relation, slot: SlotRef, old: LockMapRef, boundaries: Vec<Vec<u8>>, map_entries: u64, started: std::time::Instant) {
     let block = write_map(index, &boundaries);
     // The first map keeps the epoch: nothing locked partitions before it.
     let new = LockMapRef { block, epoch: if old.block == 0 { old.epoch } else { old.epoch.wrapping_add(1) } };
@@ -543,5 +547,5 @@ unsafe fn switch_map(index: pg_sys::Relation, slot: SlotRef, old: LockMapRef, bo
         },
     );
     super::merge::list_for_recycling(index, &old_pages);
-    pgrx::debug1!("index \"{}\": partition map of {} partitions (epoch {}, basis {} entries); {} lock copies", page::rel_name(index), new_map.count(), new.epoch, map_entries, pairs.len());
+    pgrx::debug1!("index \"{}\": partition map of {} partitions (epoch {}, basis {} entries); {} lock copies; {:.1} ms", page::rel_name(index), new_map.count(), new.epoch, map_entries, pairs.len(), started.elapsed().as_secs_f64() * 1000.0);
 }
