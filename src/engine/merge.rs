@@ -510,30 +510,57 @@ unsafe fn key_filter_stale(slot: SlotRef, gen: u32, more: usize, base_keys: u64)
 /// key order (None when the structure has no order or stores no keys). The
 /// caller holds the maintenance lock, so no page of `base` is recycled.
 unsafe fn every_key_hash(index: pg_sys::Relation, desc: &Rc<IndexDesc>, base: &BaseInfo) -> Option<Vec<u64>> {
-    let structure = ams::base(index);
-    if !structure.ordered() {
+    if !ams::base(index).ordered() {
         return None;
     }
     let mut out = Vec::with_capacity(base.keys as usize);
-    if structure.is_empty(base) {
-        return Some(out);
-    }
-    let mut c = structure.cursor(index, desc, base);
-    if c.keyless() {
-        return None;
-    }
-    c.start(Dir::Fwd, &ScanRange { lower: &[], upper: None, whole_key: false, strict: (false, false), point: false });
     let mut last: Option<u64> = None;
-    while let Some((k, _)) = c.peek(Dir::Fwd) {
-        let h = desc.key_hash(k)?;
+    let mut hashable = true;
+    let walked = each_key_from(index, desc, base, &[], |k| {
+        let Some(h) = desc.key_hash(k) else {
+            hashable = false;
+            return false;
+        };
         if last != Some(h) {
             out.push(h);
             last = Some(h);
         }
+        true
+    });
+    (walked && hashable).then_some(out)
+}
+
+/// Shows the key of every entry of the base structure `base` from the
+/// key prefix `lower` on (a cursor may start a little before it) to
+/// `each`, in index order, until `each` returns false. False when the
+/// structure's cursor does not know its keys or `each` stopped the walk.
+/// The caller holds the maintenance lock, so no merge moves the pages.
+pub unsafe fn each_key_from(index: pg_sys::Relation, desc: &Rc<IndexDesc>, base: &BaseInfo, lower: &[u8], mut each: impl FnMut(&[u8]) -> bool) -> bool {
+    let structure = ams::base(index);
+    if structure.is_empty(base) {
+        return true;
+    }
+    let mut c = structure.cursor(index, desc, base);
+    if c.keyless() {
+        c.stop();
+        return false;
+    }
+    c.start(Dir::Fwd, &ScanRange { lower, upper: None, whole_key: false, strict: (false, false), point: false });
+    let mut n = 0u64;
+    let mut complete = true;
+    while let Some((k, _)) = c.peek(Dir::Fwd) {
+        if !each(k) {
+            complete = false;
+            break;
+        }
         c.advance(Dir::Fwd);
+        n += 1;
+        if n % 65536 == 0 {
+            pgrx::check_for_interrupts!();
+        }
     }
     c.stop();
-    Some(out)
+    complete
 }
 
 /// Lists `blocks` (pages a base structure deleted outside a merge) on a new

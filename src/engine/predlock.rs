@@ -61,7 +61,6 @@ use std::rc::Rc;
 use pg_hybrid_core::partition::{boundary_bytes, map_capacity, remap_due, split_pages, split_points, BoundaryChooser, PartitionCount, PartitionMap, MAX_MAP_PAGES, MAX_PARTITIONS};
 
 use super::ams;
-use super::base::{Dir, ScanRange};
 use super::meta;
 use super::state::SlotState;
 use crate::keys::IndexDesc;
@@ -451,29 +450,20 @@ pub unsafe fn remap_if_due<'a>(index: pg_sys::Relation, desc: &Rc<IndexDesc>, sl
     let mut extra: Vec<Vec<u8>> = Vec::new();
     for c in &crowded {
         let (lower, upper) = map.bounds_of(c.partition);
-        let mut cur = structure.cursor(index, desc, &m.base);
-        if cur.keyless() {
-            cur.stop();
-            return;
-        }
-        cur.start(Dir::Fwd, &ScanRange { lower: lower.unwrap_or(&[]), upper: None, whole_key: false, strict: (false, false), point: false });
         // The partition's keys: a cursor may start before the lower
-        // boundary (prefix bounds), and stops at the upper one.
+        // boundary (prefix bounds), and the walk stops at the upper one.
         let mut keys: Vec<Vec<u8>> = Vec::new();
-        while let Some((k, _)) = cur.peek(Dir::Fwd) {
+        // (A cursor that does not know its keys yields none: no split.)
+        super::merge::each_key_from(index, desc, &m.base, lower.unwrap_or(&[]), |k| {
             let k = desc.keycols(k);
             if upper.is_some_and(|u| k >= u) {
-                break;
+                return false;
             }
             if lower.is_none_or(|l| k >= l) {
                 keys.push(k[..k.len().min(pg_hybrid_core::partition::MAX_BOUNDARY)].to_vec());
             }
-            cur.advance(Dir::Fwd);
-            if keys.len() % 65536 == 0 {
-                pgrx::check_for_interrupts!();
-            }
-        }
-        cur.stop();
+            true
+        });
         if keys.len() >= 2 * piece {
             extra.extend(split_points(keys.iter().map(|k| k.as_slice()), piece, lower));
         }
@@ -495,23 +485,11 @@ pub unsafe fn remap_if_due<'a>(index: pg_sys::Relation, desc: &Rc<IndexDesc>, sl
 /// Boundaries from every key of the base structure (None when its cursor
 /// does not know its keys).
 unsafe fn choose_all(index: pg_sys::Relation, desc: &Rc<IndexDesc>, base: &super::meta::BaseInfo, mut chooser: BoundaryChooser) -> Option<Vec<Vec<u8>>> {
-    let mut c = ams::base(index).cursor(index, desc, base);
-    if c.keyless() {
-        c.stop();
-        return None;
-    }
-    c.start(Dir::Fwd, &ScanRange { lower: &[], upper: None, whole_key: false, strict: (false, false), point: false });
-    let mut n = 0u64;
-    while let Some((k, _)) = c.peek(Dir::Fwd) {
+    let known = super::merge::each_key_from(index, desc, base, &[], |k| {
         chooser.offer(desc.keycols(k));
-        c.advance(Dir::Fwd);
-        n += 1;
-        if n % 65536 == 0 {
-            pgrx::check_for_interrupts!();
-        }
-    }
-    c.stop();
-    Some(chooser.finish())
+        true
+    });
+    known.then(|| chooser.finish())
 }
 
 /// Writes the map of `boundaries` and switches the index to it: the
