@@ -42,6 +42,25 @@ SELECT count(*) FROM pl WHERE t BETWEEN '00050001' AND '00050002';
 SELECT * FROM pl_locks;
 COMMIT;
 SELECT pg_hybrid.verify('pl_k'), pg_hybrid.verify('pl_t');
+-- numeric keys: their bytes are not in their order (250.5 = 250.500), so
+-- the map's boundaries are whole keys compared as numeric compares, and a
+-- range or a point locks its partitions, not the whole index (as it did
+-- before 2026-12-07). 100000 keys i / 100: key i is in partition
+-- (i - 1) / 63, as above.
+CREATE TABLE pln (k numeric NOT NULL);
+INSERT INTO pln SELECT g / 100.0 FROM generate_series(1, 100000) g;
+CREATE INDEX pln_k ON pln USING hybrid_btree (k);
+VACUUM ANALYZE pln;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT count(*) FROM pln WHERE k BETWEEN 500 AND 500.05;
+SELECT count(*) FROM pln WHERE k = 250.500;
+SELECT count(*) FROM pln WHERE k >= 999.99;
+SELECT locktype, page - 1073741824 AS partition FROM pg_locks
+ WHERE mode = 'SIReadLock' AND pid = pg_backend_pid() AND relation = 'pln_k'::regclass
+ ORDER BY 1, 2;
+COMMIT;
+SELECT pg_hybrid.verify('pln_k');
+DROP TABLE pln;
 -- an index built empty gets its map at the first merge after it holds
 -- 1000 entries (foreground merges here), from every key it holds; a merge
 -- after it has doubled chooses a new map from all its keys, and a merge

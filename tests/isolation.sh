@@ -15,7 +15,9 @@
 # Each spec's header comment says what btree does and why.
 # An AM without order (tiered_hash: equality only) runs
 # tests/isolation/schedule_equality instead, the specs that need no range
-# scan; btree runs the same schedule as its oracle.
+# scan; btree runs the same schedule as its oracle. An ordered AM that takes
+# numeric keys runs tests/isolation/schedule_numeric too (disjoint and
+# overlapping ranges on a key whose bytes are not in its order).
 # Options:
 #   --am AM       the AM under test (default $PH_AM); with btree only the
 #                 oracle run happens
@@ -73,6 +75,11 @@ schedules=(schedule)
 if [[ $AM != btree ]] &&
     [[ $(cluster_sql "$DIR" "$DB" "SELECT pg_indexam_has_property(oid, 'can_order') FROM pg_am WHERE amname = '$AM'") == f ]]; then
     schedules=(schedule_equality)
+elif [[ $AM == btree ]] ||
+    cluster_sql "$DIR" "$DB" "CREATE TEMP TABLE numeric_probe (k numeric)" "CREATE INDEX ON numeric_probe USING $AM (k)" >/dev/null 2>&1; then
+    # ranges on a key whose bytes are not in its order, for an ordered AM
+    # that takes numeric keys (elastic_btree refuses them)
+    schedules+=(schedule_numeric)
 fi
 
 # run_am AM: fill in the templates for AM and run the schedules; 0 if every

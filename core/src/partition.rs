@@ -1,10 +1,46 @@
 //! Order-preserving key-range partitions for predicate locking: a sorted
-//! set of boundary byte strings; the partition of a key is the number of
-//! boundaries <= it (byte order), which is monotone in the key, so a key
-//! range maps onto a contiguous span of partitions. Boundaries may be
-//! prefixes of keys (cut at `MAX_BOUNDARY` bytes) without losing that.
+//! set of boundaries; the partition of a key is the number of boundaries
+//! <= it, which is monotone in the key, so a key range maps onto a
+//! contiguous span of partitions. In byte order (keys whose bytes sort as
+//! the index does) boundaries may be prefixes of keys (cut at
+//! `MAX_BOUNDARY` bytes) without losing that. Keys whose bytes do not sort
+//! as the index does (collated text, numeric) are compared by a
+//! `KeyOrder`, and their boundaries are whole keys of at most
+//! `MAX_BOUNDARY` bytes (a cut key would not compare in that order).
 //! The PostgreSQL side (which blocks, which locks) is
 //! src/engine/predlock.rs.
+
+use std::cmp::Ordering;
+use std::rc::Rc;
+
+/// The index's order, for keys whose bytes are not in it.
+pub trait KeyOrder {
+    /// Orders two keys' key columns (a boundary is such a key).
+    fn cmp(&self, a: &[u8], b: &[u8]) -> Ordering;
+    /// Orders a key (or boundary) against a scan bound holding its first
+    /// columns: Equal when the key starts with values equal to the bound's.
+    fn cmp_prefix(&self, key: &[u8], bound: &[u8]) -> Ordering;
+}
+
+/// A map's order: None is byte order.
+pub type Order = Option<Rc<dyn KeyOrder>>;
+
+fn less(order: Option<&dyn KeyOrder>, a: &[u8], b: &[u8]) -> bool {
+    match order {
+        None => a < b,
+        Some(o) => o.cmp(a, b) == Ordering::Less,
+    }
+}
+
+/// What of key `k` can be a boundary: in byte order its first
+/// `MAX_BOUNDARY` bytes; in another order the whole key, or nothing when
+/// it is longer (its partitions are then wider).
+fn as_boundary<'k>(order: Option<&dyn KeyOrder>, k: &'k [u8]) -> Option<&'k [u8]> {
+    match order {
+        None => Some(&k[..k.len().min(MAX_BOUNDARY)]),
+        Some(_) => (k.len() <= MAX_BOUNDARY).then_some(k),
+    }
+}
 
 /// Boundary prefixes are cut to this many bytes.
 pub const MAX_BOUNDARY: usize = 32;
@@ -72,6 +108,7 @@ pub struct BoundaryChooser {
     /// `cap` is reached: no more boundaries.
     full: bool,
     out: Vec<Vec<u8>>,
+    order: Order,
 }
 
 impl BoundaryChooser {
@@ -89,7 +126,13 @@ impl BoundaryChooser {
 
     fn limited(n: usize, cap: usize, most: usize) -> Self {
         let want = (n / 64).clamp(1, most);
-        BoundaryChooser { want, step: (n / (want + 1)).max(1), cap, seen: 0, used: 0, full: false, out: Vec::with_capacity(want) }
+        BoundaryChooser { want, step: (n / (want + 1)).max(1), cap, seen: 0, used: 0, full: false, out: Vec::with_capacity(want), order: None }
+    }
+
+    /// Keys offered in `order` (default: byte order).
+    pub fn in_order(mut self, order: Order) -> Self {
+        self.order = order;
+        self
     }
 
     /// The next key in sorted order.
@@ -99,8 +142,9 @@ impl BoundaryChooser {
         if self.full || i == 0 || i % self.step != 0 || self.out.len() >= self.want {
             return;
         }
-        let b = &k[..k.len().min(MAX_BOUNDARY)];
-        if self.out.last().is_some_and(|l| l.as_slice() >= b) {
+        let order = self.order.as_deref();
+        let Some(b) = as_boundary(order, k) else { return };
+        if self.out.last().is_some_and(|l| !less(order, l, b)) {
             return;
         }
         if self.used + 2 + b.len() > self.cap {
@@ -138,18 +182,44 @@ pub struct PartitionMap {
     bytes: Vec<u8>,
     /// End of boundary i in `bytes` (its start is the end of i - 1).
     ends: Vec<u32>,
+    order: Order,
 }
 
 impl PartitionMap {
-    /// `boundaries` strictly ascending.
+    /// `boundaries` strictly ascending in byte order.
     pub fn new(boundaries: Vec<Vec<u8>>) -> PartitionMap {
+        Self::ordered(boundaries, None)
+    }
+
+    /// `boundaries` strictly ascending in `order`.
+    pub fn ordered(boundaries: Vec<Vec<u8>>, order: Order) -> PartitionMap {
         let mut bytes = Vec::with_capacity(boundaries.iter().map(|b| b.len()).sum());
         let mut ends = Vec::with_capacity(boundaries.len());
         for b in &boundaries {
             bytes.extend_from_slice(b);
             ends.push(bytes.len() as u32);
         }
-        PartitionMap { bytes, ends }
+        PartitionMap { bytes, ends, order }
+    }
+
+    /// Whether the boundaries ascend strictly (a map read from disk).
+    pub fn ascending(&self) -> bool {
+        (1..self.ends.len()).all(|i| less(self.order.as_deref(), self.boundary(i - 1), self.boundary(i)))
+    }
+
+    /// The first of `n` boundaries for which `after` holds, `after` being
+    /// false up to some point and true from it.
+    fn first_where(&self, after: impl Fn(&[u8]) -> bool) -> usize {
+        let (mut lo, mut hi) = (0usize, self.ends.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if after(self.boundary(mid)) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
     }
 
     fn boundary(&self, i: usize) -> &[u8] {
@@ -159,17 +229,11 @@ impl PartitionMap {
 
     /// The partition of a key.
     pub fn of(&self, key: &[u8]) -> u32 {
-        // partition_point over the indexes: boundaries <= key come first.
-        let (mut lo, mut hi) = (0usize, self.ends.len());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if self.boundary(mid) <= key {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
+        // Boundaries <= key come first.
+        match self.order.as_deref() {
+            None => self.first_where(|b| b > key) as u32,
+            Some(o) => self.first_where(|b| o.cmp(b, key) == Ordering::Greater) as u32,
         }
-        lo as u32
     }
 
     pub fn count(&self) -> u32 {
@@ -179,6 +243,18 @@ impl PartitionMap {
     /// The partitions holding every key k with lower <= k and k's prefix
     /// <= upper (the bounds a scan computes; empty lower = from the start).
     pub fn span(&self, lower: &[u8], upper: Option<&[u8]>) -> (u32, u32) {
+        if let Some(o) = self.order.as_deref() {
+            // A boundary whose first columns equal `lower` may lie above
+            // keys that start with `lower`: only those below it come
+            // before the span. One whose first columns equal `upper` may
+            // lie below such keys: the partition it starts is in.
+            let lo = if lower.is_empty() { 0 } else { self.first_where(|b| o.cmp_prefix(b, lower) != Ordering::Less) as u32 };
+            let hi = match upper {
+                None => self.count() - 1,
+                Some(u) => self.first_where(|b| o.cmp_prefix(b, u) == Ordering::Greater) as u32,
+            };
+            return (lo, hi.max(lo));
+        }
         let lo = if lower.is_empty() { 0 } else { self.of(lower) };
         let hi = match upper {
             None => self.count() - 1,
@@ -213,22 +289,22 @@ pub struct PartitionCount {
     pub count: usize,
 }
 
-/// Boundaries that cut the keys of one partition (given in order) into
-/// pieces of `piece` keys: every `piece`-th key's prefix, each above
+/// Boundaries that cut the keys of one partition (given in `order`) into
+/// pieces of `piece` keys: every `piece`-th key's boundary, each above
 /// `after` (the partition's lower boundary) and the one before it. The
 /// caller's keys are all below the partition's upper boundary, so the
 /// points fall strictly inside the partition.
-pub fn split_points<'a>(keys: impl Iterator<Item = &'a [u8]>, piece: usize, after: Option<&[u8]>) -> Vec<Vec<u8>> {
+pub fn split_points<'a>(keys: impl Iterator<Item = &'a [u8]>, piece: usize, after: Option<&[u8]>, order: Option<&dyn KeyOrder>) -> Vec<Vec<u8>> {
     let piece = piece.max(1);
     let mut out: Vec<Vec<u8>> = Vec::new();
     for (i, k) in keys.enumerate() {
         if i == 0 || i % piece != 0 {
             continue;
         }
-        let b = &k[..k.len().min(MAX_BOUNDARY)];
+        let Some(b) = as_boundary(order, k) else { continue };
         let above = match out.last() {
-            Some(l) => l.as_slice() < b,
-            None => after.is_none_or(|a| a < b),
+            Some(l) => less(order, l, b),
+            None => after.is_none_or(|a| less(order, a, b)),
         };
         if above {
             out.push(b.to_vec());
@@ -265,8 +341,9 @@ impl PartitionMap {
     pub fn counts_sorted<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Vec<PartitionCount> {
         let mut out: Vec<PartitionCount> = Vec::new();
         let mut upper: Option<&[u8]> = Some(&[]);
+        let order = self.order.as_deref();
         for k in keys {
-            let inside = matches!(out.last(), Some(_)) && upper.is_none_or(|u| k < u);
+            let inside = matches!(out.last(), Some(_)) && upper.is_none_or(|u| less(order, k, u));
             if inside {
                 out.last_mut().unwrap().count += 1;
                 continue;
@@ -285,7 +362,7 @@ impl PartitionMap {
         let mut e = extra.iter().peekable();
         for i in 0..self.ends.len() {
             let b = self.boundary(i);
-            while let Some(x) = e.next_if(|x| x.as_slice() < b) {
+            while let Some(x) = e.next_if(|x| less(self.order.as_deref(), x, b)) {
                 out.push(x.clone());
             }
             out.push(b.to_vec());
@@ -357,6 +434,83 @@ mod tests {
                     let p = m.of(k);
                     prop_assert!(lo <= p && p <= hi, "key {:?} in partition {} outside {}..={}", k, p, lo, hi);
                 }
+            }
+        }
+    }
+
+    /// An order in which bytes are not: each byte a column, compared by
+    /// half its value (so 0 and 1 are equal values of different bytes),
+    /// as collated text or numeric compare.
+    struct Halves;
+
+    impl KeyOrder for Halves {
+        fn cmp(&self, a: &[u8], b: &[u8]) -> Ordering {
+            a.iter().map(|x| x / 2).cmp(b.iter().map(|x| x / 2))
+        }
+        fn cmp_prefix(&self, key: &[u8], bound: &[u8]) -> Ordering {
+            let m = key.len().min(bound.len());
+            self.cmp(&key[..m], &bound[..m]).then(if key.len() < bound.len() { Ordering::Less } else { Ordering::Equal })
+        }
+    }
+
+    proptest! {
+        /// In an order that is not byte order: boundaries ascend in it,
+        /// partitions are monotone, every key whose first columns lie in
+        /// a scan's bounds falls in its span, equal keys share their
+        /// partition, and splits and counts keep those properties.
+        #[test]
+        fn ordered_maps_cover_their_keys(
+            mut keys in prop::collection::vec(prop::collection::vec(0u8..6, 0..5), 1..400),
+            lower in prop::collection::vec(0u8..6, 0..4),
+            upper in prop::collection::vec(0u8..6, 0..4),
+            piece in 1usize..20,
+        ) {
+            let order: Rc<dyn KeyOrder> = Rc::new(Halves);
+            keys.sort_by(|a, b| Halves.cmp(a, b));
+            let mut chooser = BoundaryChooser::new(keys.len(), map_capacity(8100)).in_order(Some(order.clone()));
+            for k in &keys {
+                chooser.offer(k);
+            }
+            let m = PartitionMap::ordered(chooser.finish(), Some(order.clone()));
+            prop_assert!(m.ascending());
+            for w in keys.windows(2) {
+                prop_assert!(m.of(&w[0]) <= m.of(&w[1]));
+                if Halves.cmp(&w[0], &w[1]) == Ordering::Equal {
+                    prop_assert_eq!(m.of(&w[0]), m.of(&w[1]));
+                }
+            }
+            let (lo, hi) = m.span(&lower, Some(&upper));
+            for k in &keys {
+                if Halves.cmp_prefix(k, &lower) != Ordering::Less && Halves.cmp_prefix(k, &upper) != Ordering::Greater {
+                    let p = m.of(k);
+                    prop_assert!(lo <= p && p <= hi, "key {:?} in partition {} outside {}..={}", k, p, lo, hi);
+                }
+            }
+            let counts = m.counts_sorted(keys.iter().map(|k| k.as_slice()));
+            prop_assert_eq!(counts.iter().map(|c| c.count).sum::<usize>(), keys.len());
+            let mut extra = Vec::new();
+            for c in &counts {
+                let inside: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).filter(|k| m.of(k) == c.partition).collect();
+                prop_assert!(inside.len() == c.count);
+                let (blo, bhi) = m.bounds_of(c.partition);
+                let pts = split_points(inside.into_iter(), piece, blo, Some(&Halves));
+                for x in &pts {
+                    prop_assert!(blo.is_none_or(|l| Halves.cmp(l, x) == Ordering::Less));
+                    prop_assert!(bhi.is_none_or(|h| Halves.cmp(x, h) == Ordering::Less));
+                }
+                extra.extend(pts);
+            }
+            let split = PartitionMap::ordered(m.with_boundaries(&extra), Some(order));
+            prop_assert!(split.ascending());
+            for w in keys.windows(2) {
+                prop_assert!(split.of(&w[0]) <= split.of(&w[1]));
+            }
+            for p in m.overlapping(&split) {
+                prop_assert!(p.old < m.count() && p.new < split.count());
+            }
+            for k in &keys {
+                let want = PartitionPair { old: m.of(k), new: split.of(k) };
+                prop_assert!(m.overlapping(&split).contains(&want));
             }
         }
     }
@@ -480,7 +634,7 @@ mod tests {
             for c in &counts {
                 let (lo, hi) = m.bounds_of(c.partition);
                 let inside: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).filter(|k| m.of(k) == c.partition).collect();
-                let pts = split_points(inside.into_iter(), piece, lo);
+                let pts = split_points(inside.into_iter(), piece, lo, None);
                 for x in &pts {
                     prop_assert!(lo.is_none_or(|l| l < x.as_slice()));
                     prop_assert!(hi.is_none_or(|h| x.as_slice() < h));

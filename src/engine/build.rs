@@ -166,7 +166,7 @@ pub unsafe extern "C-unwind" fn ambuild(
     } else {
         None
     };
-    let mut bounds = predlock::mappable(&desc).then(|| BoundaryChooser::new(count, map_capacity(page::BODY_CAP)));
+    let mut bounds = BoundaryChooser::new(count, map_capacity(page::BODY_CAP)).in_order(predlock::key_order(&desc));
     let mut prev_live: Option<Vec<u8>> = None;
     let mut items = sorted.map(|e| {
         if unique && e.alive {
@@ -182,9 +182,7 @@ pub unsafe extern "C-unwind" fn ambuild(
         if let (Some(f), Some(h)) = (key_filter.as_mut(), desc.key_hash(&e.key)) {
             f.add(h);
         }
-        if let Some(b) = bounds.as_mut() {
-            b.offer(desc.keycols(&e.key));
-        }
+        bounds.offer(desc.keycols(&e.key));
         Entry { key: e.key, tid: e.tid }
     });
     let res = base.build(index, &desc, &m, &mut items, count, gen, &mut |n| {
@@ -194,10 +192,7 @@ pub unsafe extern "C-unwind" fn ambuild(
     // error; drain whatever it left so every check above saw every key.
     items.for_each(drop);
     merge::list_for_recycling(index, &res.freed);
-    let lockmap = match bounds {
-        Some(b) if count > 0 => predlock::write_map(index, &b.finish()),
-        _ => 0,
-    };
+    let lockmap = if count > 0 { predlock::write_map(index, &bounds.finish()) } else { 0 };
     meta::update(index, |m| {
         m.lockmap = lockmap;
         m.map_entries = if lockmap != 0 { count as u64 } else { 0 };

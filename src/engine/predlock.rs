@@ -12,11 +12,19 @@
 //! (`lockmap`). The partition of a key is
 //! the number of boundaries <= the key, in byte order; that is monotone in
 //! the key, so a range [lower, upper] covers partitions [f(lower),
-//! f(successor(upper))].
+//! f(successor(upper))]. Where the key's bytes are not in the index's
+//! order (numeric, bpchar, text under a non-C collation) boundaries are
+//! whole keys of at most 32 bytes, compared as the index compares
+//! (`key_order`: the opclass's support function under the column's
+//! collation), and a range covers the partitions from the first boundary
+//! whose first columns reach `lower` to the last whose first columns do
+//! not pass `upper`; longer keys are not chosen as boundaries (their
+//! partitions are wider). Equal keys of different bytes (numeric 1.0 and
+//! 1.00) compare equal, so they share a partition.
 //!
 //! - Scans lock the partitions of their range after reading the map and
 //!   before reading entries (the whole index relation when the index has
-//!   no map yet, or when its key order is not byte order). A range
+//!   no map yet). A range
 //!   spanning more than `MAX_SCAN_LOCKS` partitions is locked as it is
 //!   read instead, from the partition it starts in (`ScanLocks`), so a
 //!   `LIMIT` scan with an open end locks what it reads, not the rest of
@@ -58,7 +66,7 @@ use pgrx::pg_sys;
 
 use std::rc::Rc;
 
-use pg_hybrid_core::partition::{boundary_bytes, map_capacity, remap_due, split_pages, split_points, BoundaryChooser, PartitionCount, PartitionMap, MAX_MAP_PAGES, MAX_PARTITIONS};
+use pg_hybrid_core::partition::{boundary_bytes, map_capacity, remap_due, split_pages, split_points, BoundaryChooser, KeyOrder, Order, PartitionCount, PartitionMap, MAX_MAP_PAGES, MAX_PARTITIONS};
 
 use super::ams;
 use super::meta;
@@ -122,9 +130,26 @@ pub fn serializable() -> bool {
     unsafe { pg_sys::XactIsoLevel == pg_sys::XACT_SERIALIZABLE as i32 }
 }
 
-/// Whether partitions can describe the index's order (byte order).
-pub fn mappable(desc: &IndexDesc) -> bool {
-    desc.memcmp
+/// The order partitions compare keys in: byte order when the key's bytes
+/// sort as the index does, else the index's own comparison (collated
+/// text, numeric: the opclass's support function).
+pub fn key_order(desc: &Rc<IndexDesc>) -> Order {
+    if desc.memcmp {
+        None
+    } else {
+        Some(Rc::new(DescOrder(desc.clone())))
+    }
+}
+
+struct DescOrder(Rc<IndexDesc>);
+
+impl KeyOrder for DescOrder {
+    fn cmp(&self, a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+        self.0.compare_keycols(a, b)
+    }
+    fn cmp_prefix(&self, key: &[u8], bound: &[u8]) -> std::cmp::Ordering {
+        self.0.compare_prefix(key, bound)
+    }
 }
 
 /// Writes the map of `boundaries` (core's `choose_boundaries` with
@@ -226,10 +251,11 @@ unsafe fn load_map(index: pg_sys::Relation, at: LockMapRef) -> Rc<PartitionMap> 
     }
     let mut boundaries = Vec::new();
     map_blocks(index, at.block, Some(&mut boundaries));
-    if boundaries.windows(2).any(|w| w[0] >= w[1]) {
+    let map = PartitionMap::ordered(boundaries, key_order(&crate::keys::index_desc(index)));
+    if !map.ascending() {
         page::corrupted(&page::rel_name(index), at.block, "partition map boundaries out of order");
     }
-    cache_map(key, Rc::new(PartitionMap::new(boundaries)))
+    cache_map(key, Rc::new(map))
 }
 
 fn cache_map(key: MapKey, m: Rc<PartitionMap>) -> Rc<PartitionMap> {
@@ -340,10 +366,8 @@ impl ScanLocks {
 /// starts in when the range is wide (`ScanLocks`); `lockmap` as the
 /// scan's start saw it, checked against the slot once the locks are
 /// taken (a remap in between: the locks again, under the new map).
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn lock_scan(
     index: pg_sys::Relation,
-    desc: &IndexDesc,
     slot: SlotRef,
     mut lockmap: LockMapRef,
     lower: &[u8],
@@ -357,7 +381,7 @@ pub unsafe fn lock_scan(
     // Remaps come once the index has doubled: a third in a row means
     // something else is wrong, and the relation lock is always right.
     for _ in 0..3 {
-        if lockmap.block == 0 || !mappable(desc) {
+        if lockmap.block == 0 {
             break;
         }
         let map = load_map(index, lockmap);
@@ -389,7 +413,7 @@ pub unsafe fn check_write(index: pg_sys::Relation, desc: &IndexDesc, lockmap: Lo
     if !serializable() {
         return;
     }
-    let blk = if lockmap.block == 0 || !mappable(desc) { VIRTUAL_BASE } else { lockmap.target(load_map(index, lockmap).of(desc.keycols(key))) };
+    let blk = if lockmap.block == 0 { VIRTUAL_BASE } else { lockmap.target(load_map(index, lockmap).of(desc.keycols(key))) };
     pg_sys::ffi::pg_guard_ffi_boundary(|| CheckForSerializableConflictIn(index, std::ptr::null_mut(), blk));
 }
 
@@ -415,9 +439,6 @@ pub unsafe fn check_write(index: pg_sys::Relation, desc: &IndexDesc, lockmap: Lo
 /// The switch copies every SIREAD lock held to the new map's partitions
 /// (`switch_map`).
 pub unsafe fn remap_if_due<'a>(index: pg_sys::Relation, desc: &Rc<IndexDesc>, slot: SlotRef, batch: impl Iterator<Item = &'a [u8]>) {
-    if !mappable(desc) {
-        return;
-    }
     let started = std::time::Instant::now();
     let m = meta::read(index);
     let structure = ams::base(index);
@@ -428,7 +449,7 @@ pub unsafe fn remap_if_due<'a>(index: pg_sys::Relation, desc: &Rc<IndexDesc>, sl
     let old = m.lock_map();
     if old.block == 0 {
         if entries >= MIN_MAP_ENTRIES as u64 {
-            if let Some(b) = choose_all(index, desc, &m.base, BoundaryChooser::new(entries as usize, map_capacity(page::BODY_CAP))) {
+            if let Some(b) = choose_all(index, desc, &m.base, BoundaryChooser::new(entries as usize, map_capacity(page::BODY_CAP)).in_order(key_order(desc))) {
                 switch_map(index, slot, old, b, entries, started);
             }
         }
@@ -436,7 +457,7 @@ pub unsafe fn remap_if_due<'a>(index: pg_sys::Relation, desc: &Rc<IndexDesc>, sl
     }
     let map = load_map(index, old);
     if remap_due(m.map_entries, map.count(), entries) {
-        if let Some(b) = choose_all(index, desc, &m.base, BoundaryChooser::new(entries as usize, map_capacity(page::BODY_CAP))) {
+        if let Some(b) = choose_all(index, desc, &m.base, BoundaryChooser::new(entries as usize, map_capacity(page::BODY_CAP)).in_order(key_order(desc))) {
             switch_map(index, slot, old, b, entries, started);
         }
         return;
@@ -454,18 +475,22 @@ pub unsafe fn remap_if_due<'a>(index: pg_sys::Relation, desc: &Rc<IndexDesc>, sl
         // boundary (prefix bounds), and the walk stops at the upper one.
         let mut keys: Vec<Vec<u8>> = Vec::new();
         // (A cursor that does not know its keys yields none: no split.)
+        let below = |a: &[u8], b: &[u8]| if desc.memcmp { a < b } else { desc.compare_keycols(a, b).is_lt() };
         super::merge::each_key_from(index, desc, &m.base, lower.unwrap_or(&[]), |k| {
             let k = desc.keycols(k);
-            if upper.is_some_and(|u| k >= u) {
+            if upper.is_some_and(|u| !below(k, u)) {
                 return false;
             }
-            if lower.is_none_or(|l| k >= l) {
-                keys.push(k[..k.len().min(pg_hybrid_core::partition::MAX_BOUNDARY)].to_vec());
+            if lower.is_none_or(|l| !below(k, l)) {
+                // In byte order a boundary is a key's first bytes; in
+                // another a whole key, of at most the same length.
+                let keep = if desc.memcmp { k.len().min(pg_hybrid_core::partition::MAX_BOUNDARY) } else { k.len() };
+                keys.push(k[..keep].to_vec());
             }
             true
         });
         if keys.len() >= 2 * piece {
-            extra.extend(split_points(keys.iter().map(|k| k.as_slice()), piece, lower));
+            extra.extend(split_points(keys.iter().map(|k| k.as_slice()), piece, lower, key_order(desc).as_deref()));
         }
     }
     if extra.is_empty() {
@@ -477,7 +502,7 @@ pub unsafe fn remap_if_due<'a>(index: pg_sys::Relation, desc: &Rc<IndexDesc>, sl
         // The map's basis stays: doubling is counted from the last map of
         // every key.
         switch_map(index, slot, old, boundaries, m.map_entries, started);
-    } else if let Some(b) = choose_all(index, desc, &m.base, BoundaryChooser::with_room(entries as usize, map_capacity(page::BODY_CAP))) {
+    } else if let Some(b) = choose_all(index, desc, &m.base, BoundaryChooser::with_room(entries as usize, map_capacity(page::BODY_CAP)).in_order(key_order(desc))) {
         switch_map(index, slot, old, b, entries, started);
     }
 }

@@ -570,7 +570,7 @@ impl ScanState {
         self.killed_epoch = start.base.vacuum_epoch;
         // SIREAD locks on the range (or where a wide one starts) before
         // reading it (predlock.rs).
-        let locks = predlock::lock_scan(index, desc, self.slot, start.lockmap, &lower, upper.as_deref(), dir == Dir::Fwd, self.snapshot);
+        let locks = predlock::lock_scan(index, self.slot, start.lockmap, &lower, upper.as_deref(), dir == Dir::Fwd, self.snapshot);
         let none = skip_dynamic(start.dynamic_may_contain);
         let hot = if point { ams::base(index).hot_tier(index) } else { None };
         match spare {
