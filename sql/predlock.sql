@@ -95,5 +95,25 @@ COMMIT;
 -- the replaced maps' pages were listed for recycling, not left as orphans
 VACUUM pl2;
 SELECT pg_hybrid.verify('pl2_k');
+-- the same on numeric keys: maps chosen again and split by merges of a
+-- backend compare as numeric compares, in the backend that switched to
+-- them as in a new one (that one once kept its new map in byte order,
+-- and the next split wrote boundaries out of order)
+CREATE TABLE pl3 (k numeric NOT NULL);
+CREATE INDEX pl3_k ON pl3 USING hybrid_btree (k);
+INSERT INTO pl3 SELECT g / 7.0 FROM generate_series(1, 5000) g;
+INSERT INTO pl3 SELECT g / 7.0 FROM generate_series(5001, 20000) g;
+SELECT pg_hybrid.merge('pl3_k') >= 0 AS merged;
+INSERT INTO pl3 SELECT g / 7.0 FROM generate_series(20001, 40000) g;
+SELECT pg_hybrid.merge('pl3_k') >= 0 AS merged;
+\c
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT count(*) FROM pl3 WHERE k BETWEEN 1000 AND 1001;
+SELECT count(*) > 0 AS locked FROM pg_locks
+ WHERE locktype = 'page' AND mode = 'SIReadLock' AND pid = pg_backend_pid() AND relation = 'pl3_k'::regclass;
+COMMIT;
+SELECT pg_hybrid.verify('pl3_k');
 DROP VIEW pl_locks, pl2_locks;
-DROP TABLE pl, pl2;
+DROP TABLE pl, pl2, pl3;

@@ -335,6 +335,17 @@ impl PartitionMap {
         (lower, upper)
     }
 
+    /// Whether `key` falls in partitions `from..=to`: two comparisons with
+    /// the boundaries around them, where `of` searches (a wide scan asks
+    /// this of every item it returns, and a key of collated text compares
+    /// through the collation).
+    pub fn within(&self, from: u32, to: u32, key: &[u8]) -> bool {
+        let order = self.order.as_deref();
+        let lower = self.bounds_of(from).0;
+        let upper = self.bounds_of(to).1;
+        lower.is_none_or(|l| !less(order, key, l)) && upper.is_none_or(|u| less(order, key, u))
+    }
+
     /// The non-empty partitions of keys given in ascending order, with how
     /// many keys each holds: one binary search per partition met, not per
     /// key.
@@ -479,6 +490,11 @@ mod tests {
                     prop_assert_eq!(m.of(&w[0]), m.of(&w[1]));
                 }
             }
+            for k in &keys {
+                for from in 0..m.count() {
+                    prop_assert_eq!(m.within(from, from, k), m.of(k) == from);
+                }
+            }
             let (lo, hi) = m.span(&lower, Some(&upper));
             for k in &keys {
                 if Halves.cmp_prefix(k, &lower) != Ordering::Less && Halves.cmp_prefix(k, &upper) != Ordering::Greater {
@@ -563,6 +579,12 @@ mod tests {
             prop_assert_eq!(m.count() as usize, bounds.len() + 1);
             for p in &probes {
                 prop_assert_eq!(m.of(p) as usize, bounds.partition_point(|b| b.as_slice() <= p.as_slice()));
+                // `within` says what `of` says about a run of partitions.
+                for from in 0..m.count() {
+                    for to in from..m.count().min(from + 3) {
+                        prop_assert_eq!(m.within(from, to, p), (from..=to).contains(&m.of(p)));
+                    }
+                }
             }
         }
     }

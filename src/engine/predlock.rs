@@ -251,11 +251,18 @@ unsafe fn load_map(index: pg_sys::Relation, at: LockMapRef) -> Rc<PartitionMap> 
     }
     let mut boundaries = Vec::new();
     map_blocks(index, at.block, Some(&mut boundaries));
-    let map = PartitionMap::ordered(boundaries, key_order(&crate::keys::index_desc(index)));
+    let map = index_map(index, boundaries);
     if !map.ascending() {
         page::corrupted(&page::rel_name(index), at.block, "partition map boundaries out of order");
     }
     cache_map(key, Rc::new(map))
+}
+
+/// A map of `index`'s boundaries, in the index's key order: every map a
+/// backend uses is made here (a map in byte order of keys that are not
+/// would place keys and new boundaries wrongly).
+unsafe fn index_map(index: pg_sys::Relation, boundaries: Vec<Vec<u8>>) -> PartitionMap {
+    PartitionMap::ordered(boundaries, key_order(&crate::keys::index_desc(index)))
 }
 
 fn cache_map(key: MapKey, m: Rc<PartitionMap>) -> Rc<PartitionMap> {
@@ -320,6 +327,10 @@ impl ScanLocks {
         let (lo, hi) = p.locked;
         let (from, to) = match found {
             Some(Some(k)) => {
+                // Most items lie in what is locked already.
+                if p.map.within(lo, hi, k) {
+                    return None;
+                }
                 let at = p.map.of(k).clamp(p.span.0, p.span.1);
                 (at.min(lo), at.max(hi))
             }
@@ -527,7 +538,7 @@ unsafe fn switch_map(index: pg_sys::Relation, slot: SlotRef, old: LockMapRef, bo
     // The first map keeps the epoch: nothing locked partitions before it.
     let new = LockMapRef { block, epoch: if old.block == 0 { old.epoch } else { old.epoch.wrapping_add(1) } };
     let relnode = (*index).rd_node.relNode.to_u32();
-    let new_map = cache_map(MapKey { relnode, map: new }, Rc::new(PartitionMap::new(boundaries)));
+    let new_map = cache_map(MapKey { relnode, map: new }, Rc::new(index_map(index, boundaries)));
     let (pairs, old_pages) = if old.block == 0 {
         (Vec::new(), Vec::new())
     } else {
