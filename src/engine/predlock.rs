@@ -480,19 +480,21 @@ pub unsafe fn remap_if_due<'a>(index: pg_sys::Relation, desc: &Rc<IndexDesc>, sl
         return;
     }
     let mut extra: Vec<Vec<u8>> = Vec::new();
+    let order = key_order(desc);
     for c in &crowded {
-        let (lower, upper) = map.bounds_of(c.partition);
-        // The partition's keys: a cursor may start before the lower
-        // boundary (prefix bounds), and the walk stops at the upper one.
+        let p = c.partition;
+        let lower = map.bounds_of(p).0;
+        // The partition's keys, compared in the map's own order: a cursor
+        // may start before the lower boundary (prefix bounds), and the
+        // walk stops past the upper one.
         let mut keys: Vec<Vec<u8>> = Vec::new();
         // (A cursor that does not know its keys yields none: no split.)
-        let below = |a: &[u8], b: &[u8]| if desc.memcmp { a < b } else { desc.compare_keycols(a, b).is_lt() };
         super::merge::each_key_from(index, desc, &m.base, lower.unwrap_or(&[]), |k| {
             let k = desc.keycols(k);
-            if upper.is_some_and(|u| !below(k, u)) {
+            if !map.within(0, p, k) {
                 return false;
             }
-            if lower.is_none_or(|l| !below(k, l)) {
+            if map.within(p, p, k) {
                 // In byte order a boundary is a key's first bytes; in
                 // another a whole key, of at most the same length.
                 let keep = if desc.memcmp { k.len().min(pg_hybrid_core::partition::MAX_BOUNDARY) } else { k.len() };
@@ -501,7 +503,7 @@ pub unsafe fn remap_if_due<'a>(index: pg_sys::Relation, desc: &Rc<IndexDesc>, sl
             true
         });
         if keys.len() >= 2 * piece {
-            extra.extend(split_points(keys.iter().map(|k| k.as_slice()), piece, lower, key_order(desc).as_deref()));
+            extra.extend(split_points(keys.iter().map(|k| k.as_slice()), piece, lower, order.as_deref()));
         }
     }
     if extra.is_empty() {
