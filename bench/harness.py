@@ -411,6 +411,7 @@ def main():
     ap.add_argument("--warehouses", type=int)
     ap.add_argument("--sf", type=float)
     ap.add_argument("--reloptions", default="")
+    ap.add_argument("--cases", default="", help="elastic: key types and phases to run (int8,text32,nobound,bound)")
     ap.add_argument("--table-options", default="", help="WITH (...) for the table AM side's tables (tpch)")
     ap.add_argument("--protocol", default="prepared", choices=["simple", "extended", "prepared"],
                     help="pgbench -M for the pgbench suite (simple and extended plan every statement)")

@@ -52,6 +52,10 @@
 #   --warehouses N        tpcc warehouses (default 1)
 #   --sf X                tpch scale factor (default 1; smoke 0.1)
 #   --reloptions "k = v"  WITH (...) for the AM's indexes
+#   --cases LIST          elastic: the cases to run, comma-separated, of int8, text32 (key types) and
+#                         nobound, bound (phases; bound includes shrink and needs nobound's btree
+#                         size, so nobound runs too), e.g. "int8,nobound"
+#                         (default: all)
 #   --table-options "k = v"  WITH (...) for the table AM side's tables (tpch with --table-am), e.g.
 #                         "hasis_column_blocks = 28, hasis_delta_blocks = 2"
 #   --protocol M          pgbench: pgbench -M simple, extended or prepared (default prepared; the
@@ -116,7 +120,7 @@ while (($#)); do
         --no-plot) plot=0 ;;
         --pin-cpus) pin_cpus=1 ;;
         --production-wal) production_wal=1 ;;
-        --clients | --threads | --seconds | --rows | --scale | --warehouses | --sf | --reloptions | --table-options | --protocol)
+        --clients | --threads | --seconds | --rows | --scale | --warehouses | --sf | --reloptions | --table-options | --protocol | --cases)
             need_arg "$@"; pyargs+=("$1" "$2"); shift ;;
         -h | --help) ph_usage "$0"; exit 0 ;;
         -*) ph_die "bench/run.sh: unknown option $1 (see --help)" ;;
