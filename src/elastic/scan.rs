@@ -27,6 +27,22 @@ use crate::keys::IndexDesc;
 use crate::storage::buffer::{Buf, Lock};
 use crate::storage::page::{self, PageKind};
 
+/// The body of a pinned and locked tree page (what follows the header).
+unsafe fn leaf_body(b: &Buf) -> &[u8] {
+    std::slice::from_raw_parts((b.page() as *const u8).add(page::PAGE_HEADER_SIZE), page::BODY_CAP)
+}
+
+/// An entry copied from a leaf where the range ends: its key's place in
+/// `ElasticCursor::ext_keys` (None: a compact entry, keyless).
+#[derive(Clone, Copy)]
+struct ExtItem {
+    key: Option<(u32, u32)>,
+    tid: Tid,
+}
+
+/// TIDs of a copied leaf decoded at a time (`ElasticCursor::tid_at`).
+const TID_RUN: usize = 64;
+
 /// Creates the heap fetcher on its first use: probes that stay in
 /// standard leaves never open the heap.
 struct LazyFetcher<'a> {
@@ -55,17 +71,26 @@ pub struct ElasticCursor {
     fetcher: Option<HeapFetcher>,
     /// Copy of the current leaf's body; entries are decoded on access.
     body: Vec<u8>,
-    /// Its TIDs, decoded when it was copied.
+    /// Its TIDs, decoded on first use: `tids[i]` is entry i's for i in
+    /// `tids_decoded`, and the window grows by `TID_RUN` entries at a time
+    /// from where the scan reads (a 100-row range reads about a quarter of
+    /// a leaf; decoding every TID of every leaf copied was a third of the
+    /// cursor's CPU).
     tids: Vec<Tid>,
+    tids_decoded: std::ops::Range<usize>,
     /// Whether it is a compact leaf (entries have no keys to decode).
     compact: bool,
     n: usize,
     /// Forward scans: position where the range ends in this leaf, when the
     /// search for the upper bound found it here.
     stop: Option<usize>,
-    /// With `stop`: the entries from the start position to it (first
-    /// position, entries), copied instead of `body`.
-    extracted: Option<(usize, Vec<pg_hybrid_core::elastic::tree::ScanItem>)>,
+    /// With `stop`: the position of the first entry copied to `ext_items`
+    /// instead of copying `body` (the entries from the start position to
+    /// the stop; their keys back to back in `ext_keys`). Both buffers are
+    /// kept from leaf to leaf and scan to scan: a probe allocates nothing.
+    extracted: Option<usize>,
+    ext_items: Vec<ExtItem>,
+    ext_keys: Vec<u8>,
     /// Forward scans: the upper bound as a search target (key, TID side).
     end: Option<(Vec<u8>, TidPos)>,
     /// (block, position, key) of the last entry whose key was looked at, so
@@ -79,8 +104,8 @@ pub struct ElasticCursor {
     hikey: Option<(Vec<u8>, Tid)>,
     pub done: bool,
     buf: Vec<u8>,
-    /// The key of the entry `peek` returned last, and where it was (block,
-    /// position, TID): a second peek there answers from it, without
+    /// The key of the entry `peek_entry` returned last, and where it was
+    /// (block, position, TID): a second peek there answers from it, without
     /// reading a compact entry's key from the heap again.
     cur_key: Vec<u8>,
     peeked: Option<(u32, isize, Tid)>,
@@ -99,10 +124,13 @@ impl ElasticCursor {
             fetcher: None,
             body: Vec::new(),
             tids: Vec::new(),
+            tids_decoded: 0..0,
             compact: false,
             n: 0,
             stop: None,
             extracted: None,
+            ext_items: Vec::new(),
+            ext_keys: Vec::new(),
             end: None,
             seen: (NO_BLOCK, 0, Vec::new()),
             pos: 0,
@@ -121,15 +149,33 @@ impl ElasticCursor {
         LazyFetcher { index: self.index, desc: &self.desc, f: &mut self.fetcher }
     }
 
-    fn leaf(&self) -> Leaf<'_> {
-        Leaf::parse(&self.body).unwrap_or_else(|e| unsafe { core_error(self.index, e) })
+    fn tid_at(&mut self, i: usize) -> Tid {
+        if i >= self.n || i >= self.tids.len() {
+            unsafe { page::corrupted(&page::rel_name(self.index), self.blk, "scan position past the leaf") }
+        }
+        if !self.tids_decoded.contains(&i) {
+            self.decode_tids(i);
+        }
+        self.tids[i]
     }
 
-    fn tid_at(&self, i: usize) -> Tid {
-        match self.tids.get(i) {
-            Some(t) => *t,
-            None => unsafe { page::corrupted(&page::rel_name(self.index), self.blk, "scan position past the leaf") },
+    /// Widens the decoded window of the copied leaf's TIDs to hold entry
+    /// `i` and up to `TID_RUN` entries beyond it in the direction it lies.
+    #[inline(never)]
+    fn decode_tids(&mut self, i: usize) {
+        let (a, b) = (self.tids_decoded.start, self.tids_decoded.end);
+        let (from, to) = if a == b {
+            (i, (i + TID_RUN).min(self.n))
+        } else if i >= b {
+            (b, (i + TID_RUN).min(self.n))
+        } else {
+            (i.saturating_sub(TID_RUN - 1), a)
+        };
+        let leaf = Leaf::parse(&self.body).unwrap_or_else(|e| unsafe { core_error(self.index, e) });
+        for j in from..to {
+            self.tids[j] = leaf.item_tid(j).unwrap_or_else(|e| unsafe { core_error(self.index, e) });
         }
+        self.tids_decoded = if a == b { from..to } else { from.min(a)..to.max(b) };
     }
 
     /// Heap reads made for keys so far.
@@ -137,13 +183,19 @@ impl ElasticCursor {
         self.fetcher.as_ref().map(|f| f.fetches).unwrap_or(0)
     }
 
+    /// The leaf to `load` for `t`: with a target, as its parent names it
+    /// (`load` moves right past splits); without, the rightmost, read.
     unsafe fn leaf_for(&mut self, t: Option<&Target>) -> u32 {
         let tree = if self.root != NO_BLOCK {
             ElasticTree::open_at(BufPool::reader(self.index), self.meta_blk, self.root, self.height)
         } else {
             ElasticTree::open_reader(BufPool::reader(self.index), self.meta_blk).unwrap_or_else(|e| core_error(self.index, e))
         };
-        tree.leaf_for(t).unwrap_or_else(|e| core_error(self.index, e))
+        match t {
+            Some(t) => tree.leaf_unread(t),
+            None => tree.leaf_for(None),
+        }
+        .unwrap_or_else(|e| core_error(self.index, e))
     }
 
     /// Reads leaf `blk`; returns the position of the first entry >= `t`
@@ -153,13 +205,36 @@ impl ElasticCursor {
     /// `stop` is set; otherwise the whole body is copied.
     unsafe fn load(&mut self, blk: u32, t: Option<&Target>, end: Option<&Target>) -> usize {
         self.peeked = None;
-        let b = Buf::read(self.index, blk, Lock::Share);
-        check_tree_page(self.index, blk, b.page());
+        let mut blk = blk;
+        let mut hops = 0u64;
+        let b = loop {
+            let b = Buf::read(self.index, blk, Lock::Share);
+            check_tree_page(self.index, blk, b.page());
+            let op = *page::opaque(b.page());
+            if op.level != 0 {
+                page::corrupted(&page::rel_name(self.index), blk, "sibling link leaves the leaf level");
+            }
+            // The descent stops above the leaves (`leaf_unread`), so the
+            // leaf is read once: a split it did not see is passed here, by
+            // the rule it follows on every other level (move right while
+            // the target is at or above the high key).
+            if let (Some(t), true) = (t, op.right != NO_BLOCK) {
+                let leaf = Leaf::parse(leaf_body(&b)).unwrap_or_else(|e| core_error(self.index, e));
+                if let Some((k, tid)) = leaf.high_key().unwrap_or_else(|e| core_error(self.index, e)) {
+                    if pg_hybrid_core::elastic::cmp_entry(k, tid, t) != std::cmp::Ordering::Greater {
+                        hops += 1;
+                        if hops > 64 && hops > crate::storage::buffer::nblocks(self.index) as u64 + 2 {
+                            page::corrupted(&page::rel_name(self.index), blk, "leaf sibling chain does not end");
+                        }
+                        blk = op.right;
+                        continue;
+                    }
+                }
+            }
+            break b;
+        };
         let op = *page::opaque(b.page());
-        if op.level != 0 {
-            page::corrupted(&page::rel_name(self.index), blk, "sibling link leaves the leaf level");
-        }
-        let body = std::slice::from_raw_parts((b.page() as *const u8).add(page::PAGE_HEADER_SIZE), page::BODY_CAP);
+        let body = leaf_body(&b);
         let leaf = Leaf::parse(body).unwrap_or_else(|e| core_error(self.index, e));
         self.n = leaf.len();
         self.compact = matches!(leaf, Leaf::Compact(_));
@@ -173,7 +248,8 @@ impl ElasticCursor {
         let stop = match end {
             None => None,
             Some(e) => {
-                let stop = leaf.search(e, &mut f, &mut buf).unwrap_or_else(|e| core_error(self.index, e));
+                // The end is never below the start: searched from it.
+                let stop = leaf.search_from(e, pos, &mut f, &mut buf).unwrap_or_else(|e| core_error(self.index, e));
                 // The range ends here if the page's upper bound is past its
                 // end, or if an entry at or after `stop` is live (it is then
                 // >= the end, and so is everything right of it). Compact
@@ -198,22 +274,34 @@ impl ElasticCursor {
         self.stop = stop;
         match stop {
             Some(stop) => {
-                let mut items = Vec::with_capacity(stop.saturating_sub(pos));
+                self.ext_items.clear();
+                self.ext_keys.clear();
                 for i in pos..stop.max(pos) {
-                    items.push(leaf.item(i).unwrap_or_else(|e| core_error(self.index, e)));
+                    let item = match &leaf {
+                        Leaf::Std(v) => {
+                            let e = v.entry(i).unwrap_or_else(|e| core_error(self.index, e));
+                            let at = self.ext_keys.len() as u32;
+                            self.ext_keys.extend_from_slice(e.key);
+                            ExtItem { key: Some((at, e.key.len() as u32)), tid: e.tid }
+                        }
+                        Leaf::Compact(_) => ExtItem { key: None, tid: leaf.item_tid(i).unwrap_or_else(|e| core_error(self.index, e)) },
+                    };
+                    self.ext_items.push(item);
                 }
-                self.extracted = Some((pos, items));
+                self.extracted = Some(pos);
                 self.body.clear();
+                self.tids.clear();
+                self.tids_decoded = 0..0;
             }
             None => {
                 self.extracted = None;
                 self.body.clear();
                 self.body.extend_from_slice(body);
-                // TIDs decoded once: a keyless range walks them directly.
+                // TIDs are decoded as the scan reaches them (tid_at): a
+                // keyless range walks them directly.
                 self.tids.clear();
-                for i in 0..self.n {
-                    self.tids.push(leaf.item_tid(i).unwrap_or_else(|e| core_error(self.index, e)));
-                }
+                self.tids.resize(self.n, Tid::new(0, 0));
+                self.tids_decoded = 0..0;
             }
         }
         drop(b);
@@ -293,20 +381,28 @@ impl ElasticCursor {
         }
     }
 
-    /// Entry `i` of the current leaf: its TID, and its key if the leaf
-    /// stores keys.
-    unsafe fn item_at(&self, i: usize) -> (Option<Vec<u8>>, Tid) {
-        if let Some((base, v)) = &self.extracted {
-            return match i.checked_sub(*base).and_then(|j| v.get(j)) {
-                Some(it) => (it.key.clone(), it.tid),
-                None => pgrx::error!("elastic_btree: scan position outside the copied range"),
+    /// Entry `i` of the current leaf: its TID, and whether the leaf stores
+    /// its key, which is then in `cur_key`.
+    unsafe fn item_at(&mut self, i: usize) -> (bool, Tid) {
+        if let Some(first) = self.extracted {
+            let Some(it) = i.checked_sub(first).and_then(|j| self.ext_items.get(j)).copied() else {
+                pgrx::error!("elastic_btree: scan position outside the copied range")
             };
+            if let Some((at, len)) = it.key {
+                self.cur_key.clear();
+                self.cur_key.extend_from_slice(&self.ext_keys[at as usize..(at + len) as usize]);
+            }
+            return (it.key.is_some(), it.tid);
         }
         if self.compact {
-            return (None, self.tid_at(i));
+            return (false, self.tid_at(i));
         }
-        let it = self.leaf().item(i).unwrap_or_else(|e| core_error(self.index, e));
-        (it.key, it.tid)
+        let leaf = Leaf::parse(&self.body).unwrap_or_else(|e| core_error(self.index, e));
+        let Leaf::Std(v) = leaf else { page::corrupted(&page::rel_name(self.index), self.blk, "copied leaf changed its form") };
+        let e = v.entry(i).unwrap_or_else(|e| core_error(self.index, e));
+        self.cur_key.clear();
+        self.cur_key.extend_from_slice(e.key);
+        (true, e.tid)
     }
 
     /// Forward scans started with an upper bound: the TID at the position,
@@ -355,27 +451,31 @@ impl ElasticCursor {
     }
 
     /// The entry at the position (moving in `dir` past dead entries and
-    /// leaf ends), or None at the end of the tree or of a range whose end
-    /// was found by search. The caller checks range and conditions.
-    pub unsafe fn peek_entry(&mut self, dir: Dir) -> Option<(Vec<u8>, Tid)> {
+    /// leaf ends), its key in `cur_key`, or None at the end of the tree or
+    /// of a range whose end was found by search. The caller checks range
+    /// and conditions.
+    pub unsafe fn peek_entry(&mut self, dir: Dir) -> Option<Tid> {
         loop {
             let i = self.position(dir)?;
-            let (key, tid) = self.item_at(i);
-            if let Some(k) = key {
-                self.check_order(i, &k);
-                return Some((k, tid));
+            let (keyed, tid) = self.item_at(i);
+            if keyed {
+                self.check_order(i);
+                return Some(tid);
             }
-            let mut k = Vec::new();
-            if self.fetcher().fetch(tid, &mut k) {
-                self.check_order(i, &k);
-                return Some((k, tid));
+            self.cur_key.clear();
+            let mut f = LazyFetcher { index: self.index, desc: &self.desc, f: &mut self.fetcher };
+            if f.fetch(tid, &mut self.cur_key) {
+                self.check_order(i);
+                return Some(tid);
             }
             // Pruned: dead for every snapshot.
             self.step(dir);
         }
     }
 
-    fn check_order(&mut self, i: usize, k: &[u8]) {
+    /// Checks `cur_key`, entry `i`'s, against the key looked at before it.
+    fn check_order(&mut self, i: usize) {
+        let k = &self.cur_key;
         let (blk, pos, prev) = &mut self.seen;
         if *blk == self.blk && *pos != i as isize {
             let o = pg_hybrid_core::keys::bytes_cmp(prev, k);
@@ -472,8 +572,7 @@ impl BaseCursor for ElasticCursor {
                 return Some((&self.cur_key, tid));
             }
         }
-        let (k, t) = self.peek_entry(dir)?;
-        self.cur_key = k;
+        let t = self.peek_entry(dir)?;
         self.peeked = Some((self.blk, self.pos, t));
         Some((&self.cur_key, t))
     }
@@ -518,12 +617,21 @@ impl BaseCursor for ElasticCursor {
     unsafe fn reopen(&mut self, index: pg_sys::Relation, info: &BaseInfo) {
         // A fresh cursor that keeps this one's buffers.
         let mut fresh = ElasticCursor::new(index, self.desc.clone(), &TreeRoots::of(info));
-        for (mine, theirs) in [(&mut self.body, &mut fresh.body), (&mut self.buf, &mut fresh.buf), (&mut self.cur_key, &mut fresh.cur_key)] {
+        for (mine, theirs) in [
+            (&mut self.body, &mut fresh.body),
+            (&mut self.buf, &mut fresh.buf),
+            (&mut self.cur_key, &mut fresh.cur_key),
+            (&mut self.ext_keys, &mut fresh.ext_keys),
+            (&mut self.seen.2, &mut fresh.seen.2),
+        ] {
             mine.clear();
             std::mem::swap(mine, theirs);
         }
         self.tids.clear();
         std::mem::swap(&mut self.tids, &mut fresh.tids);
+        self.tids_decoded = 0..0;
+        self.ext_items.clear();
+        std::mem::swap(&mut self.ext_items, &mut fresh.ext_items);
         *self = fresh;
     }
 }

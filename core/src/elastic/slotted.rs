@@ -184,6 +184,34 @@ impl<'a> SlotView<'a> {
         Ok(lo)
     }
 
+    /// First position at or after `from` whose entry is >= `t`, for a `t`
+    /// known to be >= every entry before `from` (a range's end searched
+    /// from its start): the few entries after `from` are tried one by one
+    /// before a binary search of the rest, so a point's end, usually one
+    /// entry on, costs a comparison or two instead of a whole search.
+    pub fn lower_bound_from(&self, t: &Target, from: usize) -> Result<usize> {
+        const STEPS: usize = 4;
+        let from = from.min(self.n);
+        let near = (from + STEPS).min(self.n);
+        for i in from..near {
+            let e = self.entry(i)?;
+            if cmp_entry(e.key, e.tid, t) != Ordering::Less {
+                return Ok(i);
+            }
+        }
+        let (mut lo, mut hi) = (near, self.n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let e = self.entry(mid)?;
+            if cmp_entry(e.key, e.tid, t) == Ordering::Less {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+
     /// Inner nodes: the index of the child whose range holds `t`, i.e. the
     /// last entry <= `t`. Entry 0's separator is never compared: it stands
     /// for minus infinity within this page (the parent bounds the page).
@@ -562,12 +590,29 @@ mod tests {
         }
 
         #[test]
+        fn search_from_a_start_matches_a_whole_search(keys in proptest::collection::btree_set((proptest::collection::vec(0u8..4, 0..4), 0u32..8), 0..40), a in (proptest::collection::vec(0u8..4, 0..4), 0u32..9), b in (proptest::collection::vec(0u8..4, 0..4), 0u32..9), last in any::<bool>()) {
+            let mut body = vec![0u8; 2048];
+            init(&mut body, Kind::Leaf, None).unwrap();
+            for (i, (k, tb)) in keys.iter().enumerate() {
+                prop_assert!(insert_at(&mut body, Kind::Leaf, i, k, t(*tb), 0).unwrap());
+            }
+            let v = SlotView::parse(&body, Kind::Leaf).unwrap();
+            // a range [start, end) with start <= end, as a scan searches it
+            let (lo, hi) = if (&a.0, a.1) <= (&b.0, b.1) { (a, b) } else { (b, a) };
+            let start = Target::at(&lo.0, t(lo.1));
+            let end = if last { Target::last(&hi.0) } else { Target::at(&hi.0, t(hi.1)) };
+            let from = v.lower_bound(&start).unwrap();
+            prop_assert_eq!(v.lower_bound_from(&end, from).unwrap(), v.lower_bound(&end).unwrap());
+        }
+
+        #[test]
         fn random_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..400), k in proptest::collection::vec(any::<u8>(), 0..8), first in prop_oneof![Just(FORMAT_STD_LEAF), Just(FORMAT_INNER), any::<u8>()]) {
             let mut body = body;
             if !body.is_empty() { body[0] = first; }
             for kind in [Kind::Leaf, Kind::Inner] {
                 if let Ok(v) = SlotView::parse(&body, kind) {
                     let _ = v.lower_bound(&Target::first(&k));
+                    let _ = v.lower_bound_from(&Target::last(&k), 1);
                     let _ = v.child_index(&Target::last(&k));
                     let _ = v.high_key();
                     let _ = v.entries();

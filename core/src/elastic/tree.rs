@@ -381,6 +381,15 @@ impl<'a> Leaf<'a> {
             Leaf::Compact(v) => v.search(t, f, buf),
         }
     }
+    /// `search` for a `t` known to be >= every entry before `from` (the
+    /// end of a range whose start is at `from`): standard leaves look at
+    /// the entries after `from` first; compact ones search as `search`.
+    pub fn search_from<F: KeyFetcher + ?Sized>(&self, t: &Target, from: usize, f: &mut F, buf: &mut Vec<u8>) -> Result<usize> {
+        match self {
+            Leaf::Std(v) => v.lower_bound_from(t, from),
+            Leaf::Compact(v) => v.search(t, f, buf),
+        }
+    }
     pub fn item(&self, i: usize) -> Result<ScanItem> {
         match self {
             Leaf::Std(v) => {
@@ -630,6 +639,14 @@ impl<P: PagePool> ElasticTree<P> {
         Ok(self.descend(t)?.1)
     }
 
+    /// The leaf the last inner page on the way to `t` points to, not read:
+    /// a reader that reads it next moves right past concurrent splits
+    /// itself (high key <= `t`, as `descend` does), and so reads the leaf
+    /// once, not twice.
+    pub fn leaf_unread(&self, t: &Target) -> Result<u32> {
+        Ok(self.descend_to(Some(t), false)?.1)
+    }
+
     /// Fetches made through this handle so far.
     pub fn key_fetches(&self) -> u64 {
         self.fetches.get()
@@ -777,6 +794,12 @@ impl<P: PagePool> ElasticTree<P> {
     /// that keeps a concurrent reader right when it raced a split, and the
     /// glue follows the same code path.
     fn descend(&self, t: Option<&Target>) -> Result<(Path, u32)> {
+        self.descend_to(t, true)
+    }
+
+    /// `descend`; without `read_leaf`, the leaf's block as the parent
+    /// names it, unread (the root's when the root is a leaf).
+    fn descend_to(&self, t: Option<&Target>, read_leaf: bool) -> Result<(Path, u32)> {
         let mut path = Vec::new();
         let mut blk = self.root;
         let mut hops = 0u64;
@@ -827,6 +850,9 @@ impl<P: PagePool> ElasticTree<P> {
             path.push((blk, i));
             blk = v.entry(i)?.child;
             want_level = Some(m.level - 1);
+            if !read_leaf && m.level == 1 {
+                return Ok((path, blk));
+            }
         }
     }
 
