@@ -171,7 +171,12 @@ impl<'a> SlotView<'a> {
 
     /// First position whose entry is >= `t`; `len()` if none.
     pub fn lower_bound(&self, t: &Target) -> Result<usize> {
-        let (mut lo, mut hi) = (0, self.n);
+        self.lower_bound_in(t, 0, self.n)
+    }
+
+    /// First position in `lo..hi` whose entry is >= `t`, `hi` if none, for
+    /// a `t` above every entry before `lo`.
+    fn lower_bound_in(&self, t: &Target, mut lo: usize, mut hi: usize) -> Result<usize> {
         while lo < hi {
             let mid = (lo + hi) / 2;
             let e = self.entry(mid)?;
@@ -199,17 +204,7 @@ impl<'a> SlotView<'a> {
                 return Ok(i);
             }
         }
-        let (mut lo, mut hi) = (near, self.n);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let e = self.entry(mid)?;
-            if cmp_entry(e.key, e.tid, t) == Ordering::Less {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        Ok(lo)
+        self.lower_bound_in(t, near, self.n)
     }
 
     /// Inner nodes: the index of the child whose range holds `t`, i.e. the
