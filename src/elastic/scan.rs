@@ -218,19 +218,18 @@ impl ElasticCursor {
             // leaf is read once: a split it did not see is passed here, by
             // the rule it follows on every other level (move right while
             // the target is at or above the high key).
-            if let (Some(t), true) = (t, op.right != NO_BLOCK) {
-                let leaf = Leaf::parse(leaf_body(&b)).unwrap_or_else(|e| core_error(self.index, e));
-                if let Some((k, tid)) = leaf.high_key().unwrap_or_else(|e| core_error(self.index, e)) {
-                    if pg_hybrid_core::elastic::cmp_entry(k, tid, t) != std::cmp::Ordering::Greater {
-                        hops += 1;
-                        if hops > 64 && hops > crate::storage::buffer::nblocks(self.index) as u64 + 2 {
-                            page::corrupted(&page::rel_name(self.index), blk, "leaf sibling chain does not end");
-                        }
-                        blk = op.right;
-                        continue;
+            let hikey = Leaf::parse(leaf_body(&b)).and_then(|l| l.high_key()).unwrap_or_else(|e| core_error(self.index, e));
+            if let (Some(t), Some((k, tid)), true) = (t, hikey, op.right != NO_BLOCK) {
+                if pg_hybrid_core::elastic::cmp_entry(k, tid, t) != std::cmp::Ordering::Greater {
+                    hops += 1;
+                    if hops > 64 && hops > crate::storage::buffer::nblocks(self.index) as u64 + 2 {
+                        page::corrupted(&page::rel_name(self.index), blk, "leaf sibling chain does not end");
                     }
+                    blk = op.right;
+                    continue;
                 }
             }
+            self.hikey = hikey.map(|(k, tid)| (k.to_vec(), tid));
             break b;
         };
         let op = *page::opaque(b.page());
@@ -238,7 +237,6 @@ impl ElasticCursor {
         let leaf = Leaf::parse(body).unwrap_or_else(|e| core_error(self.index, e));
         self.n = leaf.len();
         self.compact = matches!(leaf, Leaf::Compact(_));
-        self.hikey = leaf.high_key().unwrap_or_else(|e| core_error(self.index, e)).map(|(k, t)| (k.to_vec(), t));
         let mut buf = std::mem::take(&mut self.buf);
         let mut f = LazyFetcher { index: self.index, desc: &self.desc, f: &mut self.fetcher };
         let pos = match t {
@@ -385,9 +383,7 @@ impl ElasticCursor {
     /// its key, which is then in `cur_key`.
     unsafe fn item_at(&mut self, i: usize) -> (bool, Tid) {
         if let Some(first) = self.extracted {
-            let Some(it) = i.checked_sub(first).and_then(|j| self.ext_items.get(j)).copied() else {
-                pgrx::error!("elastic_btree: scan position outside the copied range")
-            };
+            let it = self.ext_item(first, i);
             if let Some((at, len)) = it.key {
                 self.cur_key.clear();
                 self.cur_key.extend_from_slice(&self.ext_keys[at as usize..(at + len) as usize]);
@@ -405,6 +401,14 @@ impl ElasticCursor {
         (true, e.tid)
     }
 
+    /// Entry `i` of the entries copied from position `first` on.
+    fn ext_item(&self, first: usize, i: usize) -> ExtItem {
+        match i.checked_sub(first).and_then(|j| self.ext_items.get(j)) {
+            Some(it) => *it,
+            None => pgrx::error!("elastic_btree: scan position outside the copied range"),
+        }
+    }
+
     /// Forward scans started with an upper bound: the TID at the position,
     /// without reading its key. Every entry it returns lies below the upper
     /// bound (its position was searched); a pruned entry's TID may come
@@ -414,10 +418,11 @@ impl ElasticCursor {
             return None;
         }
         let i = self.position(Dir::Fwd)?;
-        if self.extracted.is_none() {
-            return Some(self.tid_at(i));
+        // The TID only: a keyless probe copies no key.
+        match self.extracted {
+            Some(first) => Some(self.ext_item(first, i).tid),
+            None => Some(self.tid_at(i)),
         }
-        Some(self.item_at(i).1)
     }
 
     /// Whether the scan knows where its range ends (forward, upper bound).
